@@ -1,0 +1,629 @@
+//! An independent reference model of the rules, built only from what crosses the core's
+//! boundary: inputs, verdicts and effects. It re-derives which attempt is live, which
+//! finished attempt owns a runtime, which generation is current, which turn is active,
+//! and flags any verdict or effect the rules forbid.
+//!
+//! The proptest model test, the fuzzer and the sim's oracle all run it after every step,
+//! so a bug in the core's own bookkeeping (which `check_invariants` reads) cannot hide a
+//! rule violation. It keeps a record of every attempt it saw: meant for tests, sims and
+//! debugging, not for a long-running production process.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::classify::{classify, LoadVerdict};
+use crate::config::Config;
+use crate::ids::{AttemptId, ExecutionId, Generation, LeaseId, SessionId, TurnId};
+use crate::io::{
+    AttemptOutcome, Effect, Input, NewConversationReason, RuntimeEvent, TurnOutcome, Verdict,
+};
+use crate::time::Timestamp;
+
+/// A rule the core broke, as seen from outside.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditViolation {
+    /// Stable rule id, e.g. `R2-fail-closed`.
+    pub rule: &'static str,
+    /// What happened.
+    pub detail: String,
+}
+
+impl std::fmt::Display for AuditViolation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.rule, self.detail)
+    }
+}
+
+impl std::error::Error for AuditViolation {}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AttemptFate {
+    Live,
+    Ready,
+    Cancelled,
+    Failed,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct AttemptRec {
+    session: SessionId,
+    fate: AttemptFate,
+    binding: Option<(ExecutionId, Generation)>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct TurnRec {
+    ended: bool,
+    dispatches: u32,
+    recoveries: u32,
+    exhausted: u32,
+    delivered: u64,
+    cancel_requested: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+struct SessionRec {
+    /// Attempts started for this session, in order.
+    attempts: Vec<AttemptId>,
+    active_turn: Option<TurnId>,
+    /// The last load failure seen, to judge a following fallback.
+    last_load_failure: Option<LoadVerdict>,
+}
+
+/// The reference model. Feed it every step; it answers `Err` on the first violation.
+#[derive(Clone, Debug)]
+pub struct Auditor {
+    join_wait_ms: u64,
+    stop_deadline_ms: u64,
+    schedule_len: u32,
+    attempts: BTreeMap<AttemptId, AttemptRec>,
+    sessions: BTreeMap<SessionId, SessionRec>,
+    turns: BTreeMap<(SessionId, TurnId), TurnRec>,
+    /// Latest (attempt, generation) bound to each execution.
+    bindings: BTreeMap<ExecutionId, (AttemptId, Generation)>,
+    stopping: BTreeSet<ExecutionId>,
+    leases: BTreeMap<LeaseId, (SessionId, ExecutionId, Generation, AttemptId)>,
+    /// The core never lets time go backwards; neither does the model.
+    last_now: Timestamp,
+}
+
+macro_rules! fail {
+    ($rule:expr, $($fmt:tt)+) => {
+        return Err(AuditViolation { rule: $rule, detail: format!($($fmt)+) })
+    };
+}
+
+impl Auditor {
+    /// A model for a core with `config`.
+    pub fn new(config: &Config) -> Self {
+        Auditor {
+            join_wait_ms: config.join_wait_ms,
+            stop_deadline_ms: config.stop_deadline_ms,
+            schedule_len: config.recovery_delays_ms.len() as u32,
+            attempts: BTreeMap::new(),
+            sessions: BTreeMap::new(),
+            turns: BTreeMap::new(),
+            bindings: BTreeMap::new(),
+            stopping: BTreeSet::new(),
+            leases: BTreeMap::new(),
+            last_now: Timestamp::ZERO,
+        }
+    }
+
+    /// Whether `attempt` may speak for `session` now: it is live, or it is the newest
+    /// attempt and finished ready.
+    fn may_speak(&self, session: SessionId, attempt: AttemptId) -> bool {
+        let Some(rec) = self.attempts.get(&attempt) else {
+            return false;
+        };
+        if rec.session != session {
+            return false;
+        }
+        let newest = self.sessions.get(&session).and_then(|s| s.attempts.last()) == Some(&attempt);
+        match rec.fate {
+            AttemptFate::Live => true,
+            AttemptFate::Ready => newest,
+            AttemptFate::Cancelled | AttemptFate::Failed => false,
+        }
+    }
+
+    /// One input, its verdict, and the effects drained after it.
+    pub fn observe(
+        &mut self,
+        now: Timestamp,
+        input: &Input,
+        verdict: &Verdict,
+        effects: &[Effect],
+    ) -> Result<(), AuditViolation> {
+        self.last_now = self.last_now.max(now);
+        let now = self.last_now;
+        match (input, verdict) {
+            (Input::Resume { session }, Verdict::Joined { attempt, until }) => {
+                if !self
+                    .attempts
+                    .get(attempt)
+                    .is_some_and(|a| a.fate == AttemptFate::Live && a.session == *session)
+                {
+                    fail!(
+                        "R1-join-live",
+                        "session {session} joined {attempt}, which is not its live attempt"
+                    );
+                }
+                if *until > now.plus_millis(self.join_wait_ms) {
+                    fail!(
+                        "R1-join-bounded",
+                        "session {session}: joiner waits until {until}, past now + {} ms",
+                        self.join_wait_ms
+                    );
+                }
+            }
+            (Input::Prompt { session, turn }, Verdict::Claimed) => {
+                let s = self.sessions.entry(*session).or_default();
+                if let Some(t) = s.active_turn {
+                    fail!(
+                        "R7-one-turn",
+                        "session {session}: turn {turn} claimed while {t} is active"
+                    );
+                }
+                s.active_turn = Some(*turn);
+                self.turns.insert((*session, *turn), TurnRec::default());
+            }
+            (Input::Cancel { session }, Verdict::Accepted) => {
+                if let Some(t) = self.sessions.get(session).and_then(|s| s.active_turn) {
+                    if let Some(rec) = self.turns.get_mut(&(*session, t)) {
+                        rec.cancel_requested = true;
+                    }
+                }
+            }
+            (
+                Input::Bound {
+                    session,
+                    attempt,
+                    execution,
+                },
+                Verdict::Bound { generation },
+            ) => {
+                match self.attempts.get_mut(attempt) {
+                    Some(a) if a.fate == AttemptFate::Live && a.session == *session && a.binding.is_none() => {
+                        a.binding = Some((*execution, *generation));
+                    }
+                    _ => fail!("R1-bind-live", "bound {execution} to {attempt}, which is not a live unbound attempt of {session}"),
+                }
+                if self.stopping.contains(execution) {
+                    fail!(
+                        "R5-no-reuse-while-stopping",
+                        "{execution} bound while its teardown is pending"
+                    );
+                }
+                if let Some((_, g)) = self.bindings.get(execution) {
+                    if generation <= g {
+                        fail!(
+                            "R4-generations",
+                            "{execution}: generation {generation} not after {g}"
+                        );
+                    }
+                }
+                self.bindings.insert(*execution, (*attempt, *generation));
+            }
+            (Input::Callback(cb), Verdict::Accepted) => {
+                let Some(attempt) = cb.attempt else {
+                    if self
+                        .sessions
+                        .get(&cb.session)
+                        .is_some_and(|s| !s.attempts.is_empty())
+                    {
+                        fail!("R2-legacy", "session {}: callback without attempt accepted after the session had attempts", cb.session);
+                    }
+                    return self.effects(now, effects);
+                };
+                if !self.may_speak(cb.session, attempt) {
+                    fail!(
+                        "R2-fail-closed",
+                        "session {}: {} from attempt {attempt} accepted, but it is {:?}",
+                        cb.session,
+                        cb.event.name(),
+                        self.attempts.get(&attempt).map(|a| a.fate)
+                    );
+                }
+                let binding = self.attempts.get(&attempt).and_then(|a| a.binding);
+                if binding != Some((cb.execution, cb.generation)) {
+                    fail!(
+                        "R4-generation",
+                        "session {}: {} accepted on {}/{} but {attempt} is bound to {binding:?}",
+                        cb.session,
+                        cb.event.name(),
+                        cb.execution,
+                        cb.generation
+                    );
+                }
+                if self.bindings.get(&cb.execution) != Some(&(attempt, cb.generation)) {
+                    fail!(
+                        "R4-generation",
+                        "{}: callback of generation {} accepted, current is {:?}",
+                        cb.execution,
+                        cb.generation,
+                        self.bindings.get(&cb.execution)
+                    );
+                }
+                if let RuntimeEvent::LoadFailed(outcome) = &cb.event {
+                    let verdict = classify(outcome, crate::classify::AgentProfile::Generic).verdict;
+                    self.sessions
+                        .entry(cb.session)
+                        .or_default()
+                        .last_load_failure = Some(verdict);
+                }
+                if let RuntimeEvent::Exited { .. } = cb.event {
+                    self.stopping.remove(&cb.execution);
+                }
+            }
+            (Input::Perform { lease }, Verdict::Accepted) => {
+                let Some((session, execution, generation, attempt)) = self.leases.remove(lease)
+                else {
+                    fail!(
+                        "R4-lease",
+                        "lease {lease} performed but never issued or already used"
+                    );
+                };
+                if self.bindings.get(&execution) != Some(&(attempt, generation)) {
+                    fail!("R4-lease", "lease {lease} on {execution}/{generation} performed after a replacement: now {:?}", self.bindings.get(&execution));
+                }
+                if !self.may_speak(session, attempt) {
+                    fail!(
+                        "R4-lease",
+                        "lease {lease} of attempt {attempt} performed, but it is {:?}",
+                        self.attempts.get(&attempt).map(|a| a.fate)
+                    );
+                }
+            }
+            (Input::Perform { lease }, Verdict::Reject(_)) => {
+                self.leases.remove(lease);
+            }
+            (Input::Stopped { execution }, _) => {
+                // Accepted, or refused because the core already forgot it: gone either way.
+                self.stopping.remove(execution);
+            }
+            (Input::Callback(cb), Verdict::Reject(_))
+                if matches!(cb.event, RuntimeEvent::Exited { .. }) =>
+            {
+                self.stopping.remove(&cb.execution);
+            }
+            _ => {}
+        }
+        self.effects(now, effects)
+    }
+
+    /// Effects drained after a timeout.
+    pub fn observe_timeout(
+        &mut self,
+        now: Timestamp,
+        effects: &[Effect],
+    ) -> Result<(), AuditViolation> {
+        self.effects(now, effects)
+    }
+
+    /// The core restarted from a snapshot: outstanding leases died with it.
+    pub fn observe_restart(
+        &mut self,
+        now: Timestamp,
+        effects: &[Effect],
+    ) -> Result<(), AuditViolation> {
+        self.leases.clear();
+        self.effects(now, effects)
+    }
+
+    fn effects(&mut self, now: Timestamp, effects: &[Effect]) -> Result<(), AuditViolation> {
+        self.last_now = self.last_now.max(now);
+        let now = self.last_now;
+        for e in effects {
+            self.effect(now, e)?;
+        }
+        Self::check_failures_reported(effects)
+    }
+
+    fn effect(&mut self, now: Timestamp, e: &Effect) -> Result<(), AuditViolation> {
+        match *e {
+            Effect::StartRuntime {
+                session, attempt, ..
+            } => {
+                let s = self.sessions.entry(session).or_default();
+                if let Some(prev) = s.attempts.last() {
+                    if *prev >= attempt {
+                        fail!(
+                            "R2-monotonic-ids",
+                            "session {session}: attempt {attempt} not after {prev}"
+                        );
+                    }
+                    if self
+                        .attempts
+                        .get(prev)
+                        .is_some_and(|a| a.fate == AttemptFate::Live)
+                    {
+                        fail!(
+                            "R1-one-live",
+                            "session {session}: {attempt} started while {prev} is live"
+                        );
+                    }
+                }
+                if self.attempts.contains_key(&attempt) {
+                    fail!("R2-monotonic-ids", "attempt {attempt} started twice");
+                }
+                s.attempts.push(attempt);
+                self.attempts.insert(
+                    attempt,
+                    AttemptRec {
+                        session,
+                        fate: AttemptFate::Live,
+                        binding: None,
+                    },
+                );
+            }
+            Effect::AttemptSettled {
+                session,
+                attempt,
+                outcome,
+            } => {
+                let Some(a) = self.attempts.get_mut(&attempt) else {
+                    fail!("R3-settle-once", "unknown attempt {attempt} settled");
+                };
+                if a.fate != AttemptFate::Live || a.session != session {
+                    fail!(
+                        "R3-settle-once",
+                        "attempt {attempt} settled twice ({:?} then {outcome:?})",
+                        a.fate
+                    );
+                }
+                a.fate = match outcome {
+                    AttemptOutcome::Ready => AttemptFate::Ready,
+                    AttemptOutcome::Cancelled => AttemptFate::Cancelled,
+                    AttemptOutcome::Failed => AttemptFate::Failed,
+                };
+            }
+            Effect::FailureReported { .. } => {}
+            Effect::LoadConversation {
+                lease,
+                session,
+                execution,
+                generation,
+                ..
+            }
+            | Effect::NewConversation {
+                lease,
+                session,
+                execution,
+                generation,
+                ..
+            }
+            | Effect::DispatchPrompt {
+                lease,
+                session,
+                execution,
+                generation,
+                ..
+            } => {
+                let Some((attempt, g)) = self.bindings.get(&execution).copied() else {
+                    fail!("R4-lease", "lease {lease} issued on unbound {execution}");
+                };
+                if g != generation {
+                    fail!(
+                        "R4-lease",
+                        "lease {lease} issued on {execution}/{generation}, current {g}"
+                    );
+                }
+                if !self.may_speak(session, attempt) {
+                    fail!(
+                        "R2-fail-closed",
+                        "{} issued for {execution} of attempt {attempt}, which is {:?}",
+                        e.name(),
+                        self.attempts.get(&attempt).map(|a| a.fate)
+                    );
+                }
+                self.leases
+                    .insert(lease, (session, execution, generation, attempt));
+                if let Effect::NewConversation {
+                    reason: NewConversationReason::Fallback(r),
+                    ..
+                } = *e
+                {
+                    if r.verdict() != LoadVerdict::Incompatible {
+                        fail!("R6-fallback-proof", "session {session}: session/new with reason {r:?}, which proves nothing");
+                    }
+                    let last = self
+                        .sessions
+                        .get(&session)
+                        .and_then(|s| s.last_load_failure);
+                    if last.is_some_and(|v| v != LoadVerdict::Incompatible) {
+                        fail!(
+                            "R6-fallback-proof",
+                            "session {session}: session/new after an inconclusive load failure"
+                        );
+                    }
+                }
+                if let Effect::DispatchPrompt { turn, request, .. } = *e {
+                    let Some(t) = self.turns.get_mut(&(session, turn)) else {
+                        fail!(
+                            "R7-claim",
+                            "session {session}: dispatch of unclaimed turn {turn}"
+                        );
+                    };
+                    if t.ended {
+                        fail!(
+                            "R7-claim",
+                            "session {session}: dispatch of ended turn {turn}"
+                        );
+                    }
+                    let expected_blocks = u8::from(t.recoveries > 0);
+                    if request.replay_blocks != expected_blocks {
+                        fail!(
+                            "R8-replay-once",
+                            "session {session} turn {turn}: {} replay blocks after {} recoveries",
+                            request.replay_blocks,
+                            t.recoveries
+                        );
+                    }
+                    if t.recoveries > 0 && request.delivered_through != t.delivered {
+                        fail!("R9-partial-output", "session {session} turn {turn}: replay resumes after {} but {} were delivered", request.delivered_through, t.delivered);
+                    }
+                    t.dispatches += 1;
+                }
+            }
+            Effect::StopExecution {
+                execution,
+                deadline,
+                ..
+            } => {
+                if deadline > now.plus_millis(self.stop_deadline_ms) {
+                    fail!(
+                        "R5-stop-deadline",
+                        "{execution}: stop with deadline {deadline}, past now + {} ms",
+                        self.stop_deadline_ms
+                    );
+                }
+                if !self.stopping.insert(execution) {
+                    fail!("R5-stop-once", "{execution} stopped twice");
+                }
+                if let Some((binder, _)) = self.bindings.get(&execution) {
+                    let rec = self.attempts.get(binder);
+                    let session = rec.map(|r| r.session);
+                    let owns_runtime = session.is_some_and(|s| self.may_speak(s, *binder));
+                    if owns_runtime {
+                        fail!(
+                            "R5-stop-owner",
+                            "{execution} stopped while its binder {binder} is {:?} and current",
+                            rec.map(|r| r.fate)
+                        );
+                    }
+                }
+            }
+            Effect::KillExecution { execution, .. } => {
+                self.stopping.remove(&execution);
+            }
+            Effect::Deliver {
+                session, turn, seq, ..
+            } => {
+                let Some(t) = self.turns.get_mut(&(session, turn)) else {
+                    fail!(
+                        "R9-in-order",
+                        "session {session}: delivery for unknown turn {turn}"
+                    );
+                };
+                if t.ended || seq != t.delivered + 1 {
+                    fail!(
+                        "R9-in-order",
+                        "session {session} turn {turn}: delivered seq {seq} after {}",
+                        t.delivered
+                    );
+                }
+                t.delivered = seq;
+            }
+            Effect::RecoveryStarted { session, turn, .. } => {
+                let Some(t) = self.turns.get_mut(&(session, turn)) else {
+                    fail!("R8-recovery", "recovery of unknown turn {turn}");
+                };
+                if t.cancel_requested {
+                    fail!(
+                        "R8-no-recovery-after-cancel",
+                        "session {session} turn {turn}: recovery after the user cancelled"
+                    );
+                }
+                t.recoveries += 1;
+                if t.recoveries > self.schedule_len {
+                    fail!(
+                        "R8-started-bound",
+                        "session {session} turn {turn}: {} recoveries, schedule has {}",
+                        t.recoveries,
+                        self.schedule_len
+                    );
+                }
+            }
+            Effect::RecoveryExhausted { session, turn } => {
+                let Some(t) = self.turns.get_mut(&(session, turn)) else {
+                    fail!("R8-recovery", "exhaustion of unknown turn {turn}");
+                };
+                t.exhausted += 1;
+                if t.exhausted > 1 {
+                    fail!(
+                        "R8-exhausted-once",
+                        "session {session} turn {turn}: recovery_exhausted twice"
+                    );
+                }
+                if t.recoveries == 0 {
+                    fail!(
+                        "R8-exhausted-after-attempt",
+                        "session {session} turn {turn}: exhausted before any recovery"
+                    );
+                }
+            }
+            Effect::TurnEnded {
+                session,
+                turn,
+                outcome,
+            } => {
+                let Some(t) = self.turns.get_mut(&(session, turn)) else {
+                    fail!(
+                        "R7-one-terminal",
+                        "session {session}: end of unknown turn {turn}"
+                    );
+                };
+                if t.ended {
+                    fail!(
+                        "R7-one-terminal",
+                        "session {session} turn {turn}: second terminal {outcome:?}"
+                    );
+                }
+                if outcome == TurnOutcome::Completed && t.cancel_requested {
+                    // A provider may finish before it sees the cancel; allowed.
+                }
+                t.ended = true;
+                let s = self.sessions.entry(session).or_default();
+                if s.active_turn == Some(turn) {
+                    s.active_turn = None;
+                }
+            }
+            Effect::CancelPrompt { .. } | Effect::JoinTimedOut { .. } => {}
+        }
+        Ok(())
+    }
+
+    /// Checks rule 10 on one step's effects: every failed attempt is reported.
+    pub fn check_failures_reported(effects: &[Effect]) -> Result<(), AuditViolation> {
+        for e in effects {
+            if let Effect::AttemptSettled {
+                session,
+                attempt,
+                outcome: AttemptOutcome::Failed,
+            } = e
+            {
+                let reported = effects.iter().any(|f| matches!(f, Effect::FailureReported { failure, .. } if failure.attempt == *attempt));
+                if !reported {
+                    fail!(
+                        "R10-failure-reported",
+                        "session {session}: attempt {attempt} failed but no failure was shown"
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Liveness, once inputs stop and timers ran: every claimed turn ended, no attempt is
+    /// live, no teardown pending.
+    pub fn check_quiescent(&self) -> Result<(), AuditViolation> {
+        for ((s, t), rec) in &self.turns {
+            if !rec.ended {
+                fail!("R7-liveness", "session {s}: turn {t} never ended");
+            }
+        }
+        for (a, rec) in &self.attempts {
+            if rec.fate == AttemptFate::Live {
+                fail!(
+                    "R1-liveness",
+                    "session {}: attempt {a} never settled",
+                    rec.session
+                );
+            }
+        }
+        if let Some(e) = self.stopping.first() {
+            fail!("R5-liveness", "{e}: teardown never finished nor timed out");
+        }
+        Ok(())
+    }
+}

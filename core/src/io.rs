@@ -1,0 +1,484 @@
+//! What enters the core ([`Input`]), what it answers ([`Verdict`]) and what it asks the
+//! embedder to do ([`Effect`]).
+
+use serde::{Deserialize, Serialize};
+
+use crate::classify::{ClassifyReason, LoadOutcome};
+use crate::ids::{
+    AttemptId, ConversationToken, ErrorStamp, ExecutionId, Generation, LeaseId, SessionId, TurnId,
+};
+use crate::time::Timestamp;
+
+/// One input. Feed it with [`crate::Core::handle`], then drain [`crate::Core::poll_effect`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Input {
+    /// A client asks to resume the session's runtime (rule 1: begin or join).
+    Resume {
+        /// The session.
+        session: SessionId,
+    },
+    /// A client submits a prompt: the turn is claimed, and dispatched once a runtime is
+    /// ready (rule 7).
+    Prompt {
+        /// The session.
+        session: SessionId,
+        /// The new turn, unique within the session.
+        turn: TurnId,
+    },
+    /// The user cancels: the live attempt (if not yet accepted) and the active turn.
+    Cancel {
+        /// The session.
+        session: SessionId,
+    },
+    /// The embedder started (or reused) a runtime for `attempt` after
+    /// [`Effect::StartRuntime`]; the core binds a new generation of `execution` to it.
+    Bound {
+        /// The session.
+        session: SessionId,
+        /// The attempt that asked for the runtime.
+        attempt: AttemptId,
+        /// The execution it got; may be one a predecessor used.
+        execution: ExecutionId,
+    },
+    /// Something the runtime reported.
+    Callback(Callback),
+    /// The embedder is about to perform a leased effect: the core says whether it still may.
+    Perform {
+        /// The effect's lease.
+        lease: LeaseId,
+    },
+    /// A teardown finished, or the process is known to be gone.
+    Stopped {
+        /// The execution.
+        execution: ExecutionId,
+    },
+    /// The user dismissed the session's stored recovery failure.
+    DismissFailure {
+        /// The session.
+        session: SessionId,
+    },
+}
+
+/// A runtime callback: who says it, and what.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Callback {
+    /// The session the runtime serves.
+    pub session: SessionId,
+    /// The execution that sent it.
+    pub execution: ExecutionId,
+    /// The attempt the runtime was started for; `None` from legacy components.
+    pub attempt: Option<AttemptId>,
+    /// The startup generation of the execution that sent it.
+    pub generation: Generation,
+    /// What happened.
+    pub event: RuntimeEvent,
+}
+
+/// What a runtime can report.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RuntimeEvent {
+    /// The controller process is up.
+    BootReady,
+    /// The ACP agent answered `initialize`.
+    AgentReady {
+        /// The agent's `loadSession` capability (`None` when absent).
+        load_capability: Option<bool>,
+    },
+    /// `session/new` succeeded.
+    ConversationCreated {
+        /// The new conversation.
+        token: ConversationToken,
+    },
+    /// `session/load` succeeded.
+    ConversationLoaded,
+    /// `session/load` failed; the core classifies it (rule 6).
+    LoadFailed(LoadOutcome),
+    /// Startup failed before the conversation was ready.
+    StartFailed {
+        /// The error's identity.
+        stamp: ErrorStamp,
+    },
+    /// The provider accepted the turn's prompt.
+    PromptAccepted {
+        /// The turn.
+        turn: TurnId,
+    },
+    /// One streamed notification of the turn, numbered by the runtime from 1 per dispatch.
+    Stream {
+        /// The turn.
+        turn: TurnId,
+        /// Runtime sequence number within this dispatch.
+        seq: u64,
+        /// Payload bytes.
+        bytes: u32,
+    },
+    /// The turn ended normally (including a provider-side cancel).
+    PromptCompleted {
+        /// The turn.
+        turn: TurnId,
+    },
+    /// The provider failed the turn.
+    PromptFailed {
+        /// The turn.
+        turn: TurnId,
+        /// The error's identity.
+        stamp: ErrorStamp,
+    },
+    /// The runtime is gone: process exit, transport loss, or notification overflow.
+    Exited {
+        /// The error's identity.
+        stamp: ErrorStamp,
+    },
+}
+
+impl RuntimeEvent {
+    /// A short name for traces.
+    pub fn name(&self) -> &'static str {
+        match self {
+            RuntimeEvent::BootReady => "boot_ready",
+            RuntimeEvent::AgentReady { .. } => "agent_ready",
+            RuntimeEvent::ConversationCreated { .. } => "conversation_created",
+            RuntimeEvent::ConversationLoaded => "conversation_loaded",
+            RuntimeEvent::LoadFailed(_) => "load_failed",
+            RuntimeEvent::StartFailed { .. } => "start_failed",
+            RuntimeEvent::PromptAccepted { .. } => "prompt_accepted",
+            RuntimeEvent::Stream { .. } => "stream",
+            RuntimeEvent::PromptCompleted { .. } => "prompt_completed",
+            RuntimeEvent::PromptFailed { .. } => "prompt_failed",
+            RuntimeEvent::Exited { .. } => "exited",
+        }
+    }
+
+    /// Whether this event reports the runtime (or its startup) failing.
+    pub fn is_failure(&self) -> bool {
+        matches!(
+            self,
+            RuntimeEvent::StartFailed { .. }
+                | RuntimeEvent::Exited { .. }
+                | RuntimeEvent::LoadFailed(_)
+        )
+    }
+}
+
+/// The core's answer to one input. Rejections are values a test can match.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Verdict {
+    /// Accepted and applied.
+    Accepted,
+    /// A new attempt started (rule 1).
+    Started {
+        /// The new attempt.
+        attempt: AttemptId,
+    },
+    /// The caller joins the live attempt and waits at most until `until`.
+    Joined {
+        /// The live attempt.
+        attempt: AttemptId,
+        /// When the core gives up waiting for it on the joiner's behalf.
+        until: Timestamp,
+    },
+    /// The session's runtime is already up; nothing to resume.
+    AlreadyReady,
+    /// The execution's new generation, to stamp on the runtime's callbacks.
+    Bound {
+        /// The generation.
+        generation: Generation,
+    },
+    /// The turn was claimed; it is dispatched as soon as a runtime is ready.
+    Claimed,
+    /// Nothing to do (e.g. cancel with nothing running).
+    Ignored,
+    /// Refused; state untouched (except the cleanup a stale failure calls for).
+    Reject(RejectReason),
+}
+
+impl Verdict {
+    /// Whether this is a rejection.
+    pub fn is_reject(&self) -> bool {
+        matches!(self, Verdict::Reject(_))
+    }
+}
+
+/// Why an input was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RejectReason {
+    /// The session is not known.
+    UnknownSession,
+    /// The session limit is reached.
+    TooManySessions,
+    /// The attempt ID was never minted for this session (another session's, a future one,
+    /// or one from before a restart that the snapshot does not vouch for).
+    UnknownAttempt,
+    /// The attempt ID comes from a later epoch than the core's.
+    FutureEpoch,
+    /// The attempt was cancelled.
+    AttemptCancelled,
+    /// The attempt failed.
+    AttemptFailed,
+    /// The attempt finished but no longer owns the runtime (a later attempt exists).
+    AttemptSuperseded,
+    /// The attempt's tombstone was evicted; it fails closed.
+    AttemptEvicted,
+    /// A callback without an attempt ID after the session had an attempt.
+    MissingAttempt,
+    /// The attempt is not bound to this execution.
+    WrongExecution,
+    /// The callback's generation is older than the execution's current one.
+    StaleGeneration,
+    /// The callback's generation was never issued for this execution.
+    FutureGeneration,
+    /// The execution is not known.
+    UnknownExecution,
+    /// The execution belongs to another session.
+    ForeignExecution,
+    /// The execution is being torn down; start another.
+    ExecutionStopping,
+    /// The attempt is already bound to an execution.
+    AlreadyBound,
+    /// The attempt is not live.
+    AttemptNotLive,
+    /// The event does not fit the attempt's or turn's state.
+    UnexpectedEvent,
+    /// The turn is not the session's active turn.
+    WrongTurn,
+    /// The session already has an active turn: report it to the user, retry later.
+    SessionBusy,
+    /// A turn ID that the session already used.
+    DuplicateTurn,
+    /// A stream event already delivered.
+    DuplicateEvent,
+    /// A stream event after a gap.
+    SequenceGap,
+    /// The lease is not known (performed, revoked or never issued).
+    UnknownLease,
+    /// The lease was revoked: a replacement started, the attempt was cancelled, or the
+    /// execution stopped.
+    LeaseRevoked,
+    /// The lease's deadline passed.
+    LeaseExpired,
+    /// An ID counter is exhausted.
+    CounterExhausted,
+    /// The embedder did not drain effects.
+    EffectQueueFull,
+    /// No stored failure to dismiss.
+    NothingToDismiss,
+}
+
+/// Something the embedder must do. Drain after every input and timeout.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Effect {
+    /// Start (or reuse) a runtime for the attempt, then report [`Input::Bound`].
+    StartRuntime {
+        /// The session.
+        session: SessionId,
+        /// The attempt.
+        attempt: AttemptId,
+        /// The attempt fails if not ready by then.
+        deadline: Timestamp,
+    },
+    /// Send `session/load` for `token` (leased: [`Input::Perform`] first).
+    LoadConversation {
+        /// The lease.
+        lease: LeaseId,
+        /// The session.
+        session: SessionId,
+        /// Target execution.
+        execution: ExecutionId,
+        /// Target generation.
+        generation: Generation,
+        /// The conversation to load.
+        token: ConversationToken,
+    },
+    /// Send `session/new` (leased).
+    NewConversation {
+        /// The lease.
+        lease: LeaseId,
+        /// The session.
+        session: SessionId,
+        /// Target execution.
+        execution: ExecutionId,
+        /// Target generation.
+        generation: Generation,
+        /// Why a new conversation (a fallback names its proof).
+        reason: NewConversationReason,
+    },
+    /// Send `session/prompt` for the turn (leased).
+    DispatchPrompt {
+        /// The lease.
+        lease: LeaseId,
+        /// The session.
+        session: SessionId,
+        /// Target execution.
+        execution: ExecutionId,
+        /// Target generation.
+        generation: Generation,
+        /// The turn.
+        turn: TurnId,
+        /// The request as the provider must receive it.
+        request: PromptRequest,
+    },
+    /// Send `session/cancel` for the turn; the runtime stays up.
+    CancelPrompt {
+        /// The session.
+        session: SessionId,
+        /// The execution running it.
+        execution: ExecutionId,
+        /// The turn.
+        turn: TurnId,
+    },
+    /// Tear the execution down; report [`Input::Stopped`] when done.
+    StopExecution {
+        /// The session.
+        session: SessionId,
+        /// The execution.
+        execution: ExecutionId,
+        /// When the core stops waiting and asks for a kill.
+        deadline: Timestamp,
+    },
+    /// The teardown missed its deadline: kill the process; the core no longer waits.
+    KillExecution {
+        /// The session.
+        session: SessionId,
+        /// The execution.
+        execution: ExecutionId,
+    },
+    /// The attempt settled; answer its joiners.
+    AttemptSettled {
+        /// The session.
+        session: SessionId,
+        /// The attempt.
+        attempt: AttemptId,
+        /// How it ended.
+        outcome: AttemptOutcome,
+    },
+    /// Joiners of this attempt waited past the join deadline: answer them with an error.
+    JoinTimedOut {
+        /// The session.
+        session: SessionId,
+        /// The attempt they waited on.
+        attempt: AttemptId,
+    },
+    /// Deliver a stream event to the caller, numbered contiguously per turn from 1.
+    Deliver {
+        /// The session.
+        session: SessionId,
+        /// The turn.
+        turn: TurnId,
+        /// Caller sequence number: contiguous across recoveries.
+        seq: u64,
+        /// Payload bytes.
+        bytes: u32,
+    },
+    /// The turn ended: exactly one per turn.
+    TurnEnded {
+        /// The session.
+        session: SessionId,
+        /// The turn.
+        turn: TurnId,
+        /// How.
+        outcome: TurnOutcome,
+    },
+    /// Automatic recovery of the turn is scheduled (rule 8).
+    RecoveryStarted {
+        /// The session.
+        session: SessionId,
+        /// The turn.
+        turn: TurnId,
+        /// 1-based index into the schedule.
+        step: u32,
+        /// When the replacement runtime starts.
+        at: Timestamp,
+    },
+    /// Automatic recovery gave up.
+    RecoveryExhausted {
+        /// The session.
+        session: SessionId,
+        /// The turn.
+        turn: TurnId,
+    },
+    /// Show the user this recovery failure (rule 10).
+    FailureReported {
+        /// The session.
+        session: SessionId,
+        /// Its identity.
+        failure: RecoveryFailure,
+    },
+}
+
+impl Effect {
+    /// A short name for traces.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Effect::StartRuntime { .. } => "start_runtime",
+            Effect::LoadConversation { .. } => "load_conversation",
+            Effect::NewConversation { .. } => "new_conversation",
+            Effect::DispatchPrompt { .. } => "dispatch_prompt",
+            Effect::CancelPrompt { .. } => "cancel_prompt",
+            Effect::StopExecution { .. } => "stop_execution",
+            Effect::KillExecution { .. } => "kill_execution",
+            Effect::AttemptSettled { .. } => "attempt_settled",
+            Effect::JoinTimedOut { .. } => "join_timed_out",
+            Effect::Deliver { .. } => "deliver",
+            Effect::TurnEnded { .. } => "turn_ended",
+            Effect::RecoveryStarted { .. } => "recovery_started",
+            Effect::RecoveryExhausted { .. } => "recovery_exhausted",
+            Effect::FailureReported { .. } => "failure_reported",
+        }
+    }
+}
+
+/// Why `session/new` is sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NewConversationReason {
+    /// The session never had a conversation.
+    First,
+    /// Positive proof that the old conversation cannot be loaded.
+    Fallback(ClassifyReason),
+}
+
+/// The prompt as the provider receives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptRequest {
+    /// Resume-replay blocks wrapped around the user's text: 0 for a first dispatch,
+    /// exactly 1 for a recovery re-prompt.
+    pub replay_blocks: u8,
+    /// The recovery generation the replay block was built from (0 = none).
+    pub replay_generation: u32,
+    /// Events the caller already has; the replay block tells the agent to continue after.
+    pub delivered_through: u64,
+}
+
+/// How an attempt settled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AttemptOutcome {
+    /// The runtime is ready.
+    Ready,
+    /// Cancelled by the user.
+    Cancelled,
+    /// Failed; a [`RecoveryFailure`] was reported.
+    Failed,
+}
+
+/// How a turn ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TurnOutcome {
+    /// The provider completed it.
+    Completed,
+    /// The provider failed it, or its runtime died and recovery was off or exhausted.
+    Failed,
+    /// The user cancelled it.
+    Cancelled,
+    /// It never reached the provider: the claim was rolled back; the user may resend.
+    RolledBack,
+}
+
+/// The identity of a recovery failure (rule 10).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecoveryFailure {
+    /// The attempt that failed.
+    pub attempt: AttemptId,
+    /// Its execution, if it got one.
+    pub execution: Option<ExecutionId>,
+    /// The error occurrence.
+    pub stamp: ErrorStamp,
+}

@@ -1,0 +1,129 @@
+//! Known real bugs, re-created at their exact spot (feature `mutants`, off by default).
+//!
+//! Each variant names one bug from the reviews of kandev #3636 and compozy #454. With a
+//! mutant active the core (or [`crate::classify`], or [`crate::delivery`]) behaves as the
+//! buggy code did; the tests, the sim and the fuzzer must each catch every one. Without
+//! the feature this module holds only [`ActiveMutant`], a zero-sized type whose checks
+//! are constant `false`, so a production build contains none of the buggy paths.
+
+use serde::{Deserialize, Serialize};
+
+/// One re-created bug.
+#[cfg(feature = "mutants")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Mutant {
+    /// A very late callback of an evicted cancelled attempt is accepted as legacy traffic.
+    TombstoneEvictionReopens,
+    /// A replacement startup slips between a callback's validation and its effects.
+    ToctouGeneration,
+    /// "…not found…" anywhere in a load error message triggers `session/new`.
+    SubstringFallback,
+    /// A load timeout replaces the conversation with `session/new`.
+    TimeoutFallback,
+    /// An early exit after claiming a prompt leaves it claimed.
+    ClaimNotRolledBack,
+    /// A cancelled attempt stops an execution its successor reused.
+    OldAttemptStopsSuccessor,
+    /// A late `agent_ready` of a cancelled attempt dispatches its stale prompt.
+    StaleCallbackDispatches,
+    /// An old stored failure hides a new one.
+    HistoricalErrorSuppresses,
+    /// `recovery_exhausted` is recorded twice in one turn.
+    ExhaustedTwice,
+    /// The re-prompt carries the replay block twice.
+    DoubleReplayBlock,
+    /// The notification queue closes the connection when full.
+    QueueOverflowCloses,
+    /// A teardown that hangs holds the session forever.
+    CleanupWithoutDeadline,
+    /// Cancelling after the provider accepted tears the runtime down.
+    CancelAfterAcceptTearsDown,
+    /// A joiner waits forever on a hung attempt.
+    UnboundedJoinWait,
+}
+
+#[cfg(feature = "mutants")]
+impl Mutant {
+    /// Every mutant, in a fixed order.
+    pub const ALL: [Mutant; 14] = [
+        Mutant::TombstoneEvictionReopens,
+        Mutant::ToctouGeneration,
+        Mutant::SubstringFallback,
+        Mutant::TimeoutFallback,
+        Mutant::ClaimNotRolledBack,
+        Mutant::OldAttemptStopsSuccessor,
+        Mutant::StaleCallbackDispatches,
+        Mutant::HistoricalErrorSuppresses,
+        Mutant::ExhaustedTwice,
+        Mutant::DoubleReplayBlock,
+        Mutant::QueueOverflowCloses,
+        Mutant::CleanupWithoutDeadline,
+        Mutant::CancelAfterAcceptTearsDown,
+        Mutant::UnboundedJoinWait,
+    ];
+
+    /// The kebab-case name used on the command line and in reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Mutant::TombstoneEvictionReopens => "tombstone-eviction-reopens",
+            Mutant::ToctouGeneration => "toctou-generation",
+            Mutant::SubstringFallback => "substring-fallback",
+            Mutant::TimeoutFallback => "timeout-fallback",
+            Mutant::ClaimNotRolledBack => "claim-not-rolled-back",
+            Mutant::OldAttemptStopsSuccessor => "old-attempt-stops-successor",
+            Mutant::StaleCallbackDispatches => "stale-callback-dispatches",
+            Mutant::HistoricalErrorSuppresses => "historical-error-suppresses",
+            Mutant::ExhaustedTwice => "exhausted-twice",
+            Mutant::DoubleReplayBlock => "double-replay-block",
+            Mutant::QueueOverflowCloses => "queue-overflow-closes",
+            Mutant::CleanupWithoutDeadline => "cleanup-without-deadline",
+            Mutant::CancelAfterAcceptTearsDown => "cancel-after-accept-tears-down",
+            Mutant::UnboundedJoinWait => "unbounded-join-wait",
+        }
+    }
+
+    /// Parses a kebab-case name.
+    pub fn from_name(name: &str) -> Option<Mutant> {
+        Mutant::ALL.into_iter().find(|m| m.name() == name)
+    }
+}
+
+/// Which mutant, if any, is active. Zero-sized and always inactive without the feature.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActiveMutant(#[cfg(feature = "mutants")] Option<Mutant>);
+
+impl ActiveMutant {
+    /// No mutant: the real core.
+    pub const NONE: ActiveMutant = ActiveMutant(
+        #[cfg(feature = "mutants")]
+        None,
+    );
+
+    /// Activates `mutant`.
+    #[cfg(feature = "mutants")]
+    pub const fn on(mutant: Mutant) -> Self {
+        ActiveMutant(Some(mutant))
+    }
+
+    /// The active mutant.
+    #[cfg(feature = "mutants")]
+    pub const fn get(self) -> Option<Mutant> {
+        self.0
+    }
+}
+
+/// `mutant_on!(active, Variant)`: true when that mutant is active; a constant `false`
+/// without the feature, so the buggy branch is compiled out.
+macro_rules! mutant_on {
+    ($active:expr, $variant:ident) => {{
+        #[cfg(feature = "mutants")]
+        let on = $active.get() == Some($crate::mutants::Mutant::$variant);
+        #[cfg(not(feature = "mutants"))]
+        let on = {
+            let _ = &$active;
+            false
+        };
+        on
+    }};
+}
+pub(crate) use mutant_on;

@@ -1,0 +1,1400 @@
+//! One test per rule, named after the behaviour. Each `case_*` returns `Err` when the
+//! behaviour is broken; the real core must pass every case, and (feature `mutants`) each
+//! mutant must make its case fail: that is the proof the case can see the bug.
+
+mod common;
+use common::*;
+use palisade_core::classify::{LoadFailure, LoadOutcome, RpcError, TransportState};
+use palisade_core::*;
+
+type R = Result<(), String>;
+
+macro_rules! check {
+    ($cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err(format!($($fmt)+));
+        }
+    };
+}
+
+fn clean(h: &H) -> R {
+    match &h.violation {
+        None => Ok(()),
+        Some(v) => Err(v.clone()),
+    }
+}
+
+fn load_failed(code: i64, message: &str) -> RuntimeEvent {
+    RuntimeEvent::LoadFailed(LoadOutcome {
+        load_capability: Some(true),
+        requested_session: "sess-1".into(),
+        result: LoadFailure::Rpc(RpcError {
+            code,
+            message: message.into(),
+            data_details: None,
+            data_present: false,
+        }),
+        transport: TransportState::Open,
+    })
+}
+
+fn timed_out() -> RuntimeEvent {
+    RuntimeEvent::LoadFailed(LoadOutcome {
+        load_capability: Some(true),
+        requested_session: "sess-1".into(),
+        result: LoadFailure::TimedOut,
+        transport: TransportState::Open,
+    })
+}
+
+// ----- rule 1 -----------------------------------------------------------------------------
+
+fn case_joiner_wait_is_bounded(mut h: H) -> R {
+    check!(
+        matches!(h.resume(1), Verdict::Started { .. }),
+        "first resume starts"
+    );
+    let until = match h.resume(1) {
+        Verdict::Joined { until, .. } => until,
+        v => return Err(format!("second resume joins, got {v:?}")),
+    };
+    check!(
+        until <= h.now.plus_millis(h.core.config().join_wait_ms),
+        "join deadline {until} unbounded"
+    );
+    let wait = h.core.config().join_wait_ms;
+    h.advance(wait);
+    check!(
+        h.count(|e| matches!(e, Effect::JoinTimedOut { .. })) == 1,
+        "joiner was never answered"
+    );
+    clean(&h)
+}
+
+#[test]
+fn second_resume_joins_the_live_attempt_with_a_bounded_wait() {
+    assert_eq!(case_joiner_wait_is_bounded(H::default()), Ok(()));
+}
+
+#[test]
+fn resume_after_cancel_retires_the_cancelled_attempt_and_starts_a_new_one() {
+    let mut h = H::default();
+    let Verdict::Started { attempt: a1 } = h.resume(1) else {
+        panic!()
+    };
+    assert_eq!(h.cancel(1), Verdict::Accepted);
+    let Verdict::Started { attempt: a2 } = h.resume(1) else {
+        panic!()
+    };
+    assert!(a2 > a1);
+    assert_eq!(
+        h.count(|e| matches!(
+            e,
+            Effect::AttemptSettled {
+                outcome: AttemptOutcome::Cancelled,
+                ..
+            }
+        )),
+        1
+    );
+    h.assert_clean();
+}
+
+// ----- rule 2 -----------------------------------------------------------------------------
+
+#[test]
+fn callback_of_a_cancelled_attempt_is_rejected() {
+    let mut h = H::default();
+    h.resume(1);
+    let a = h.started(1);
+    let Verdict::Bound { generation: g } = h.bind(1, a, 1) else {
+        panic!()
+    };
+    h.cancel(1);
+    assert_eq!(
+        h.cb(1, 1, Some(a), g, RuntimeEvent::BootReady),
+        Verdict::Reject(RejectReason::AttemptCancelled)
+    );
+    h.assert_clean();
+}
+
+fn case_evicted_attempt_fails_closed(mut h: H) -> R {
+    h.resume(1);
+    let first = h.started(1);
+    let g = match h.bind(1, first, 1) {
+        Verdict::Bound { generation } => generation,
+        v => return Err(format!("bind: {v:?}")),
+    };
+    h.cancel(1);
+    h.input(Input::Stopped { execution: e(1) });
+    for _ in 0..(TOMBSTONES_PER_SESSION + 1) {
+        h.resume(1);
+        h.cancel(1);
+    }
+    let v = h.cb(
+        1,
+        1,
+        Some(first),
+        g,
+        RuntimeEvent::AgentReady {
+            load_capability: Some(true),
+        },
+    );
+    check!(
+        v == Verdict::Reject(RejectReason::AttemptEvicted),
+        "very late callback of an evicted attempt: {v:?}"
+    );
+    clean(&h)
+}
+
+#[test]
+fn very_late_callback_after_tombstone_eviction_fails_closed() {
+    assert_eq!(case_evicted_attempt_fails_closed(H::default()), Ok(()));
+}
+
+#[test]
+fn callback_without_attempt_is_accepted_only_before_the_first_attempt() {
+    let mut h = H::default();
+    let g = Generation::new(1).unwrap();
+    // No attempt yet: legacy traffic passes the attempt fence (and finds no execution).
+    assert_eq!(
+        h.cb(1, 1, None, g, RuntimeEvent::BootReady),
+        Verdict::Reject(RejectReason::UnknownSession)
+    );
+    h.resume(1);
+    assert_eq!(
+        h.cb(1, 1, None, g, RuntimeEvent::BootReady),
+        Verdict::Reject(RejectReason::MissingAttempt)
+    );
+    h.assert_clean();
+}
+
+#[test]
+fn attempt_ids_of_other_sessions_and_future_epochs_are_rejected() {
+    let mut h = H::default();
+    h.resume(1);
+    let a1 = h.started(1);
+    let Verdict::Bound { generation: g } = h.bind(1, a1, 1) else {
+        panic!()
+    };
+    h.resume(2);
+    let a2 = h.started(2);
+    assert_eq!(
+        h.cb(1, 1, Some(a2), g, RuntimeEvent::BootReady),
+        Verdict::Reject(RejectReason::UnknownAttempt)
+    );
+    let future = AttemptId::new(Epoch::FIRST.next().unwrap(), 1).unwrap();
+    assert_eq!(
+        h.cb(1, 1, Some(future), g, RuntimeEvent::BootReady),
+        Verdict::Reject(RejectReason::FutureEpoch)
+    );
+    let unminted = AttemptId::new(Epoch::FIRST, 999).unwrap();
+    assert_eq!(
+        h.cb(1, 1, Some(unminted), g, RuntimeEvent::BootReady),
+        Verdict::Reject(RejectReason::UnknownAttempt)
+    );
+    assert_eq!(
+        h.cb(1, 1, Some(a1), g, RuntimeEvent::BootReady),
+        Verdict::Accepted
+    );
+    h.assert_clean();
+}
+
+/// kandev #3636: a cancelled resume's late callback must not dispatch the stale prompt.
+fn case_stale_ready_does_not_dispatch(mut h: H) -> R {
+    h.prompt(1, 1);
+    let a1 = h.started(1);
+    let g1 = match h.bind(1, a1, 1) {
+        Verdict::Bound { generation } => generation,
+        v => return Err(format!("bind: {v:?}")),
+    };
+    h.cb(
+        1,
+        1,
+        Some(a1),
+        g1,
+        RuntimeEvent::AgentReady {
+            load_capability: Some(true),
+        },
+    );
+    let lease = h.last_lease();
+    h.perform(lease);
+    // The load is slow; the user cancels and retries.
+    h.cancel(1);
+    h.prompt(1, 2);
+    let a2 = h.started(1);
+    check!(a2 > a1, "retry starts a new attempt");
+    // The cancelled attempt's load finally answers.
+    let v = h.cb(
+        1,
+        1,
+        Some(a1),
+        g1,
+        RuntimeEvent::ConversationCreated { token: token(9) },
+    );
+    check!(
+        v.is_reject(),
+        "late ready of the cancelled attempt accepted: {v:?}"
+    );
+    let stale = h.count(
+        |e| matches!(e, Effect::DispatchPrompt { execution, .. } if *execution == common::e(1)),
+    );
+    check!(
+        stale == 0,
+        "the stale prompt was dispatched to the cancelled attempt's runtime"
+    );
+    clean(&h)
+}
+
+#[test]
+fn stale_agent_ready_of_a_cancelled_attempt_does_not_dispatch_its_prompt() {
+    assert_eq!(case_stale_ready_does_not_dispatch(H::default()), Ok(()));
+}
+
+// ----- rule 3 -----------------------------------------------------------------------------
+
+#[test]
+fn retiring_is_idempotent_one_tombstone_per_attempt() {
+    let mut h = H::default();
+    h.resume(1);
+    assert_eq!(h.cancel(1), Verdict::Accepted);
+    assert_eq!(h.cancel(1), Verdict::Ignored);
+    assert_eq!(h.count(|e| matches!(e, Effect::AttemptSettled { .. })), 1);
+    h.assert_clean();
+}
+
+// ----- rule 4 -----------------------------------------------------------------------------
+
+#[test]
+fn stale_generation_after_a_replacement_on_the_same_execution_is_rejected() {
+    let mut h = H::default();
+    h.resume(1);
+    let a1 = h.started(1);
+    let Verdict::Bound { generation: g1 } = h.bind(1, a1, 1) else {
+        panic!()
+    };
+    h.cancel(1);
+    assert_eq!(
+        h.input(Input::Stopped { execution: e(1) }),
+        Verdict::Accepted
+    );
+    h.resume(1);
+    let a2 = h.started(1);
+    let Verdict::Bound { generation: g2 } = h.bind(1, a2, 1) else {
+        panic!()
+    };
+    assert!(g2 > g1);
+    assert_eq!(
+        h.cb(1, 1, Some(a2), g1, RuntimeEvent::BootReady),
+        Verdict::Reject(RejectReason::StaleGeneration)
+    );
+    let future = Generation::new(g2.get() + 5).unwrap();
+    assert_eq!(
+        h.cb(1, 1, Some(a2), future, RuntimeEvent::BootReady),
+        Verdict::Reject(RejectReason::FutureGeneration)
+    );
+    assert_eq!(
+        h.cb(1, 1, Some(a2), g2, RuntimeEvent::BootReady),
+        Verdict::Accepted
+    );
+    h.assert_clean();
+}
+
+/// A replacement startup slips between a callback's validation and its effect.
+fn case_late_effect_after_replacement_is_dropped(mut h: H) -> R {
+    h.resume(1);
+    let a1 = h.started(1);
+    let g1 = match h.bind(1, a1, 1) {
+        Verdict::Bound { generation } => generation,
+        v => return Err(format!("bind: {v:?}")),
+    };
+    h.cb(
+        1,
+        1,
+        Some(a1),
+        g1,
+        RuntimeEvent::AgentReady {
+            load_capability: Some(true),
+        },
+    );
+    let lease = h.last_lease();
+    // Before the embedder performs the load, the attempt is cancelled and a replacement
+    // reuses the execution.
+    h.cancel(1);
+    h.input(Input::Stopped { execution: e(1) });
+    h.resume(1);
+    let a2 = h.started(1);
+    h.bind(1, a2, 1);
+    let v = h.perform(lease);
+    check!(
+        v == Verdict::Reject(RejectReason::LeaseRevoked),
+        "late effect performed on the replacement: {v:?}"
+    );
+    clean(&h)
+}
+
+#[test]
+fn late_effect_after_a_replacement_startup_is_dropped() {
+    assert_eq!(
+        case_late_effect_after_replacement_is_dropped(H::default()),
+        Ok(())
+    );
+}
+
+#[test]
+fn expired_lease_is_revoked_and_its_effect_dropped() {
+    let mut h = H::default();
+    h.resume(1);
+    let a = h.started(1);
+    let Verdict::Bound { generation: g } = h.bind(1, a, 1) else {
+        panic!()
+    };
+    h.cb(
+        1,
+        1,
+        Some(a),
+        g,
+        RuntimeEvent::AgentReady {
+            load_capability: Some(true),
+        },
+    );
+    let lease = h.last_lease();
+    h.now = h.now.plus_millis(h.core.config().lease_ms + 1);
+    assert_eq!(
+        h.perform(lease),
+        Verdict::Reject(RejectReason::LeaseExpired)
+    );
+    // The attempt could not progress: it failed and its failure was reported.
+    assert_eq!(h.count(|e| matches!(e, Effect::FailureReported { .. })), 1);
+    h.assert_clean();
+}
+
+// ----- rule 5 -----------------------------------------------------------------------------
+
+#[test]
+fn cancel_stops_the_cancelled_attempts_execution_exactly_once_with_a_deadline() {
+    let mut h = H::default();
+    h.resume(1);
+    let a = h.started(1);
+    h.bind(1, a, 1);
+    h.cancel(1);
+    let stops: Vec<_> = h
+        .log
+        .iter()
+        .filter(|e| matches!(e, Effect::StopExecution { .. }))
+        .cloned()
+        .collect();
+    assert_eq!(stops.len(), 1);
+    let Effect::StopExecution { deadline, .. } = stops[0] else {
+        unreachable!()
+    };
+    assert_eq!(
+        deadline,
+        h.now.plus_millis(h.core.config().stop_deadline_ms)
+    );
+    h.cancel(1);
+    assert_eq!(h.count(|e| matches!(e, Effect::StopExecution { .. })), 1);
+    assert!(h.core.session_busy(s(1)), "teardown pending");
+    assert_eq!(
+        h.input(Input::Stopped { execution: e(1) }),
+        Verdict::Accepted
+    );
+    assert!(!h.core.session_busy(s(1)));
+    h.assert_clean();
+}
+
+fn case_old_attempt_spares_reused_execution(mut h: H) -> R {
+    h.resume(1);
+    let a1 = h.started(1);
+    h.cancel(1); // cancelled before its runtime was bound
+    h.resume(1);
+    let a2 = h.started(1);
+    check!(
+        matches!(h.bind(1, a2, 1), Verdict::Bound { .. }),
+        "successor binds execution 1"
+    );
+    // The cancelled attempt's late bind reports the same execution ID.
+    let v = h.bind(1, a1, 1);
+    check!(
+        v == Verdict::Reject(RejectReason::AttemptCancelled),
+        "late bind: {v:?}"
+    );
+    let stops =
+        h.count(|x| matches!(x, Effect::StopExecution { execution, .. } if *execution == e(1)));
+    check!(
+        stops == 0,
+        "the old attempt stopped the execution its successor reused"
+    );
+    clean(&h)
+}
+
+#[test]
+fn old_attempt_never_stops_an_execution_its_successor_reused() {
+    assert_eq!(
+        case_old_attempt_spares_reused_execution(H::default()),
+        Ok(())
+    );
+}
+
+#[test]
+fn late_bind_of_a_cancelled_attempt_is_stopped_once_the_successor_settles() {
+    let mut h = H::default();
+    h.resume(1);
+    let a1 = h.started(1);
+    h.cancel(1);
+    h.resume(1);
+    let _a2 = h.started(1);
+    assert_eq!(
+        h.bind(1, a1, 7),
+        Verdict::Reject(RejectReason::AttemptCancelled)
+    );
+    assert_eq!(
+        h.count(|x| matches!(x, Effect::StopExecution { .. })),
+        0,
+        "deferred while a later attempt is live"
+    );
+    h.cancel(1);
+    assert_eq!(
+        h.count(|x| matches!(x, Effect::StopExecution { execution, .. } if *execution == e(7))),
+        1
+    );
+    h.assert_clean();
+}
+
+#[test]
+fn rejected_stale_failure_from_an_owning_predecessor_tears_its_execution_down() {
+    let mut h = H::default();
+    h.resume(1);
+    let a1 = h.started(1);
+    h.cancel(1);
+    h.resume(1);
+    h.bind(1, a1, 7); // late bind: a1 owns execution 7, stop deferred
+    let g = Generation::new(1).unwrap();
+    let v = h.cb(
+        1,
+        7,
+        Some(a1),
+        g,
+        RuntimeEvent::StartFailed { stamp: stamp(3) },
+    );
+    assert_eq!(v, Verdict::Reject(RejectReason::AttemptCancelled));
+    assert_eq!(
+        h.count(|x| matches!(x, Effect::StopExecution { execution, .. } if *execution == e(7))),
+        1
+    );
+    h.assert_clean();
+}
+
+fn case_hung_teardown_is_abandoned(mut h: H) -> R {
+    h.resume(1);
+    let a = h.started(1);
+    h.bind(1, a, 1);
+    h.cancel(1);
+    let deadline = h.core.config().stop_deadline_ms;
+    h.advance(deadline + 1);
+    check!(
+        h.count(|x| matches!(x, Effect::KillExecution { .. })) == 1,
+        "no kill after the stop deadline"
+    );
+    check!(
+        !h.core.session_busy(s(1)),
+        "a hung teardown holds the session"
+    );
+    clean(&h)
+}
+
+#[test]
+fn teardown_that_hangs_is_abandoned_at_its_deadline() {
+    assert_eq!(case_hung_teardown_is_abandoned(H::default()), Ok(()));
+}
+
+fn case_cancel_after_accept_keeps_runtime(mut h: H) -> R {
+    h.prompt(1, 1);
+    let (a, g) = h.ready(1, 1);
+    h.accept(1, 1, a, g, 1);
+    h.cancel(1);
+    check!(
+        h.count(|x| matches!(x, Effect::CancelPrompt { .. })) == 1,
+        "session/cancel not sent"
+    );
+    check!(
+        h.count(|x| matches!(x, Effect::StopExecution { .. })) == 0,
+        "cancel after acceptance tore the runtime down"
+    );
+    let v = h.cb(
+        1,
+        1,
+        Some(a),
+        g,
+        RuntimeEvent::PromptCompleted { turn: t(1) },
+    );
+    check!(v == Verdict::Accepted, "completion after cancel: {v:?}");
+    check!(
+        h.count(|x| matches!(
+            x,
+            Effect::TurnEnded {
+                outcome: TurnOutcome::Cancelled,
+                ..
+            }
+        )) == 1,
+        "turn not ended cancelled"
+    );
+    clean(&h)
+}
+
+#[test]
+fn cancel_after_the_provider_accepted_does_not_tear_the_runtime_down() {
+    assert_eq!(case_cancel_after_accept_keeps_runtime(H::default()), Ok(()));
+}
+
+#[test]
+fn cancellation_never_aborts_a_claimed_teardown() {
+    let mut h = H::default();
+    h.resume(1);
+    let a = h.started(1);
+    h.bind(1, a, 1);
+    h.cancel(1);
+    h.resume(1);
+    h.cancel(1);
+    assert_eq!(
+        h.count(|x| matches!(x, Effect::StopExecution { execution, .. } if *execution == e(1))),
+        1
+    );
+    assert_eq!(h.count(|x| matches!(x, Effect::KillExecution { .. })), 0);
+    assert_eq!(
+        h.input(Input::Stopped { execution: e(1) }),
+        Verdict::Accepted
+    );
+    h.assert_clean();
+}
+
+#[test]
+fn a_replacement_cannot_bind_an_execution_being_torn_down() {
+    let mut h = H::default();
+    h.resume(1);
+    let a1 = h.started(1);
+    h.bind(1, a1, 1);
+    h.cancel(1);
+    h.resume(1);
+    let a2 = h.started(1);
+    assert_eq!(
+        h.bind(1, a2, 1),
+        Verdict::Reject(RejectReason::ExecutionStopping)
+    );
+    assert!(matches!(h.bind(1, a2, 2), Verdict::Bound { .. }));
+    h.assert_clean();
+}
+
+// ----- rule 6 -----------------------------------------------------------------------------
+
+fn resumed_with_token(h: &mut H) -> Result<(AttemptId, Generation), String> {
+    // First life: a conversation is created, then the runtime exits.
+    h.resume(1);
+    let (a, g) = h.ready(1, 1);
+    h.cb(1, 1, Some(a), g, RuntimeEvent::Exited { stamp: stamp(1) });
+    check!(h.core.conversation(s(1)).is_some(), "token kept");
+    h.resume(1);
+    let a2 = h.started(1);
+    let g2 = match h.bind(1, a2, 2) {
+        Verdict::Bound { generation } => generation,
+        v => return Err(format!("bind: {v:?}")),
+    };
+    h.cb(
+        1,
+        2,
+        Some(a2),
+        g2,
+        RuntimeEvent::AgentReady {
+            load_capability: Some(true),
+        },
+    );
+    check!(
+        matches!(h.last.first(), Some(Effect::LoadConversation { .. })),
+        "load requested: {:?}",
+        h.last
+    );
+    let lease = h.last_lease();
+    h.perform(lease);
+    Ok((a2, g2))
+}
+
+fn case_timeout_keeps_identity(mut h: H) -> R {
+    let (a, g) = resumed_with_token(&mut h)?;
+    let before = h.core.conversation(s(1));
+    h.cb(1, 2, Some(a), g, timed_out());
+    check!(
+        h.count(|x| matches!(
+            x,
+            Effect::NewConversation {
+                reason: NewConversationReason::Fallback(_),
+                ..
+            }
+        )) == 0,
+        "a load timeout fell back to session/new"
+    );
+    check!(h.core.conversation(s(1)) == before, "token changed");
+    check!(
+        h.count(|x| matches!(x, Effect::FailureReported { .. })) == 1,
+        "failure not reported"
+    );
+    clean(&h)
+}
+
+#[test]
+fn load_timeout_keeps_the_conversation_token_and_reports_failure() {
+    assert_eq!(case_timeout_keeps_identity(H::default()), Ok(()));
+}
+
+fn case_substring_is_inconclusive(mut h: H) -> R {
+    let (a, g) = resumed_with_token(&mut h)?;
+    h.cb(
+        1,
+        2,
+        Some(a),
+        g,
+        load_failed(-32603, "resource not found while resolving configuration"),
+    );
+    check!(
+        h.count(|x| matches!(
+            x,
+            Effect::NewConversation {
+                reason: NewConversationReason::Fallback(_),
+                ..
+            }
+        )) == 0,
+        "a substring match fell back to session/new"
+    );
+    clean(&h)
+}
+
+#[test]
+fn not_found_substring_in_an_internal_error_is_inconclusive() {
+    assert_eq!(case_substring_is_inconclusive(H::default()), Ok(()));
+}
+
+#[test]
+fn unknown_session_resource_not_found_falls_back_to_session_new() {
+    let mut h = H::default();
+    let (a, g) = resumed_with_token(&mut h).unwrap();
+    h.cb(
+        1,
+        2,
+        Some(a),
+        g,
+        load_failed(-32002, "Resource not found: sess-1"),
+    );
+    assert_eq!(
+        h.count(|x| matches!(
+            x,
+            Effect::NewConversation {
+                reason: NewConversationReason::Fallback(_),
+                ..
+            }
+        )),
+        1
+    );
+    let lease = h.last_lease();
+    assert_eq!(h.perform(lease), Verdict::Accepted);
+    assert_eq!(
+        h.cb(
+            1,
+            2,
+            Some(a),
+            g,
+            RuntimeEvent::ConversationCreated { token: token(77) }
+        ),
+        Verdict::Accepted
+    );
+    assert_eq!(h.core.conversation(s(1)), Some(token(77)));
+    h.assert_clean();
+}
+
+// ----- rule 7 -----------------------------------------------------------------------------
+
+fn case_early_exit_rolls_back(mut h: H) -> R {
+    h.prompt(1, 1);
+    let a = h.started(1);
+    let g = match h.bind(1, a, 1) {
+        Verdict::Bound { generation } => generation,
+        v => return Err(format!("bind: {v:?}")),
+    };
+    h.cb(1, 1, Some(a), g, RuntimeEvent::Exited { stamp: stamp(5) });
+    check!(
+        h.count(|x| matches!(
+            x,
+            Effect::TurnEnded {
+                outcome: TurnOutcome::RolledBack,
+                ..
+            }
+        )) == 1,
+        "claim not rolled back"
+    );
+    check!(
+        !h.core.session_busy(s(1)),
+        "session left busy with nothing running"
+    );
+    check!(h.prompt(1, 2) == Verdict::Claimed, "the user can resend");
+    clean(&h)
+}
+
+#[test]
+fn early_exit_after_claiming_a_prompt_rolls_the_claim_back() {
+    assert_eq!(case_early_exit_rolls_back(H::default()), Ok(()));
+}
+
+#[test]
+fn prompt_while_a_turn_is_active_is_reported_not_dropped() {
+    let mut h = H::default();
+    assert_eq!(h.prompt(1, 1), Verdict::Claimed);
+    assert_eq!(h.prompt(1, 2), Verdict::Reject(RejectReason::SessionBusy));
+    assert_eq!(h.prompt(1, 1), Verdict::Reject(RejectReason::SessionBusy));
+    h.assert_clean();
+}
+
+// ----- rule 8 -----------------------------------------------------------------------------
+
+/// A turn accepted on execution 1 whose runtime dies; recovery runs on `execs` in turn.
+fn case_recovery(mut h: H, deaths: u64) -> Result<H, String> {
+    h.prompt(1, 1);
+    let (a, g) = h.ready(1, 1);
+    h.accept(1, 1, a, g, 1);
+    h.cb(
+        1,
+        1,
+        Some(a),
+        g,
+        RuntimeEvent::Stream {
+            turn: t(1),
+            seq: 1,
+            bytes: 10,
+        },
+    );
+    h.cb(
+        1,
+        1,
+        Some(a),
+        g,
+        RuntimeEvent::Stream {
+            turn: t(1),
+            seq: 2,
+            bytes: 10,
+        },
+    );
+    let mut cur = (1u64, a, g);
+    for d in 0..deaths {
+        h.cb(
+            1,
+            cur.0,
+            Some(cur.1),
+            cur.2,
+            RuntimeEvent::Exited {
+                stamp: stamp(10 + d),
+            },
+        );
+        let before = h.log.len();
+        h.advance(10_000);
+        let restarted = h.log[before..]
+            .iter()
+            .any(|x| matches!(x, Effect::StartRuntime { .. }));
+        if !restarted {
+            break;
+        }
+        let exec = 2 + d;
+        let (a2, g2) = h.ready(1, exec);
+        let lease = h.last_lease();
+        h.perform(lease);
+        h.cb(
+            1,
+            exec,
+            Some(a2),
+            g2,
+            RuntimeEvent::PromptAccepted { turn: t(1) },
+        );
+        h.cb(
+            1,
+            exec,
+            Some(a2),
+            g2,
+            RuntimeEvent::Stream {
+                turn: t(1),
+                seq: 1,
+                bytes: 3,
+            },
+        );
+        cur = (exec, a2, g2);
+    }
+    Ok(h)
+}
+
+fn case_recovers_once_with_one_replay_block(h: H) -> R {
+    let h = case_recovery(h, 1)?;
+    let prompts: Vec<PromptRequest> = h
+        .log
+        .iter()
+        .filter_map(|x| match x {
+            Effect::DispatchPrompt { request, .. } => Some(*request),
+            _ => None,
+        })
+        .collect();
+    check!(
+        prompts.len() == 2,
+        "expected first dispatch and one re-prompt, got {prompts:?}"
+    );
+    check!(prompts[0].replay_blocks == 0, "first dispatch wrapped");
+    check!(
+        prompts[1].replay_blocks == 1 && prompts[1].replay_generation == 1,
+        "re-prompt: {:?}",
+        prompts[1]
+    );
+    check!(
+        prompts[1].delivered_through == 2,
+        "partial output lost: {:?}",
+        prompts[1]
+    );
+    check!(
+        h.count(|x| matches!(x, Effect::RecoveryStarted { .. })) == 1,
+        "one recovery"
+    );
+    let seqs: Vec<u64> = h
+        .log
+        .iter()
+        .filter_map(|x| match x {
+            Effect::Deliver { seq, .. } => Some(*seq),
+            _ => None,
+        })
+        .collect();
+    check!(seqs == vec![1, 2, 3], "caller sequence {seqs:?}");
+    clean(&h)
+}
+
+#[test]
+fn provider_exit_mid_prompt_recovers_and_re_prompts_with_one_replay_block() {
+    assert_eq!(
+        case_recovers_once_with_one_replay_block(H::default()),
+        Ok(())
+    );
+}
+
+fn case_exhausts_once(h: H) -> R {
+    let h = case_recovery(h, 4)?;
+    check!(
+        h.count(|x| matches!(x, Effect::RecoveryStarted { .. })) == 3,
+        "three recoveries"
+    );
+    check!(
+        h.count(|x| matches!(x, Effect::RecoveryExhausted { .. })) == 1,
+        "exhausted exactly once"
+    );
+    check!(
+        h.count(|x| matches!(x, Effect::TurnEnded { .. })) == 1,
+        "exactly one terminal"
+    );
+    let replays: Vec<u8> = h
+        .log
+        .iter()
+        .filter_map(|x| match x {
+            Effect::DispatchPrompt { request, .. } => Some(request.replay_blocks),
+            _ => None,
+        })
+        .collect();
+    check!(
+        replays == vec![0, 1, 1, 1],
+        "replay blocks per dispatch {replays:?}"
+    );
+    clean(&h)
+}
+
+#[test]
+fn recovery_exhausts_once_after_the_schedule() {
+    assert_eq!(case_exhausts_once(H::default()), Ok(()));
+}
+
+#[test]
+fn empty_schedule_disables_recovery_entirely() {
+    let h = case_recovery(
+        H::new(Config {
+            recovery_delays_ms: vec![],
+            ..Config::default()
+        }),
+        1,
+    )
+    .unwrap();
+    assert_eq!(
+        h.count(|x| matches!(
+            x,
+            Effect::RecoveryStarted { .. } | Effect::RecoveryExhausted { .. }
+        )),
+        0
+    );
+    assert_eq!(
+        h.count(|x| matches!(
+            x,
+            Effect::TurnEnded {
+                outcome: TurnOutcome::Failed,
+                ..
+            }
+        )),
+        1
+    );
+    h.assert_clean();
+}
+
+#[test]
+fn no_recovery_after_the_user_cancelled() {
+    let mut h = H::default();
+    h.prompt(1, 1);
+    let (a, g) = h.ready(1, 1);
+    h.accept(1, 1, a, g, 1);
+    h.cancel(1);
+    h.cb(1, 1, Some(a), g, RuntimeEvent::Exited { stamp: stamp(1) });
+    h.advance(60_000);
+    assert_eq!(h.count(|x| matches!(x, Effect::RecoveryStarted { .. })), 0);
+    assert_eq!(
+        h.count(|x| matches!(
+            x,
+            Effect::TurnEnded {
+                outcome: TurnOutcome::Cancelled,
+                ..
+            }
+        )),
+        1
+    );
+    h.assert_clean();
+}
+
+// ----- rule 9 -----------------------------------------------------------------------------
+
+#[test]
+fn stream_events_reach_the_caller_in_order_without_gaps_or_duplicates() {
+    let mut h = H::default();
+    h.prompt(1, 1);
+    let (a, g) = h.ready(1, 1);
+    h.accept(1, 1, a, g, 1);
+    let ev = |seq| RuntimeEvent::Stream {
+        turn: t(1),
+        seq,
+        bytes: 1,
+    };
+    assert_eq!(h.cb(1, 1, Some(a), g, ev(1)), Verdict::Accepted);
+    assert_eq!(
+        h.cb(1, 1, Some(a), g, ev(1)),
+        Verdict::Reject(RejectReason::DuplicateEvent)
+    );
+    assert_eq!(
+        h.cb(1, 1, Some(a), g, ev(3)),
+        Verdict::Reject(RejectReason::SequenceGap)
+    );
+    assert_eq!(h.cb(1, 1, Some(a), g, ev(2)), Verdict::Accepted);
+    let seqs: Vec<u64> = h
+        .log
+        .iter()
+        .filter_map(|x| match x {
+            Effect::Deliver { seq, .. } => Some(*seq),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(seqs, vec![1, 2]);
+    h.assert_clean();
+}
+
+// ----- rule 10 ----------------------------------------------------------------------------
+
+fn case_new_failure_is_shown(mut h: H) -> R {
+    for n in 0..2u64 {
+        h.resume(1);
+        let a = h.started(1);
+        let g = match h.bind(1, a, 10 + n) {
+            Verdict::Bound { generation } => generation,
+            v => return Err(format!("bind: {v:?}")),
+        };
+        h.cb(
+            1,
+            10 + n,
+            Some(a),
+            g,
+            RuntimeEvent::StartFailed { stamp: stamp(1) },
+        );
+    }
+    check!(
+        h.count(|x| matches!(x, Effect::FailureReported { .. })) == 2,
+        "the second failure was hidden by the first"
+    );
+    clean(&h)
+}
+
+#[test]
+fn historical_failure_never_hides_a_new_one() {
+    assert_eq!(case_new_failure_is_shown(H::default()), Ok(()));
+}
+
+#[test]
+fn dismissing_a_failure_is_typed() {
+    let mut h = H::default();
+    assert_eq!(
+        h.input(Input::DismissFailure { session: s(1) }),
+        Verdict::Reject(RejectReason::UnknownSession)
+    );
+    h.resume(1);
+    assert_eq!(
+        h.input(Input::DismissFailure { session: s(1) }),
+        Verdict::Reject(RejectReason::NothingToDismiss)
+    );
+}
+
+// ----- snapshot / restore -----------------------------------------------------------------
+
+#[test]
+fn restart_bumps_the_epoch_and_keeps_vouched_attempts() {
+    let mut h = H::default();
+    h.resume(1);
+    let a = h.started(1);
+    let Verdict::Bound { generation: g } = h.bind(1, a, 1) else {
+        panic!()
+    };
+    h.restart();
+    assert_eq!(h.core.epoch(), Epoch::FIRST.next().unwrap());
+    // The snapshot vouches for the live attempt: its runtime keeps talking.
+    assert_eq!(
+        h.cb(1, 1, Some(a), g, RuntimeEvent::BootReady),
+        Verdict::Accepted
+    );
+    let Verdict::Started { attempt } = h.resume(2) else {
+        panic!()
+    };
+    assert_eq!(attempt.epoch(), h.core.epoch());
+    h.assert_clean();
+}
+
+#[test]
+fn after_restart_attempts_the_snapshot_does_not_vouch_for_are_rejected() {
+    let mut h = H::default();
+    h.resume(1);
+    let snap = h.core.snapshot();
+    // The old incarnation mints more attempts after the snapshot, then crashes.
+    h.cancel(1);
+    h.resume(1);
+    let lost = h.started(1);
+    let Verdict::Bound { generation: g } = h.bind(1, lost, 3) else {
+        panic!()
+    };
+    let mut core = Core::restore(&snap).unwrap();
+    let v = core.handle(
+        h.now,
+        Input::Callback(Callback {
+            session: s(1),
+            execution: e(3),
+            attempt: Some(lost),
+            generation: g,
+            event: RuntimeEvent::BootReady,
+        }),
+    );
+    assert!(v.is_reject(), "{v:?}");
+    core.check_invariants().unwrap();
+}
+
+#[test]
+fn truncated_or_corrupted_snapshots_are_typed_errors() {
+    let mut h = H::default();
+    h.prompt(1, 1);
+    h.resume(2);
+    let snap = h.core.snapshot();
+    for cut in 0..snap.len() {
+        assert!(
+            Core::restore(&snap[..cut]).is_err(),
+            "prefix of {cut} bytes restored"
+        );
+    }
+    assert_eq!(
+        Core::restore(b"NOPE\x01\x00").unwrap_err(),
+        RestoreError::BadMagic
+    );
+    assert!(matches!(
+        Core::restore(b"PLSD\x09\x00").unwrap_err(),
+        RestoreError::UnsupportedVersion(9)
+    ));
+    for i in 6..snap.len() {
+        let mut bad = snap.clone();
+        bad[i] ^= 0xff;
+        let _ = Core::restore(&bad); // any answer but a panic
+    }
+}
+
+#[test]
+fn equal_states_snapshot_to_equal_bytes() {
+    let mk = || {
+        let mut h = H::default();
+        for n in [5, 3, 9, 1] {
+            h.prompt(n, 1);
+        }
+        h.core.snapshot()
+    };
+    assert_eq!(mk(), mk());
+}
+
+// ----- bad input --------------------------------------------------------------------------
+
+#[test]
+fn unknown_session_execution_and_attempt_leave_state_untouched() {
+    let mut h = H::default();
+    h.resume(1);
+    let a = h.started(1);
+    let before = h.core.snapshot();
+    let g = Generation::new(1).unwrap();
+    assert_eq!(
+        h.cb(9, 1, Some(a), g, RuntimeEvent::BootReady),
+        Verdict::Reject(RejectReason::UnknownSession)
+    );
+    assert_eq!(
+        h.cb(1, 5, Some(a), g, RuntimeEvent::BootReady),
+        Verdict::Reject(RejectReason::UnknownExecution)
+    );
+    assert_eq!(
+        h.bind(9, a, 1),
+        Verdict::Reject(RejectReason::UnknownSession)
+    );
+    assert_eq!(
+        h.input(Input::Stopped { execution: e(4) }),
+        Verdict::Reject(RejectReason::UnknownExecution)
+    );
+    assert_eq!(
+        h.input(Input::Perform {
+            lease: LeaseId::new(u64::MAX).unwrap()
+        }),
+        Verdict::Reject(RejectReason::UnknownLease)
+    );
+    assert_eq!(h.cancel(9), Verdict::Reject(RejectReason::UnknownSession));
+    assert_eq!(h.core.snapshot(), before);
+    h.assert_clean();
+}
+
+#[test]
+fn session_limit_is_a_typed_rejection() {
+    let mut h = H::new(Config {
+        max_sessions: 2,
+        ..Config::default()
+    });
+    assert!(matches!(h.resume(1), Verdict::Started { .. }));
+    assert!(matches!(h.resume(2), Verdict::Started { .. }));
+    assert_eq!(h.resume(3), Verdict::Reject(RejectReason::TooManySessions));
+    assert_eq!(
+        h.prompt(3, 1),
+        Verdict::Reject(RejectReason::TooManySessions)
+    );
+}
+
+#[test]
+fn clock_jumping_backwards_does_not_revive_or_fire_anything() {
+    let mut h = H::default();
+    h.resume(1);
+    h.now = Timestamp::from_millis(10_000);
+    h.resume(1);
+    h.now = Timestamp::ZERO;
+    let v = h.resume(1);
+    let Verdict::Joined { until, .. } = v else {
+        panic!()
+    };
+    assert!(until >= Timestamp::from_millis(10_000));
+    h.assert_clean();
+}
+
+// ----- the mutants, each caught by its case -----------------------------------------------
+
+#[cfg(feature = "mutants")]
+mod mutants {
+    use super::*;
+    use palisade_core::mutants::Mutant;
+
+    fn caught(m: Mutant, case: fn(H) -> R) {
+        assert_eq!(
+            case(H::default()),
+            Ok(()),
+            "{} case fails on the real core",
+            m.name()
+        );
+        assert!(
+            case(H::default().mutant(m)).is_err(),
+            "mutant {} survived its case",
+            m.name()
+        );
+    }
+
+    #[test]
+    fn tombstone_eviction_reopens() {
+        caught(
+            Mutant::TombstoneEvictionReopens,
+            case_evicted_attempt_fails_closed,
+        );
+    }
+    #[test]
+    fn toctou_generation() {
+        caught(
+            Mutant::ToctouGeneration,
+            case_late_effect_after_replacement_is_dropped,
+        );
+    }
+    #[test]
+    fn substring_fallback() {
+        caught(Mutant::SubstringFallback, case_substring_is_inconclusive);
+    }
+    #[test]
+    fn timeout_fallback() {
+        caught(Mutant::TimeoutFallback, case_timeout_keeps_identity);
+    }
+    #[test]
+    fn claim_not_rolled_back() {
+        caught(Mutant::ClaimNotRolledBack, case_early_exit_rolls_back);
+    }
+    #[test]
+    fn old_attempt_stops_successor() {
+        caught(
+            Mutant::OldAttemptStopsSuccessor,
+            case_old_attempt_spares_reused_execution,
+        );
+    }
+    #[test]
+    fn stale_callback_dispatches() {
+        caught(
+            Mutant::StaleCallbackDispatches,
+            case_stale_ready_does_not_dispatch,
+        );
+    }
+    #[test]
+    fn historical_error_suppresses() {
+        caught(Mutant::HistoricalErrorSuppresses, case_new_failure_is_shown);
+    }
+    #[test]
+    fn exhausted_twice() {
+        caught(Mutant::ExhaustedTwice, case_exhausts_once);
+    }
+    #[test]
+    fn double_replay_block() {
+        caught(
+            Mutant::DoubleReplayBlock,
+            case_recovers_once_with_one_replay_block,
+        );
+    }
+    #[test]
+    fn cleanup_without_deadline() {
+        caught(
+            Mutant::CleanupWithoutDeadline,
+            case_hung_teardown_is_abandoned,
+        );
+    }
+    #[test]
+    fn cancel_after_accept_tears_down() {
+        caught(
+            Mutant::CancelAfterAcceptTearsDown,
+            case_cancel_after_accept_keeps_runtime,
+        );
+    }
+    #[test]
+    fn unbounded_join_wait() {
+        caught(Mutant::UnboundedJoinWait, case_joiner_wait_is_bounded);
+    }
+    // queue-overflow-closes lives in `delivery` and is caught by its own unit test.
+}
+
+// ----- regressions found by the sim -------------------------------------------------------
+
+/// Sim swarm seed 3 (before the fix): a duplicated `load_failed` arrived after the fallback
+/// conversation was created and replaced it again.
+#[test]
+fn duplicate_load_failure_after_the_fallback_does_not_replace_the_new_conversation() {
+    let mut h = H::default();
+    let (a, g) = resumed_with_token(&mut h).unwrap();
+    h.prompt(1, 1);
+    let failed = load_failed(-32002, "Resource not found: sess-1");
+    assert_eq!(h.cb(1, 2, Some(a), g, failed.clone()), Verdict::Accepted);
+    let lease = h.last_lease();
+    h.perform(lease);
+    assert_eq!(
+        h.cb(
+            1,
+            2,
+            Some(a),
+            g,
+            RuntimeEvent::ConversationCreated { token: token(50) }
+        ),
+        Verdict::Accepted
+    );
+    assert_eq!(
+        h.cb(1, 2, Some(a), g, failed),
+        Verdict::Reject(RejectReason::UnexpectedEvent)
+    );
+    assert_eq!(h.core.conversation(s(1)), Some(token(50)));
+    h.assert_clean();
+}
+
+/// Sim swarm seed 97 (before the fix): a restart rolled back a dispatched prompt but left
+/// its attempt live with a ready conversation, so the next prompt waited forever.
+#[test]
+fn restart_with_a_dispatched_prompt_rolls_it_back_and_the_runtime_serves_the_next() {
+    let mut h = H::default();
+    h.prompt(1, 1);
+    let (a, g) = h.ready(1, 1);
+    assert!(matches!(
+        h.last.first(),
+        Some(Effect::DispatchPrompt { .. })
+    ));
+    h.restart();
+    assert_eq!(
+        h.count(|x| matches!(
+            x,
+            Effect::TurnEnded {
+                outcome: TurnOutcome::RolledBack,
+                ..
+            }
+        )),
+        1
+    );
+    assert_eq!(h.core.runtime(s(1)), Some(e(1)));
+    assert_eq!(h.prompt(1, 2), Verdict::Claimed);
+    assert!(
+        matches!(h.last.first(), Some(Effect::DispatchPrompt { .. })),
+        "{:?}",
+        h.last
+    );
+    let _ = (a, g);
+    h.assert_clean();
+}
+
+/// Sim swarm seed 104 (before the fix): a restart lost the lease of a pending
+/// `session/new`, and the attempt stalled until its start deadline.
+#[test]
+fn restart_re_requests_a_conversation_whose_lease_died_with_the_process() {
+    let mut h = H::default();
+    h.resume(1);
+    let a = h.started(1);
+    let Verdict::Bound { generation: g } = h.bind(1, a, 1) else {
+        panic!()
+    };
+    h.cb(
+        1,
+        1,
+        Some(a),
+        g,
+        RuntimeEvent::AgentReady {
+            load_capability: Some(true),
+        },
+    );
+    h.restart();
+    assert!(
+        matches!(h.last.first(), Some(Effect::NewConversation { .. })),
+        "{:?}",
+        h.last
+    );
+    let lease = h.last_lease();
+    assert_eq!(h.perform(lease), Verdict::Accepted);
+    assert_eq!(
+        h.cb(
+            1,
+            1,
+            Some(a),
+            g,
+            RuntimeEvent::ConversationCreated { token: token(3) }
+        ),
+        Verdict::Accepted
+    );
+    assert!(!h.core.session_busy(s(1)));
+    h.assert_clean();
+}

@@ -1,0 +1,441 @@
+//! `palisade-supervise`: runs any ACP agent under the Palisade core's recovery and prints
+//! every session event as one JSON line on stdout.
+//!
+//! ```text
+//! palisade-supervise --agent-cmd "npx @zed-industries/claude-code-acp" \
+//!     --state /tmp/claude.state --prompt "list the files here" --prompt "and now count them"
+//! ```
+//!
+//! Each prompt waits for the previous turn to end. Without `--prompt`, prompts are read
+//! from stdin, one per line. Exit code: 0 when every turn completed, 1 when one did not (or
+//! the supervisor could not run), 2 on bad usage or an unusable state file.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use palisade_core::classify::AgentProfile;
+use palisade_core::RejectReason;
+use palisade_core::{SessionId, TurnId, TurnOutcome, MAX_RECOVERY_STEPS};
+use palisade_embed::{
+    AgentCommand, PromptError, SessionEvent, SessionEvents, StartError, Supervisor,
+    SupervisorConfig, SupervisorError,
+};
+use tokio::sync::mpsc;
+
+const USAGE: &str = "\
+usage: palisade-supervise --agent-cmd \"<command>\" [options] [--prompt TEXT ...]
+
+Runs an ACP agent under Palisade's recovery; prints every session event as one JSON line.
+
+options:
+  --agent-cmd CMD            the agent's command line, split like a shell does (quotes and
+                             backslashes; no variables, globs or pipes)
+  --state FILE               persist the supervisor's state here; restore it on start
+  --prompt TEXT              a prompt (repeatable; each waits for the previous turn to end);
+                             without any, prompts are read from stdin, one per line
+  --session N                the session id (default 1)
+  --cwd DIR                  working directory of the agent's conversations (default: here)
+  --recovery-delays-ms LIST  comma-separated delays, e.g. 1000,2000,4000; empty disables
+                             recovery
+  --agent-profile NAME       generic (default), claude-agent-acp, claude-code-acp,
+                             codex-acp, codex-acp-ts, gemini, goose, opencode
+  --help                     this text
+
+exit: 0 every turn completed, 1 a turn did not (or the agent could not run), 2 bad usage";
+
+/// A turn the session was busy with is waited for at most this many times before a
+/// prompt is given up (a restored supervisor may be finishing the previous turn).
+const BUSY_RETRIES: u32 = 3;
+
+/// Prompts read from stdin and not yet sent.
+const STDIN_PROMPTS_QUEUED: usize = 16;
+
+#[derive(Debug)]
+struct Options {
+    agent: Vec<String>,
+    state: Option<PathBuf>,
+    prompts: Vec<String>,
+    session: SessionId,
+    cwd: Option<PathBuf>,
+    recovery_delays_ms: Option<Vec<u64>>,
+    profile: AgentProfile,
+}
+
+/// Splits a command line like a POSIX shell does for words: whitespace separates, single
+/// quotes keep everything, double quotes keep everything but `\"` and `\\`, a backslash
+/// outside quotes escapes the next character. No expansion of any kind.
+fn split_command(line: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(c) => word.push(c),
+                        None => return Err("unterminated ' in --agent-cmd".into()),
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(c @ ('"' | '\\')) => word.push(c),
+                            Some(c) => {
+                                word.push('\\');
+                                word.push(c);
+                            }
+                            None => return Err("unterminated \" in --agent-cmd".into()),
+                        },
+                        Some(c) => word.push(c),
+                        None => return Err("unterminated \" in --agent-cmd".into()),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                match chars.next() {
+                    Some(c) => word.push(c),
+                    None => return Err("trailing \\ in --agent-cmd".into()),
+                }
+            }
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    Ok(words)
+}
+
+fn parse_profile(name: &str) -> Result<AgentProfile, String> {
+    Ok(match name {
+        "generic" => AgentProfile::Generic,
+        "claude-agent-acp" => AgentProfile::ClaudeAgentAcp,
+        "claude-code-acp" => AgentProfile::ClaudeCodeAcp,
+        "codex-acp" => AgentProfile::CodexAcpRust,
+        "codex-acp-ts" => AgentProfile::CodexAcpTs,
+        "gemini" => AgentProfile::GeminiCli,
+        "goose" => AgentProfile::Goose,
+        "opencode" => AgentProfile::Opencode,
+        other => return Err(format!("--agent-profile: unknown agent {other:?}")),
+    })
+}
+
+fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
+    let mut agent = None;
+    let mut options = Options {
+        agent: Vec::new(),
+        state: None,
+        prompts: Vec::new(),
+        session: SessionId::new(1).expect("1 is not zero"),
+        cwd: None,
+        recovery_delays_ms: None,
+        profile: AgentProfile::Generic,
+    };
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        let Some(flag) = arg.strip_prefix("--") else {
+            return Err(format!("unexpected argument {arg:?}"));
+        };
+        let (name, inline) = match flag.split_once('=') {
+            Some((name, value)) => (name, Some(value.to_owned())),
+            None => (flag, None),
+        };
+        if name == "help" {
+            return Ok(None);
+        }
+        let mut value = || -> Result<String, String> {
+            match &inline {
+                Some(value) => Ok(value.clone()),
+                None => rest
+                    .next()
+                    .cloned()
+                    .ok_or_else(|| format!("--{name} needs a value")),
+            }
+        };
+        match name {
+            "agent-cmd" => agent = Some(value()?),
+            "state" => options.state = Some(PathBuf::from(value()?)),
+            "prompt" => options.prompts.push(value()?),
+            "session" => {
+                let raw = value()?;
+                options.session = raw
+                    .parse::<u64>()
+                    .ok()
+                    .and_then(SessionId::new)
+                    .ok_or_else(|| format!("--session: not a positive number: {raw:?}"))?;
+            }
+            "cwd" => options.cwd = Some(PathBuf::from(value()?)),
+            "recovery-delays-ms" => {
+                let raw = value()?;
+                let delays = raw
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|d| !d.is_empty())
+                    .map(|d| {
+                        d.parse::<u64>()
+                            .map_err(|_| format!("--recovery-delays-ms: not a number: {d:?}"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                if delays.len() > MAX_RECOVERY_STEPS {
+                    return Err(format!(
+                        "--recovery-delays-ms: {} delays; at most {MAX_RECOVERY_STEPS}",
+                        delays.len()
+                    ));
+                }
+                options.recovery_delays_ms = Some(delays);
+            }
+            "agent-profile" => options.profile = parse_profile(&value()?)?,
+            other => return Err(format!("unknown option --{other}")),
+        }
+    }
+    let agent = agent.ok_or("--agent-cmd is required")?;
+    options.agent = split_command(&agent)?;
+    if options.agent.is_empty() {
+        return Err("--agent-cmd is empty".into());
+    }
+    Ok(Some(options))
+}
+
+fn print(event: &SessionEvent) {
+    let mut out = std::io::stdout().lock();
+    // A closed stdout (the reader went away) is not worth dying over mid-turn.
+    let _ = writeln!(out, "{}", event.to_json()).and_then(|()| out.flush());
+}
+
+/// Prints events until `turn` ends (or, with `None`, until any turn of `session` ends).
+async fn wait_turn(
+    events: &mut SessionEvents,
+    session: SessionId,
+    turn: Option<TurnId>,
+) -> TurnOutcome {
+    while let Some(event) = events.recv().await {
+        print(&event);
+        if let SessionEvent::TurnEnded {
+            session: s,
+            turn: t,
+            outcome,
+            ..
+        } = event
+        {
+            if s == session && turn.is_none_or(|turn| turn == t) {
+                return outcome;
+            }
+        }
+    }
+    TurnOutcome::Failed
+}
+
+/// The next prompt: from the list, or from stdin (printing events while waiting).
+async fn next_prompt(
+    listed: &mut std::vec::IntoIter<String>,
+    stdin: &mut Option<mpsc::Receiver<String>>,
+    events: &mut SessionEvents,
+) -> Option<String> {
+    let Some(lines) = stdin.as_mut() else {
+        return listed.next();
+    };
+    loop {
+        tokio::select! {
+            line = lines.recv() => return line,
+            event = events.recv() => match event {
+                Some(event) => print(&event),
+                None => return None,
+            },
+        }
+    }
+}
+
+async fn run(options: Options) -> Result<bool, (u8, String)> {
+    let mut config = SupervisorConfig::default();
+    if let Some(cwd) = options.cwd {
+        config.cwd = cwd;
+    }
+    if !config.cwd.is_absolute() {
+        config.cwd = std::env::current_dir()
+            .map_err(|e| (1, format!("no current directory: {e}")))?
+            .join(&config.cwd);
+    }
+    if let Some(delays) = options.recovery_delays_ms {
+        config.core.recovery_delays_ms = delays;
+    }
+    config.core.agent_profile = options.profile;
+    let mut words = options.agent.into_iter();
+    let program = words.next().expect("parse_args refuses an empty command");
+    let agent = AgentCommand::new(program).args(words);
+    let (supervisor, mut events) =
+        Supervisor::start(config, agent, options.state).map_err(|error| match error {
+            StartError::Config(_) | StartError::State(_) => (2, error.to_string()),
+            StartError::Persist(_) => (1, error.to_string()),
+        })?;
+
+    let mut stdin = None;
+    if options.prompts.is_empty() {
+        let (tx, rx) = mpsc::channel(STDIN_PROMPTS_QUEUED);
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lock().lines() {
+                let Ok(line) = line else { break };
+                let line = line.trim().to_owned();
+                if !line.is_empty() && tx.blocking_send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        stdin = Some(rx);
+    }
+    let mut listed = options.prompts.into_iter();
+    let session = options.session;
+    let mut all_completed = true;
+    while let Some(text) = next_prompt(&mut listed, &mut stdin, &mut events).await {
+        let mut busy = 0;
+        let turn = loop {
+            match supervisor.prompt(session, text.clone()).await {
+                Ok(turn) => break Some(turn),
+                Err(SupervisorError::Prompt(PromptError::Rejected(RejectReason::SessionBusy)))
+                    if busy < BUSY_RETRIES =>
+                {
+                    // A restored turn is still running: let it end first.
+                    busy += 1;
+                    wait_turn(&mut events, session, None).await;
+                }
+                Err(error) => {
+                    eprintln!("palisade-supervise: prompt not sent: {error}");
+                    break None;
+                }
+            }
+        };
+        match turn {
+            Some(turn) => {
+                all_completed &=
+                    wait_turn(&mut events, session, Some(turn)).await == TurnOutcome::Completed;
+            }
+            None => all_completed = false,
+        }
+    }
+    supervisor.shutdown().await;
+    while let Some(event) = events.try_recv() {
+        print(&event);
+    }
+    Ok(all_completed)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let options = match parse_args(&args) {
+        Ok(Some(options)) => options,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(message) => {
+            eprintln!("palisade-supervise: {message}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("palisade-supervise: cannot start the runtime: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(options)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err((code, message)) => {
+            eprintln!("palisade-supervise: {message}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn commands_split_like_a_shell() {
+        assert_eq!(
+            split_command(r#"npx  "@scope/agent acp" --x='a b' c\ d"#).unwrap(),
+            ["npx", "@scope/agent acp", "--x=a b", "c d"]
+        );
+        assert_eq!(split_command(r#"a "q\"x" ''"#).unwrap(), ["a", "q\"x", ""]);
+        assert!(split_command("a 'b").is_err());
+        assert!(split_command("a \"b").is_err());
+        assert!(split_command("a\\").is_err());
+        assert!(split_command("   ").unwrap().is_empty());
+    }
+
+    #[test]
+    fn arguments_parse_and_bad_usage_is_an_error() {
+        let options = parse_args(&args(&[
+            "--agent-cmd",
+            "agent --stdio",
+            "--prompt",
+            "one",
+            "--prompt=two",
+            "--session",
+            "7",
+            "--recovery-delays-ms",
+            "50, 100",
+            "--agent-profile",
+            "codex-acp-ts",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(options.agent, ["agent", "--stdio"]);
+        assert_eq!(options.prompts, ["one", "two"]);
+        assert_eq!(options.session.get(), 7);
+        assert_eq!(options.recovery_delays_ms, Some(vec![50, 100]));
+        assert_eq!(options.profile, AgentProfile::CodexAcpTs);
+        assert!(parse_args(&args(&["--help"])).unwrap().is_none());
+        for bad in [
+            &[][..],
+            &["--prompt", "x"][..],
+            &["--agent-cmd"][..],
+            &["--agent-cmd", "  "][..],
+            &["--agent-cmd", "a", "--session", "0"][..],
+            &["--agent-cmd", "a", "--bogus", "1"][..],
+            &["--agent-cmd", "a", "stray"][..],
+            &["--agent-cmd", "a", "--recovery-delays-ms", "1,x"][..],
+            &["--agent-cmd", "a", "--agent-profile", "nope"][..],
+            &[
+                "--agent-cmd",
+                "a",
+                "--recovery-delays-ms",
+                "1,1,1,1,1,1,1,1,1",
+            ][..],
+        ] {
+            assert!(parse_args(&args(bad)).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            parse_args(&args(&["--recovery-delays-ms", ""])).unwrap_err(),
+            "--agent-cmd is required"
+        );
+    }
+}

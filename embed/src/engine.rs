@@ -1,0 +1,1705 @@
+//! The supervisor's logic without I/O: a [`Core`] plus what the core leaves to its
+//! embedder (ACP session ids, prompt texts, request bookkeeping, lossless delivery).
+//!
+//! The [`Supervisor`](crate::Supervisor) is a thin tokio shell around an `Engine`; the
+//! engine never spawns, awaits, or reads a clock. Call order, as in the core:
+//!
+//! 1. feed one input: a caller command ([`Engine::prompt`], [`Engine::cancel`], ...), an
+//!    agent's event ([`Engine::agent_event`]), a request's answer ([`Engine::reply`]), a
+//!    process reaped ([`Engine::reaped`]), or a timeout ([`Engine::handle_timeout`] when
+//!    [`Engine::poll_timeout`] is due);
+//! 2. [`Engine::pump_outlets`], then persist [`Engine::encode_state`] if
+//!    [`Engine::take_dirty`] says the state changed;
+//! 3. carry out [`Engine::poll_action`] until `None` (spawn, send a request, stop a
+//!    process, ...); results come back as inputs;
+//! 4. hand [`Engine::pop_event`] to the caller while it has room; read more agent
+//!    notifications only while [`Engine::can_accept`].
+//!
+//! # How core effects become ACP traffic
+//!
+//! - `StartRuntime` → [`Action::Spawn`]; the shell spawns and calls [`Engine::spawned`],
+//!   which allocates an [`ExecutionId`], reports `Input::Bound`, `BootReady`, and sends
+//!   `initialize`, whose answer becomes `AgentReady` with the `loadSession` capability.
+//! - `LoadConversation` / `NewConversation` / `DispatchPrompt` → `Input::Perform{lease}`
+//!   first, in the same step, then the request. Answers map to `ConversationLoaded`,
+//!   `LoadFailed` (a [`LoadOutcome`] built from the [`RpcFailure`] and the transport's
+//!   state), `ConversationCreated` (the engine mints the [`ConversationToken`] and
+//!   remembers the ACP session id it stands for), `PromptCompleted` / `PromptFailed`.
+//! - **When is a prompt accepted?** ACP has no acknowledgement of `session/prompt`, and a
+//!   line written to a pipe proves nothing (the agent may die before reading it). The
+//!   engine reports `PromptAccepted` on the first proof that the agent works on the
+//!   prompt: its first `session/update` for the conversation while the prompt is in
+//!   flight, or else the prompt's answer (result or JSON-RPC error). Before that, a dead
+//!   runtime rolls the turn back (the user may resend); after it, the core recovers the
+//!   turn.
+//! - Each `session/update` during the prompt is a `Stream` callback with a runtime
+//!   sequence number from 1 per dispatch; the core's `Deliver` moves it into the session's
+//!   bounded [`NotificationQueue`], then through a [`Coalescer`] to the caller.
+//! - `CancelPrompt` → `session/cancel`. `StopExecution` → [`Action::Stop`] (close stdin,
+//!   grace, SIGKILL, reap) then `Input::Stopped`. `KillExecution` → [`Action::Kill`].
+//! - The connection closing (process exit, stdout closed, garbage) → `Exited`, and the
+//!   process is killed and reaped whatever state it is in. A prompt silent for
+//!   [`SupervisorConfig::prompt_idle_timeout_ms`] → `Exited` and kill.
+//!
+//! # Known limit
+//!
+//! A turn cancelled after its prompt was sent but before the agent showed any sign of it
+//! ends at once; if the next turn is dispatched to the same runtime before the agent
+//! answered the cancelled prompt, late notifications of the cancelled prompt are counted
+//! as the new turn's output (ACP notifications carry no request id to tell them apart).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use palisade_core::audit::{AuditViolation, Auditor};
+use palisade_core::classify::{self, LoadFailure, LoadOutcome, TransportState};
+use palisade_core::delivery::{
+    Batch, Coalescer, EventKind, NotificationQueue, Payload, PushError, Seq, StreamEvent,
+};
+use palisade_core::{
+    AttemptId, Callback, ConversationToken, Core, Effect, Epoch, ErrorStamp, ExecutionId,
+    Generation, Input, LeaseId, NewConversationReason, RejectReason, RuntimeEvent, SessionId,
+    Timestamp, TurnId, Verdict,
+};
+use serde_json::{json, Value};
+
+use crate::acp;
+use crate::config::{SupervisorConfig, SupervisorConfigError, MAX_PROMPT_BYTES, READY_EVENTS};
+use crate::events::{
+    kind_of, origin_of, ConversationOrigin, FailureCause, OutputEvent, SessionEvent,
+};
+use crate::jsonrpc::{codes, RequestId, RpcError};
+use crate::replay::render_prompt;
+use crate::rpc::{AgentEvent, CloseReason, ProcessExit, RpcFailure};
+use crate::state::{self, ExecutionRecord, Header, SessionRecord, StateError};
+
+/// The name the supervisor gives itself in `initialize`.
+pub const CLIENT_NAME: &str = "palisade-supervise";
+
+/// Failure causes remembered for [`SessionEvent::FailureReported`]. A cause is looked up
+/// in the same step as (or a few steps after) it was recorded, so a short ring suffices.
+pub const CAUSES_REMEMBERED: usize = 64;
+
+/// Removed runtimes remembered with their callback stamps, so an effect the core still
+/// issues for one (it cannot, in practice) is answered rather than dropped.
+pub const GRAVEYARD_RUNTIMES: usize = 64;
+
+/// Hard deadline of a `session/prompt` request. Liveness is judged by the idle timeout;
+/// this only bounds a prompt that streams for a day.
+pub const PROMPT_REQUEST_DEADLINE_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// Audit violations kept for inspection; more are only counted.
+pub const AUDIT_VIOLATIONS_KEPT: usize = 16;
+
+/// Error stamps the engine mints stay below the core's own stamp bit.
+const STAMP_MASK: u64 = (1 << 63) - 1;
+
+/// A request the engine wants sent, so its answer can be routed back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// `initialize`.
+    Initialize,
+    /// `session/load` of this conversation token.
+    Load {
+        /// The token.
+        token: ConversationToken,
+    },
+    /// `session/new`.
+    New {
+        /// Why (a fallback names its proof).
+        reason: NewConversationReason,
+    },
+    /// `session/prompt` for this turn.
+    Prompt {
+        /// The turn.
+        turn: TurnId,
+    },
+}
+
+/// Something the shell must do. Results come back as engine inputs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Start an agent process; then call [`Engine::spawned`].
+    Spawn {
+        /// The session.
+        session: SessionId,
+        /// The attempt it is for.
+        attempt: AttemptId,
+    },
+    /// Send a request; deliver the answer (or failure) with [`Engine::reply`], after every
+    /// notification the agent wrote before it.
+    Request {
+        /// The runtime.
+        execution: ExecutionId,
+        /// What it is, to route the answer.
+        op: Op,
+        /// The ACP method.
+        method: &'static str,
+        /// Its params.
+        params: Value,
+        /// When to give up waiting.
+        deadline: Timestamp,
+    },
+    /// Send a notification (e.g. `session/cancel`); no answer.
+    Notify {
+        /// The runtime.
+        execution: ExecutionId,
+        /// The ACP method.
+        method: &'static str,
+        /// Its params.
+        params: Value,
+    },
+    /// Answer a request the agent sent.
+    Respond {
+        /// The runtime.
+        execution: ExecutionId,
+        /// The agent's request id.
+        id: RequestId,
+        /// The answer.
+        outcome: Result<Value, RpcError>,
+    },
+    /// Stop the process: close its stdin, wait up to `grace_ms` (and never past
+    /// `deadline`), SIGKILL, reap; then call [`Engine::reaped`].
+    Stop {
+        /// The runtime.
+        execution: ExecutionId,
+        /// The core's teardown deadline.
+        deadline: Timestamp,
+        /// How long the agent may take to exit on its own.
+        grace_ms: u64,
+    },
+    /// SIGKILL the process and reap it; then call [`Engine::reaped`].
+    Kill {
+        /// The runtime.
+        execution: ExecutionId,
+    },
+}
+
+/// Why a prompt was not claimed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PromptError {
+    /// The text is longer than [`MAX_PROMPT_BYTES`].
+    TooLarge {
+        /// Its length.
+        bytes: usize,
+    },
+    /// The core refused it (e.g. [`RejectReason::SessionBusy`]: a turn is in flight).
+    Rejected(RejectReason),
+}
+
+impl std::fmt::Display for PromptError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PromptError::TooLarge { bytes } => {
+                write!(f, "prompt of {bytes} bytes; at most {MAX_PROMPT_BYTES}")
+            }
+            PromptError::Rejected(reason) => write!(f, "prompt rejected: {reason:?}"),
+        }
+    }
+}
+
+impl std::error::Error for PromptError {}
+
+/// Counters of an engine. Monotonic.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Output events the core admitted and the engine queued for the caller.
+    pub outputs_delivered: u64,
+    /// Notifications that were not turn output (load history, after the turn, other
+    /// methods, unknown runtimes).
+    pub notifications_ignored: u64,
+    /// Output the core refused (e.g. a turn already cancelled).
+    pub outputs_rejected: u64,
+    /// Core inputs answered with a rejection.
+    pub inputs_rejected: u64,
+    /// Requests from agents answered with a refusal.
+    pub agent_requests_refused: u64,
+    /// Agent anomalies (garbage lines, unknown response ids, ...) seen.
+    pub anomalies: u64,
+    /// Runtime deaths reported to the core.
+    pub exits_reported: u64,
+    /// Violations the auditor found (0 unless [`SupervisorConfig::audit`]).
+    pub audit_violations: u64,
+}
+
+/// One `session/update` in flight to the caller; every wire byte counts toward the
+/// coalescer's byte cap, whatever its kind.
+#[derive(Debug, Clone, PartialEq)]
+struct OutputItem {
+    update: Value,
+    wire_bytes: usize,
+}
+
+impl Payload for OutputItem {
+    fn byte_len(&self) -> usize {
+        self.wire_bytes
+    }
+}
+
+/// A turn's delivery path: admitted output waits in the bounded queue (whose fullness
+/// stops the engine from reading agents), then goes through the coalescer.
+#[derive(Debug)]
+struct Outlet {
+    turn: TurnId,
+    queue: NotificationQueue<(EventKind, OutputItem)>,
+    coalescer: Coalescer<OutputItem>,
+}
+
+#[derive(Debug)]
+struct PendingOutput {
+    session: SessionId,
+    turn: TurnId,
+    kind: EventKind,
+    item: OutputItem,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct PromptState {
+    turn: TurnId,
+    next_seq: u64,
+    accepted: bool,
+    idle_deadline: Timestamp,
+}
+
+/// One agent process the engine knows.
+#[derive(Debug)]
+struct Runtime {
+    session: SessionId,
+    attempt: AttemptId,
+    generation: Option<Generation>,
+    has_process: bool,
+    load_capability: Option<bool>,
+    /// The ACP session id being loaded.
+    loading: Option<String>,
+    /// Why `session/new` was sent.
+    new_reason: Option<NewConversationReason>,
+    /// The ACP session id this runtime's conversation has.
+    conversation: Option<String>,
+    prompt: Option<PromptState>,
+    close_reason: Option<CloseReason>,
+    reaped: Option<Option<ProcessExit>>,
+    exit_reported: bool,
+    stop_requested: bool,
+    kill_requested: bool,
+}
+
+impl Runtime {
+    fn alive(&self) -> bool {
+        self.has_process
+            && self.close_reason.is_none()
+            && !self.exit_reported
+            && !self.stop_requested
+            && !self.kill_requested
+    }
+
+    fn transport(&self) -> TransportState {
+        match &self.close_reason {
+            None => TransportState::Open,
+            Some(CloseReason::ProcessExited(_)) => TransportState::ProcessExited,
+            Some(_) => TransportState::Closed,
+        }
+    }
+}
+
+/// What the engine remembers of a session.
+#[derive(Debug, Default)]
+struct Book {
+    conversation: Option<(ConversationToken, String)>,
+    turn: Option<(TurnId, String)>,
+    stop_reason: Option<String>,
+}
+
+#[derive(Debug)]
+struct CauseEntry {
+    stamp: Option<ErrorStamp>,
+    attempt: AttemptId,
+    cause: FailureCause,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Counters {
+    next_execution: u64,
+    next_turn: u64,
+    next_stamp: u64,
+    next_token: u64,
+}
+
+/// The supervisor's logic, sans I/O. See the module docs for the call order.
+#[derive(Debug)]
+pub struct Engine {
+    core: Core,
+    config: SupervisorConfig,
+    books: BTreeMap<SessionId, Book>,
+    runtimes: BTreeMap<ExecutionId, Runtime>,
+    graveyard: VecDeque<ExecutionRecord>,
+    outlets: BTreeMap<SessionId, Outlet>,
+    ready: VecDeque<SessionEvent>,
+    actions: VecDeque<Action>,
+    pending_output: Option<PendingOutput>,
+    causes: VecDeque<CauseEntry>,
+    counters: Counters,
+    stats: EngineStats,
+    auditor: Option<Auditor>,
+    /// The audited input and its verdict, between `handle` and `finish_input`.
+    pending_audit: Option<(Input, Verdict)>,
+    audit_violations: Vec<AuditViolation>,
+    dirty: bool,
+    gated_since: Option<Timestamp>,
+    effect_buf: Vec<Effect>,
+}
+
+fn min_time(a: Option<Timestamp>, b: Option<Timestamp>) -> Option<Timestamp> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
+/// Failures that mean the connection is gone; the connection's `Closed` event reports
+/// them, once.
+fn is_transport(failure: &RpcFailure) -> bool {
+    matches!(
+        failure,
+        RpcFailure::TransportClosed
+            | RpcFailure::ProcessExited { .. }
+            | RpcFailure::Garbage { .. }
+            | RpcFailure::Killed
+    )
+}
+
+/// The agent's `loadSession` as the core wants it: `None` when absent. A malformed value
+/// proves nothing, so it is read as "try": the load's own answer then decides (rule 6).
+fn load_capability(initialize_result: &Value) -> Option<bool> {
+    match acp::load_session_support(initialize_result) {
+        acp::LoadSessionSupport::Advertised | acp::LoadSessionSupport::Malformed => Some(true),
+        acp::LoadSessionSupport::NotAdvertised => {
+            let explicit_false = initialize_result
+                .get("agentCapabilities")
+                .and_then(|c| c.get("loadSession"))
+                == Some(&Value::Bool(false));
+            explicit_false.then_some(false)
+        }
+    }
+}
+
+/// The classifier's view of a JSON-RPC error.
+fn classify_error(error: &RpcError) -> classify::RpcError {
+    classify::RpcError {
+        code: error.code,
+        message: error.message.clone(),
+        data_details: error
+            .data
+            .as_ref()
+            .and_then(|d| d.get("details"))
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        data_present: error.data.is_some(),
+    }
+}
+
+impl Engine {
+    /// A fresh engine (epoch 1).
+    pub fn new(config: SupervisorConfig) -> Result<Engine, SupervisorConfigError> {
+        config.validate()?;
+        let core =
+            Core::new(config.core.clone(), Epoch::FIRST).map_err(SupervisorConfigError::Core)?;
+        let auditor = config.audit.then(|| Auditor::new(&config.core));
+        Ok(Engine::with_core(config, core, auditor))
+    }
+
+    fn with_core(mut config: SupervisorConfig, core: Core, auditor: Option<Auditor>) -> Engine {
+        // A restored core keeps its own configuration; say so truthfully.
+        config.core = core.config().clone();
+        Engine {
+            core,
+            config,
+            books: BTreeMap::new(),
+            runtimes: BTreeMap::new(),
+            graveyard: VecDeque::with_capacity(GRAVEYARD_RUNTIMES),
+            outlets: BTreeMap::new(),
+            ready: VecDeque::new(),
+            actions: VecDeque::new(),
+            pending_output: None,
+            causes: VecDeque::with_capacity(CAUSES_REMEMBERED),
+            counters: Counters {
+                next_execution: 1,
+                next_turn: 1,
+                next_stamp: 1,
+                next_token: 1,
+            },
+            stats: EngineStats::default(),
+            auditor,
+            pending_audit: None,
+            audit_violations: Vec::new(),
+            dirty: true,
+            gated_since: None,
+            effect_buf: Vec::new(),
+        }
+    }
+
+    /// Restores a state image written by [`Engine::encode_state`]: the core comes back in
+    /// the next epoch, every execution that was bound is reported exited (its process died
+    /// with the previous incarnation) and stopped, and every live attempt that had no
+    /// runtime yet gets one ([`Action::Spawn`]). Persist the new state before anything
+    /// else: it carries the new epoch.
+    pub fn restore(
+        config: SupervisorConfig,
+        bytes: &[u8],
+        now: Timestamp,
+    ) -> Result<Engine, StateError> {
+        let decoded = state::decode(bytes)?;
+        let core = Core::restore(decoded.core_snapshot).map_err(StateError::Core)?;
+        // The auditor cannot know the attempts before the restart: it would flag their
+        // legitimate callbacks, so it stays off.
+        let mut engine = Engine::with_core(config, core, None);
+        let header = decoded.header;
+        engine.counters = Counters {
+            next_execution: header.next_execution.max(1),
+            next_turn: header.next_turn.max(1),
+            next_stamp: header.next_stamp.max(1),
+            next_token: header.next_token.max(1),
+        };
+        for record in header.sessions {
+            engine.books.insert(
+                record.session,
+                Book {
+                    conversation: record.conversation,
+                    turn: record.turn,
+                    stop_reason: None,
+                },
+            );
+        }
+        // Effects the restore itself queued (turns whose dispatch was unconfirmed).
+        engine.drain_core(now);
+        for record in header.executions {
+            engine.bury(record);
+            let stamp = engine.stamp(record.attempt, FailureCause::SupervisorRestarted);
+            engine.stats.exits_reported += 1;
+            let _ = engine.input(
+                now,
+                Input::Callback(Callback {
+                    session: record.session,
+                    execution: record.execution,
+                    attempt: Some(record.attempt),
+                    generation: record.generation,
+                    event: RuntimeEvent::Exited { stamp },
+                }),
+            );
+            // Also a teardown the core may be waiting for: the process is gone.
+            let _ = engine.input(
+                now,
+                Input::Stopped {
+                    execution: record.execution,
+                },
+            );
+        }
+        let sessions: Vec<SessionId> = engine.books.keys().copied().collect();
+        for session in sessions {
+            if let Some(attempt) = engine.core.live_attempt(session) {
+                // Its StartRuntime was being carried out when the previous incarnation
+                // died; an attempt bound to a recorded execution failed just above.
+                engine.actions.push_back(Action::Spawn { session, attempt });
+            }
+        }
+        engine.dirty = true;
+        Ok(engine)
+    }
+
+    // ----- queries -------------------------------------------------------------------
+
+    /// The core's epoch (bumped by every restore).
+    #[must_use]
+    pub fn epoch(&self) -> Epoch {
+        self.core.epoch()
+    }
+
+    /// The configuration in force (the core part comes from the snapshot after a restore).
+    #[must_use]
+    pub fn config(&self) -> &SupervisorConfig {
+        &self.config
+    }
+
+    /// The core, for inspection (`check_invariants`, `session_busy`, ...).
+    #[must_use]
+    pub fn core(&self) -> &Core {
+        &self.core
+    }
+
+    /// Counters so far.
+    #[must_use]
+    pub fn stats(&self) -> EngineStats {
+        self.stats
+    }
+
+    /// The first violations the auditor found (empty unless [`SupervisorConfig::audit`]).
+    #[must_use]
+    pub fn audit_violations(&self) -> &[AuditViolation] {
+        &self.audit_violations
+    }
+
+    /// The ACP session id of the session's current conversation.
+    #[must_use]
+    pub fn conversation(&self, session: SessionId) -> Option<String> {
+        let token = self.core.conversation(session)?;
+        self.books
+            .get(&session)
+            .and_then(|b| b.conversation.as_ref())
+            .filter(|(t, _)| *t == token)
+            .map(|(_, id)| id.clone())
+    }
+
+    /// Agent processes the engine still tracks (started and not yet reaped).
+    #[must_use]
+    pub fn runtime_count(&self) -> usize {
+        self.runtimes.len()
+    }
+
+    // ----- caller commands -------------------------------------------------------------
+
+    /// Claims a new turn with `text`; it is dispatched once a runtime is ready.
+    pub fn prompt(
+        &mut self,
+        now: Timestamp,
+        session: SessionId,
+        text: String,
+    ) -> Result<TurnId, PromptError> {
+        if text.len() > MAX_PROMPT_BYTES {
+            return Err(PromptError::TooLarge { bytes: text.len() });
+        }
+        let turn = TurnId::new(self.counters.next_turn)
+            .expect("the turn counter starts at 1 and only grows");
+        // A refused ID is never offered again, so a rejection cannot wedge the counter.
+        self.counters.next_turn = self.counters.next_turn.saturating_add(1);
+        self.dirty = true;
+        let verdict = self.handle(now, Input::Prompt { session, turn });
+        if verdict == Verdict::Claimed {
+            // The text must be known before the effects run: a ready runtime gets the
+            // prompt in this very step.
+            self.books.entry(session).or_default().turn = Some((turn, text));
+        }
+        self.finish_input(now);
+        match verdict {
+            Verdict::Claimed => Ok(turn),
+            Verdict::Reject(reason) => Err(PromptError::Rejected(reason)),
+            other => {
+                unreachable!("the core answers a prompt with Claimed or Reject, not {other:?}")
+            }
+        }
+    }
+
+    /// The user cancels the session's attempt and turn.
+    pub fn cancel(&mut self, now: Timestamp, session: SessionId) -> Verdict {
+        self.input(now, Input::Cancel { session })
+    }
+
+    /// Resumes the session's runtime without a prompt (begin or join, rule 1).
+    pub fn resume(&mut self, now: Timestamp, session: SessionId) -> Verdict {
+        let verdict = self.input(now, Input::Resume { session });
+        if !verdict.is_reject() {
+            self.books.entry(session).or_default();
+        }
+        verdict
+    }
+
+    /// Feeds any core input as is: callbacks from runtimes this engine does not run
+    /// (remote controllers), dismissals, tests. The core fences it like any other.
+    pub fn feed(&mut self, now: Timestamp, input: Input) -> Verdict {
+        self.input(now, input)
+    }
+
+    // ----- what the shell reports ------------------------------------------------------
+
+    /// The shell started (or failed to start) the agent for `attempt` after
+    /// [`Action::Spawn`]: `Ok(pid)` or `Err(why)`. Returns the execution allocated to it.
+    pub fn spawned(
+        &mut self,
+        now: Timestamp,
+        session: SessionId,
+        attempt: AttemptId,
+        result: Result<Option<u32>, String>,
+    ) -> ExecutionId {
+        let execution = ExecutionId::new(self.counters.next_execution)
+            .expect("the execution counter starts at 1 and only grows");
+        self.counters.next_execution = self.counters.next_execution.saturating_add(1);
+        let (pid, has_process) = match &result {
+            Ok(pid) => (*pid, true),
+            Err(_) => (None, false),
+        };
+        self.runtimes.insert(
+            execution,
+            Runtime {
+                session,
+                attempt,
+                generation: None,
+                has_process,
+                load_capability: None,
+                loading: None,
+                new_reason: None,
+                conversation: None,
+                prompt: None,
+                close_reason: None,
+                reaped: None,
+                exit_reported: false,
+                stop_requested: false,
+                kill_requested: false,
+            },
+        );
+        let verdict = self.input(
+            now,
+            Input::Bound {
+                session,
+                attempt,
+                execution,
+            },
+        );
+        let Verdict::Bound { generation } = verdict else {
+            // The attempt is no longer live: nobody will ever stop this process but us.
+            self.kill(execution);
+            if !has_process {
+                self.finish_runtime(now, execution);
+            }
+            return execution;
+        };
+        if let Some(runtime) = self.runtimes.get_mut(&execution) {
+            runtime.generation = Some(generation);
+        }
+        self.emit(SessionEvent::RuntimeStarted {
+            session,
+            execution,
+            attempt,
+            generation,
+            pid,
+        });
+        match result {
+            Err(why) => {
+                let stamp = self.stamp(attempt, FailureCause::Spawn(why));
+                self.callback(now, execution, RuntimeEvent::StartFailed { stamp });
+            }
+            Ok(_) => {
+                self.callback(now, execution, RuntimeEvent::BootReady);
+                let deadline = now.plus_millis(self.config.initialize_timeout_ms);
+                self.actions.push_back(Action::Request {
+                    execution,
+                    op: Op::Initialize,
+                    method: acp::INITIALIZE,
+                    params: acp::initialize_params(CLIENT_NAME, env!("CARGO_PKG_VERSION")),
+                    deadline,
+                });
+            }
+        }
+        execution
+    }
+
+    /// Something the agent of `execution` sent (in wire order).
+    pub fn agent_event(&mut self, now: Timestamp, execution: ExecutionId, event: AgentEvent) {
+        match event {
+            AgentEvent::Notification {
+                method,
+                params,
+                wire_bytes,
+            } => {
+                if method == acp::SESSION_UPDATE {
+                    self.notification(now, execution, params, wire_bytes);
+                } else {
+                    self.stats.notifications_ignored += 1;
+                }
+            }
+            AgentEvent::Request { id, method, .. } => {
+                // Not an interactive client: permission requests are declined (the
+                // agent's tool call is cancelled), other client methods do not exist.
+                self.stats.agent_requests_refused += 1;
+                let outcome = if method == "session/request_permission" {
+                    Ok(json!({"outcome": {"outcome": "cancelled"}}))
+                } else {
+                    Err(RpcError::new(codes::METHOD_NOT_FOUND, "Method not found"))
+                };
+                self.actions.push_back(Action::Respond {
+                    execution,
+                    id,
+                    outcome,
+                });
+            }
+            AgentEvent::Anomaly(_) => self.stats.anomalies += 1,
+            AgentEvent::Closed(reason) => self.closed(now, execution, reason),
+        }
+    }
+
+    /// The answer to an [`Action::Request`], delivered after every notification the agent
+    /// wrote before it.
+    pub fn reply(
+        &mut self,
+        now: Timestamp,
+        execution: ExecutionId,
+        op: Op,
+        result: Result<Value, RpcFailure>,
+    ) {
+        let Some(runtime) = self.runtimes.get(&execution) else {
+            return;
+        };
+        let attempt = runtime.attempt;
+        match op {
+            Op::Initialize => match result {
+                Ok(answer) => {
+                    let capability = load_capability(&answer);
+                    if let Some(runtime) = self.runtimes.get_mut(&execution) {
+                        runtime.load_capability = capability;
+                    }
+                    self.callback(
+                        now,
+                        execution,
+                        RuntimeEvent::AgentReady {
+                            load_capability: capability,
+                        },
+                    );
+                }
+                Err(failure) if is_transport(&failure) => {}
+                Err(failure) => {
+                    let stamp = self.stamp(attempt, FailureCause::Initialize(failure));
+                    self.callback(now, execution, RuntimeEvent::StartFailed { stamp });
+                }
+            },
+            Op::Load { .. } => self.load_answer(now, execution, result),
+            Op::New { reason } => self.new_answer(now, execution, reason, result),
+            Op::Prompt { turn } => self.prompt_answer(now, execution, turn, result),
+        }
+    }
+
+    /// The process of `execution` is gone (`status` if it was reaped in time).
+    pub fn reaped(&mut self, now: Timestamp, execution: ExecutionId, status: Option<ProcessExit>) {
+        let Some(runtime) = self.runtimes.get_mut(&execution) else {
+            return;
+        };
+        if runtime.reaped.is_none() {
+            runtime.reaped = Some(status);
+        }
+        // The connection's own Closed event follows the process's death; wait for it, so
+        // it is not taken for a new runtime's.
+        if runtime.close_reason.is_some() || !runtime.has_process {
+            self.finish_runtime(now, execution);
+        }
+    }
+
+    // ----- timers ----------------------------------------------------------------------
+
+    /// When [`Engine::handle_timeout`] must next be called.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
+        let mut next = self.core.poll_timeout();
+        for outlet in self.outlets.values() {
+            next = min_time(next, outlet.coalescer.poll_timeout());
+        }
+        if self.gated_since.is_none() {
+            for runtime in self.runtimes.values() {
+                if let (Some(prompt), false) = (&runtime.prompt, runtime.exit_reported) {
+                    next = min_time(next, Some(prompt.idle_deadline));
+                }
+            }
+        }
+        next
+    }
+
+    /// Acts on every deadline due at `now`: the core's, the coalescers' (on the next
+    /// [`Engine::pump_outlets`]), and the prompt idle timeouts.
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        if self.core.poll_timeout().is_some_and(|due| due <= now) {
+            self.dirty = true;
+            self.core.handle_timeout(now);
+            let effects = self.collect_effects();
+            if let Some(auditor) = self.auditor.as_mut() {
+                if let Err(violation) = auditor.observe_timeout(now, &effects) {
+                    self.record_violation(violation);
+                }
+            }
+            self.run_effects(now, effects);
+        }
+        // While output waits for the caller the engine does not read agents, so their
+        // silence proves nothing.
+        if self.gated_since.is_none() {
+            let idle: Vec<ExecutionId> = self
+                .runtimes
+                .iter()
+                .filter(|(_, r)| {
+                    !r.exit_reported && r.prompt.is_some_and(|p| p.idle_deadline <= now)
+                })
+                .map(|(e, _)| *e)
+                .collect();
+            let idle_ms = self.config.prompt_idle_timeout_ms;
+            for execution in idle {
+                self.report_exit(now, execution, FailureCause::PromptIdle { idle_ms });
+            }
+        }
+    }
+
+    // ----- delivery ----------------------------------------------------------------------
+
+    /// Moves admitted output towards the caller: queue → coalescer → events, while fewer
+    /// than [`READY_EVENTS`] wait; emits batches that are due. Call before
+    /// [`Engine::poll_timeout`] and before persisting.
+    pub fn pump_outlets(&mut self, now: Timestamp) {
+        let Engine { outlets, ready, .. } = self;
+        for (session, outlet) in outlets.iter_mut() {
+            if let Some(batch) = outlet.coalescer.handle_timeout(now) {
+                ready.push_back(output_event(*session, outlet.turn, batch));
+            }
+            while ready.len() < READY_EVENTS {
+                let Some((seq, (kind, item))) = outlet.queue.pop() else {
+                    break;
+                };
+                for batch in outlet
+                    .coalescer
+                    .push(now, StreamEvent::new(seq, kind, item))
+                {
+                    ready.push_back(output_event(*session, outlet.turn, batch));
+                }
+            }
+        }
+        let gated = !self.can_accept();
+        match (gated, self.gated_since) {
+            (true, None) => self.gated_since = Some(now),
+            (false, Some(since)) => {
+                // Give the agents back the time we did not listen to them.
+                let shift = now.millis_since(since);
+                for runtime in self.runtimes.values_mut() {
+                    if let Some(prompt) = runtime.prompt.as_mut() {
+                        prompt.idle_deadline = prompt.idle_deadline.plus_millis(shift);
+                    }
+                }
+                self.gated_since = None;
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether the shell may read more from the agents: every delivery queue has room for
+    /// what one more agent event can add.
+    #[must_use]
+    pub fn can_accept(&self) -> bool {
+        self.outlets.values().all(|o| !o.queue.is_full())
+    }
+
+    /// Whether events wait for the caller.
+    #[must_use]
+    pub fn has_events(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
+    /// The next event for the caller.
+    pub fn pop_event(&mut self) -> Option<SessionEvent> {
+        self.ready.pop_front()
+    }
+
+    /// The next thing the shell must do.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// Whether the state may have changed since the last call (then persist
+    /// [`Engine::encode_state`] if its bytes differ from the last written).
+    pub fn take_dirty(&mut self) -> bool {
+        std::mem::take(&mut self.dirty)
+    }
+
+    /// The state image to persist: the core's snapshot and the engine's own records.
+    /// Bytes from [`state::BODY_OFFSET`](crate::state) on change only when the state does.
+    #[must_use]
+    pub fn encode_state(&self, now: Timestamp) -> Vec<u8> {
+        let header = Header {
+            next_execution: self.counters.next_execution,
+            next_turn: self.counters.next_turn,
+            next_stamp: self.counters.next_stamp,
+            next_token: self.counters.next_token,
+            sessions: self
+                .books
+                .iter()
+                .map(|(session, book)| SessionRecord {
+                    session: *session,
+                    conversation: book.conversation.clone(),
+                    turn: book.turn.clone(),
+                })
+                .collect(),
+            executions: self
+                .runtimes
+                .iter()
+                .filter_map(|(execution, r)| {
+                    r.generation.map(|generation| ExecutionRecord {
+                        execution: *execution,
+                        session: r.session,
+                        attempt: r.attempt,
+                        generation,
+                    })
+                })
+                .collect(),
+        };
+        state::encode(now.as_millis(), &header, &self.core.snapshot())
+    }
+
+    // ----- internals: core plumbing --------------------------------------------------------
+
+    /// Feeds one input and carries out its effects.
+    fn input(&mut self, now: Timestamp, input: Input) -> Verdict {
+        let verdict = self.handle(now, input);
+        self.finish_input(now);
+        verdict
+    }
+
+    /// Feeds one input, leaving its effects queued in the core for [`Self::finish_input`].
+    fn handle(&mut self, now: Timestamp, input: Input) -> Verdict {
+        self.dirty = true;
+        let audited = self.auditor.is_some().then(|| input.clone());
+        let verdict = self.core.handle(now, input);
+        if verdict.is_reject() {
+            self.stats.inputs_rejected += 1;
+        }
+        if let Some(input) = audited {
+            self.pending_audit = Some((input, verdict.clone()));
+        }
+        verdict
+    }
+
+    fn finish_input(&mut self, now: Timestamp) {
+        let effects = self.collect_effects();
+        if let (Some(auditor), Some((input, verdict))) =
+            (self.auditor.as_mut(), self.pending_audit.take())
+        {
+            if let Err(violation) = auditor.observe(now, &input, &verdict, &effects) {
+                self.record_violation(violation);
+            }
+        }
+        self.run_effects(now, effects);
+    }
+
+    fn collect_effects(&mut self) -> Vec<Effect> {
+        let mut effects = std::mem::take(&mut self.effect_buf);
+        while let Some(effect) = self.core.poll_effect() {
+            effects.push(effect);
+        }
+        effects
+    }
+
+    fn run_effects(&mut self, now: Timestamp, mut effects: Vec<Effect>) {
+        for effect in effects.drain(..) {
+            self.effect(now, effect);
+        }
+        // Keep the allocation for the next input (a nested input may have taken another).
+        if self.effect_buf.capacity() < effects.capacity() {
+            self.effect_buf = effects;
+        }
+    }
+
+    /// Effects left in the core outside any input (after a restore).
+    fn drain_core(&mut self, now: Timestamp) {
+        let effects = self.collect_effects();
+        self.run_effects(now, effects);
+    }
+
+    fn record_violation(&mut self, violation: AuditViolation) {
+        self.stats.audit_violations += 1;
+        if self.audit_violations.len() < AUDIT_VIOLATIONS_KEPT {
+            self.audit_violations.push(violation);
+        }
+    }
+
+    /// A callback from `execution`, stamped with its session, attempt and generation.
+    fn callback(
+        &mut self,
+        now: Timestamp,
+        execution: ExecutionId,
+        event: RuntimeEvent,
+    ) -> Option<Verdict> {
+        let runtime = self.runtimes.get(&execution)?;
+        let generation = runtime.generation?;
+        let callback = Callback {
+            session: runtime.session,
+            execution,
+            attempt: Some(runtime.attempt),
+            generation,
+            event,
+        };
+        Some(self.input(now, Input::Callback(callback)))
+    }
+
+    fn perform(&mut self, now: Timestamp, lease: LeaseId) -> bool {
+        self.input(now, Input::Perform { lease }) == Verdict::Accepted
+    }
+
+    fn stamp(&mut self, attempt: AttemptId, cause: FailureCause) -> ErrorStamp {
+        let raw = (self.counters.next_stamp & STAMP_MASK).max(1);
+        self.counters.next_stamp = (raw + 1) & STAMP_MASK;
+        let stamp = ErrorStamp::new(raw).expect("raw is at least 1");
+        self.remember_cause(Some(stamp), attempt, cause);
+        stamp
+    }
+
+    fn remember_cause(
+        &mut self,
+        stamp: Option<ErrorStamp>,
+        attempt: AttemptId,
+        cause: FailureCause,
+    ) {
+        if self.causes.len() == CAUSES_REMEMBERED {
+            self.causes.pop_front();
+        }
+        self.causes.push_back(CauseEntry {
+            stamp,
+            attempt,
+            cause,
+        });
+    }
+
+    fn cause_of(&self, stamp: ErrorStamp, attempt: AttemptId) -> FailureCause {
+        self.causes
+            .iter()
+            .rev()
+            .find(|c| c.stamp == Some(stamp))
+            .or_else(|| self.causes.iter().rev().find(|c| c.attempt == attempt))
+            .map_or(FailureCause::CoreDeadline, |c| c.cause.clone())
+    }
+
+    fn emit(&mut self, event: SessionEvent) {
+        self.ready.push_back(event);
+    }
+
+    /// An event that must follow the session's output so far.
+    fn emit_after_output(&mut self, now: Timestamp, event: SessionEvent) {
+        self.flush_outlet(now, event.session());
+        self.ready.push_back(event);
+    }
+
+    fn flush_outlet(&mut self, now: Timestamp, session: SessionId) {
+        let Some(outlet) = self.outlets.get_mut(&session) else {
+            return;
+        };
+        while let Some((seq, (kind, item))) = outlet.queue.pop() {
+            for batch in outlet
+                .coalescer
+                .push(now, StreamEvent::new(seq, kind, item))
+            {
+                self.ready
+                    .push_back(output_event(session, outlet.turn, batch));
+            }
+        }
+        if let Some(batch) = outlet.coalescer.flush() {
+            self.ready
+                .push_back(output_event(session, outlet.turn, batch));
+        }
+    }
+
+    // ----- internals: effects ------------------------------------------------------------
+
+    fn effect(&mut self, now: Timestamp, effect: Effect) {
+        match effect {
+            Effect::StartRuntime {
+                session, attempt, ..
+            } => self.actions.push_back(Action::Spawn { session, attempt }),
+            Effect::LoadConversation {
+                lease,
+                session,
+                execution,
+                token,
+                ..
+            } => {
+                if !self.perform(now, lease) {
+                    return;
+                }
+                let conversation = self
+                    .books
+                    .get(&session)
+                    .and_then(|b| b.conversation.as_ref())
+                    .filter(|(t, _)| *t == token)
+                    .map(|(_, id)| id.clone());
+                let Some(conversation) = conversation else {
+                    if let Some(attempt) = self.runtimes.get(&execution).map(|r| r.attempt) {
+                        let stamp = self.stamp(attempt, FailureCause::UnknownConversation);
+                        self.callback(now, execution, RuntimeEvent::StartFailed { stamp });
+                    }
+                    return;
+                };
+                if !self.runtimes.get(&execution).is_some_and(Runtime::alive) {
+                    self.report_exit(
+                        now,
+                        execution,
+                        FailureCause::Load(RpcFailure::TransportClosed),
+                    );
+                    return;
+                }
+                if let Some(runtime) = self.runtimes.get_mut(&execution) {
+                    runtime.loading = Some(conversation.clone());
+                }
+                let params = acp::load_session_params(&conversation, self.config.cwd.clone());
+                self.emit(SessionEvent::ConversationLoading {
+                    session,
+                    execution,
+                    conversation,
+                });
+                self.actions.push_back(Action::Request {
+                    execution,
+                    op: Op::Load { token },
+                    method: acp::SESSION_LOAD,
+                    params,
+                    deadline: now.plus_millis(self.config.load_timeout_ms),
+                });
+            }
+            Effect::NewConversation {
+                lease,
+                execution,
+                reason,
+                ..
+            } => {
+                if !self.perform(now, lease) {
+                    return;
+                }
+                if !self.runtimes.get(&execution).is_some_and(Runtime::alive) {
+                    self.report_exit(
+                        now,
+                        execution,
+                        FailureCause::NewSession(RpcFailure::TransportClosed),
+                    );
+                    return;
+                }
+                if let Some(runtime) = self.runtimes.get_mut(&execution) {
+                    runtime.new_reason = Some(reason);
+                }
+                self.actions.push_back(Action::Request {
+                    execution,
+                    op: Op::New { reason },
+                    method: acp::SESSION_NEW,
+                    params: acp::new_session_params(self.config.cwd.clone()),
+                    deadline: now.plus_millis(self.config.new_session_timeout_ms),
+                });
+            }
+            Effect::DispatchPrompt {
+                lease,
+                session,
+                execution,
+                turn,
+                request,
+                ..
+            } => {
+                if !self.perform(now, lease) {
+                    return;
+                }
+                let text = self
+                    .books
+                    .get(&session)
+                    .and_then(|b| b.turn.as_ref())
+                    .filter(|(t, _)| *t == turn)
+                    .map(|(_, text)| render_prompt(text, &request));
+                let conversation = self
+                    .runtimes
+                    .get(&execution)
+                    .filter(|r| r.alive())
+                    .and_then(|r| r.conversation.clone());
+                let (Some(text), Some(conversation)) = (text, conversation) else {
+                    // The runtime is gone (its death is reported now, if not yet) or the
+                    // text is lost: either way this runtime cannot run the turn.
+                    self.report_exit(
+                        now,
+                        execution,
+                        FailureCause::Prompt(RpcFailure::TransportClosed),
+                    );
+                    return;
+                };
+                let idle_deadline = now.plus_millis(self.config.prompt_idle_timeout_ms);
+                if let Some(runtime) = self.runtimes.get_mut(&execution) {
+                    runtime.prompt = Some(PromptState {
+                        turn,
+                        next_seq: 1,
+                        accepted: false,
+                        idle_deadline,
+                    });
+                }
+                self.actions.push_back(Action::Request {
+                    execution,
+                    op: Op::Prompt { turn },
+                    method: acp::SESSION_PROMPT,
+                    params: acp::prompt_params(&conversation, &text),
+                    deadline: now.plus_millis(PROMPT_REQUEST_DEADLINE_MS),
+                });
+            }
+            Effect::CancelPrompt { execution, .. } => {
+                let conversation = self
+                    .runtimes
+                    .get(&execution)
+                    .filter(|r| r.alive())
+                    .and_then(|r| r.conversation.clone());
+                if let Some(conversation) = conversation {
+                    self.actions.push_back(Action::Notify {
+                        execution,
+                        method: acp::SESSION_CANCEL,
+                        params: acp::cancel_params(&conversation),
+                    });
+                }
+            }
+            Effect::StopExecution {
+                execution,
+                deadline,
+                ..
+            } => {
+                let Some(runtime) = self.runtimes.get_mut(&execution) else {
+                    // Its process is already gone (or died with a previous incarnation).
+                    let _ = self.input(now, Input::Stopped { execution });
+                    return;
+                };
+                runtime.stop_requested = true;
+                runtime.prompt = None;
+                if !runtime.has_process {
+                    self.finish_runtime(now, execution);
+                } else if runtime.reaped.is_none() {
+                    let grace_ms = self.config.stop_grace_ms;
+                    self.actions.push_back(Action::Stop {
+                        execution,
+                        deadline,
+                        grace_ms,
+                    });
+                }
+            }
+            Effect::KillExecution { execution, .. } => self.kill(execution),
+            Effect::AttemptSettled {
+                session,
+                attempt,
+                outcome,
+            } => self.emit(SessionEvent::AttemptSettled {
+                session,
+                attempt,
+                outcome,
+            }),
+            Effect::JoinTimedOut { session, attempt } => {
+                self.emit(SessionEvent::JoinTimedOut { session, attempt });
+            }
+            Effect::Deliver {
+                session, turn, seq, ..
+            } => self.deliver(now, session, turn, seq),
+            Effect::TurnEnded {
+                session,
+                turn,
+                outcome,
+            } => {
+                let book = self.books.entry(session).or_default();
+                if book.turn.as_ref().is_some_and(|(t, _)| *t == turn) {
+                    book.turn = None;
+                }
+                let stop_reason = book.stop_reason.take();
+                self.emit_after_output(
+                    now,
+                    SessionEvent::TurnEnded {
+                        session,
+                        turn,
+                        outcome,
+                        stop_reason,
+                    },
+                );
+                // The turn's delivery path is done; the next turn gets a fresh one.
+                if self.outlets.get(&session).is_some_and(|o| o.turn == turn) {
+                    self.outlets.remove(&session);
+                }
+            }
+            Effect::RecoveryStarted {
+                session,
+                turn,
+                step,
+                at,
+            } => self.emit_after_output(
+                now,
+                SessionEvent::RecoveryStarted {
+                    session,
+                    turn,
+                    step,
+                    at,
+                },
+            ),
+            Effect::RecoveryExhausted { session, turn } => {
+                self.emit_after_output(now, SessionEvent::RecoveryExhausted { session, turn });
+            }
+            Effect::FailureReported { session, failure } => {
+                let cause = self.cause_of(failure.stamp, failure.attempt);
+                self.emit_after_output(
+                    now,
+                    SessionEvent::FailureReported {
+                        session,
+                        failure,
+                        cause,
+                    },
+                );
+            }
+        }
+    }
+
+    fn deliver(&mut self, now: Timestamp, session: SessionId, turn: TurnId, seq: u64) {
+        let Some(pending) = self
+            .pending_output
+            .take()
+            .filter(|p| p.session == session && p.turn == turn)
+        else {
+            // A Deliver without the output that caused it: a core bug, reported as an
+            // anomaly rather than a panic.
+            self.stats.anomalies += 1;
+            return;
+        };
+        let Some(first) = Seq::new(seq) else {
+            self.stats.anomalies += 1;
+            return;
+        };
+        if self.outlets.get(&session).is_some_and(|o| o.turn != turn) {
+            self.flush_outlet(now, session);
+            self.outlets.remove(&session);
+        }
+        let capacity = self.config.delivery_queue_capacity;
+        let coalescer = self.config.coalescer;
+        let outlet = self.outlets.entry(session).or_insert_with(|| Outlet {
+            turn,
+            queue: NotificationQueue::starting_at(capacity, first),
+            coalescer: Coalescer::new(coalescer),
+        });
+        let mut item = (pending.kind, pending.item);
+        loop {
+            match outlet.queue.try_push(item) {
+                Ok(queued) => {
+                    debug_assert_eq!(queued.get(), seq, "queue and core number alike");
+                    self.stats.outputs_delivered += 1;
+                    return;
+                }
+                Err(PushError::Backpressure(back) | PushError::Closed(back)) => {
+                    // The shell reads no agent event while a queue is full, so this does
+                    // not happen; if it ever did, the output goes to the caller now rather
+                    // than being lost.
+                    item = back;
+                    self.stats.anomalies += 1;
+                    let outlet_turn = outlet.turn;
+                    while let Some((s, (k, i))) = outlet.queue.pop() {
+                        for batch in outlet.coalescer.push(now, StreamEvent::new(s, k, i)) {
+                            self.ready
+                                .push_back(output_event(session, outlet_turn, batch));
+                        }
+                    }
+                    if outlet.queue.is_closed() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    // ----- internals: agent traffic ------------------------------------------------------
+
+    fn notification(
+        &mut self,
+        now: Timestamp,
+        execution: ExecutionId,
+        mut params: Value,
+        wire_bytes: usize,
+    ) {
+        let idle_ms = self.config.prompt_idle_timeout_ms;
+        let Some(runtime) = self.runtimes.get_mut(&execution) else {
+            self.stats.notifications_ignored += 1;
+            return;
+        };
+        let ours = runtime.conversation.as_deref().is_some()
+            && params.get("sessionId").and_then(Value::as_str) == runtime.conversation.as_deref();
+        let Some(prompt) = runtime.prompt.as_mut().filter(|_| ours) else {
+            // History replayed by session/load, or chatter outside a prompt.
+            self.stats.notifications_ignored += 1;
+            return;
+        };
+        prompt.idle_deadline = now.plus_millis(idle_ms);
+        let turn = prompt.turn;
+        let seq = prompt.next_seq;
+        prompt.next_seq += 1;
+        let first = !prompt.accepted;
+        prompt.accepted = true;
+        let session = runtime.session;
+        if first {
+            self.callback(now, execution, RuntimeEvent::PromptAccepted { turn });
+        }
+        let update = params
+            .get_mut("update")
+            .map(Value::take)
+            .unwrap_or(Value::Null);
+        let kind = kind_of(&update);
+        self.pending_output = Some(PendingOutput {
+            session,
+            turn,
+            kind,
+            item: OutputItem { update, wire_bytes },
+        });
+        let bytes = u32::try_from(wire_bytes).unwrap_or(u32::MAX);
+        self.callback(now, execution, RuntimeEvent::Stream { turn, seq, bytes });
+        if self.pending_output.take().is_some() {
+            self.stats.outputs_rejected += 1;
+        }
+    }
+
+    fn load_answer(
+        &mut self,
+        now: Timestamp,
+        execution: ExecutionId,
+        result: Result<Value, RpcFailure>,
+    ) {
+        let Some(runtime) = self.runtimes.get_mut(&execution) else {
+            return;
+        };
+        let conversation = runtime.loading.take().unwrap_or_default();
+        let session = runtime.session;
+        let attempt = runtime.attempt;
+        match result {
+            Ok(_) => {
+                runtime.conversation = Some(conversation.clone());
+                let verdict = self.callback(now, execution, RuntimeEvent::ConversationLoaded);
+                if verdict == Some(Verdict::Accepted) {
+                    self.emit(SessionEvent::ConversationReady {
+                        session,
+                        execution,
+                        conversation,
+                        origin: ConversationOrigin::Loaded,
+                    });
+                }
+            }
+            Err(failure) => {
+                let (result, transport) = match &failure {
+                    RpcFailure::Rpc(error) => {
+                        (LoadFailure::Rpc(classify_error(error)), runtime.transport())
+                    }
+                    RpcFailure::TimedOut | RpcFailure::TooManyPending => {
+                        (LoadFailure::TimedOut, runtime.transport())
+                    }
+                    // No answer came because the transport died; the classifier decides
+                    // from the transport's state, never from the missing answer.
+                    RpcFailure::TransportClosed | RpcFailure::Garbage { .. } => {
+                        (LoadFailure::TimedOut, TransportState::Closed)
+                    }
+                    RpcFailure::ProcessExited { .. } => {
+                        (LoadFailure::TimedOut, TransportState::ProcessExited)
+                    }
+                    RpcFailure::Killed => (LoadFailure::Cancelled, TransportState::Closed),
+                };
+                let outcome = LoadOutcome {
+                    load_capability: runtime.load_capability,
+                    requested_session: conversation,
+                    result,
+                    transport,
+                };
+                // The core mints the stamp of an inconclusive load; the cause is found by
+                // attempt.
+                self.remember_cause(None, attempt, FailureCause::Load(failure));
+                self.callback(now, execution, RuntimeEvent::LoadFailed(outcome));
+            }
+        }
+    }
+
+    fn new_answer(
+        &mut self,
+        now: Timestamp,
+        execution: ExecutionId,
+        reason: NewConversationReason,
+        result: Result<Value, RpcFailure>,
+    ) {
+        let Some(runtime) = self.runtimes.get(&execution) else {
+            return;
+        };
+        let session = runtime.session;
+        let attempt = runtime.attempt;
+        match result {
+            Ok(answer) => {
+                let Some(id) = answer.get("sessionId").and_then(Value::as_str) else {
+                    let stamp =
+                        self.stamp(attempt, FailureCause::NewSessionAnswer(answer.to_string()));
+                    self.callback(now, execution, RuntimeEvent::StartFailed { stamp });
+                    return;
+                };
+                let id = id.to_owned();
+                let token = ConversationToken::new(self.counters.next_token)
+                    .expect("the token counter starts at 1 and only grows");
+                self.counters.next_token = self.counters.next_token.saturating_add(1);
+                if let Some(runtime) = self.runtimes.get_mut(&execution) {
+                    runtime.conversation = Some(id.clone());
+                    runtime.new_reason = None;
+                }
+                // Recorded before the callback: a dispatch in the same step, and any
+                // persisted state, must know which ACP session the token stands for.
+                let book = self.books.entry(session).or_default();
+                let previous = book.conversation.replace((token, id.clone()));
+                let verdict =
+                    self.callback(now, execution, RuntimeEvent::ConversationCreated { token });
+                if verdict == Some(Verdict::Accepted) {
+                    self.emit(SessionEvent::ConversationReady {
+                        session,
+                        execution,
+                        conversation: id,
+                        origin: origin_of(reason),
+                    });
+                } else if let Some(book) = self.books.get_mut(&session) {
+                    // The core kept its old token: so do we.
+                    book.conversation = previous;
+                }
+            }
+            Err(failure) if is_transport(&failure) => {}
+            Err(failure) => {
+                let stamp = self.stamp(attempt, FailureCause::NewSession(failure));
+                self.callback(now, execution, RuntimeEvent::StartFailed { stamp });
+            }
+        }
+    }
+
+    fn prompt_answer(
+        &mut self,
+        now: Timestamp,
+        execution: ExecutionId,
+        turn: TurnId,
+        result: Result<Value, RpcFailure>,
+    ) {
+        let Some(runtime) = self.runtimes.get_mut(&execution) else {
+            return;
+        };
+        // An answer to an earlier prompt (one a cancel ended) changes nothing.
+        let Some(prompt) = runtime.prompt.filter(|p| p.turn == turn) else {
+            return;
+        };
+        let session = runtime.session;
+        let attempt = runtime.attempt;
+        match result {
+            Ok(answer) => {
+                runtime.prompt = None;
+                if !prompt.accepted {
+                    self.callback(now, execution, RuntimeEvent::PromptAccepted { turn });
+                }
+                let stop_reason = answer
+                    .get("stopReason")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                self.books.entry(session).or_default().stop_reason = stop_reason;
+                self.callback(now, execution, RuntimeEvent::PromptCompleted { turn });
+                if let Some(book) = self.books.get_mut(&session) {
+                    book.stop_reason = None;
+                }
+            }
+            Err(RpcFailure::Rpc(error)) => {
+                runtime.prompt = None;
+                // An error answer proves the agent saw the prompt: accepted, then failed.
+                if !prompt.accepted {
+                    self.callback(now, execution, RuntimeEvent::PromptAccepted { turn });
+                }
+                let stamp = self.stamp(attempt, FailureCause::Prompt(RpcFailure::Rpc(error)));
+                self.callback(now, execution, RuntimeEvent::PromptFailed { turn, stamp });
+            }
+            Err(failure) if is_transport(&failure) => runtime.prompt = None,
+            Err(failure) => self.report_exit(now, execution, FailureCause::Prompt(failure)),
+        }
+    }
+
+    fn closed(&mut self, now: Timestamp, execution: ExecutionId, reason: CloseReason) {
+        let Some(runtime) = self.runtimes.get_mut(&execution) else {
+            return;
+        };
+        runtime.close_reason = Some(reason.clone());
+        runtime.prompt = None;
+        runtime.loading = None;
+        let ours = runtime.stop_requested
+            || runtime.kill_requested
+            || matches!(reason, CloseReason::Killed(_));
+        if !ours {
+            // Process exit, stdout closed, garbage: the runtime is dead.
+            self.report_exit(now, execution, FailureCause::Connection(reason));
+        }
+        // Whatever ended the connection, the process must not outlive it.
+        self.kill(execution);
+        if self
+            .runtimes
+            .get(&execution)
+            .is_some_and(|r| r.reaped.is_some())
+        {
+            self.finish_runtime(now, execution);
+        }
+    }
+
+    /// Tells the core the runtime is dead (once) and makes sure its process is.
+    fn report_exit(&mut self, now: Timestamp, execution: ExecutionId, cause: FailureCause) {
+        if let Some(runtime) = self.runtimes.get_mut(&execution) {
+            if runtime.exit_reported {
+                return;
+            }
+            runtime.exit_reported = true;
+            runtime.prompt = None;
+            let attempt = runtime.attempt;
+            let stamp = self.stamp(attempt, cause);
+            self.stats.exits_reported += 1;
+            self.callback(now, execution, RuntimeEvent::Exited { stamp });
+            self.kill(execution);
+        } else if let Some(record) = self
+            .graveyard
+            .iter()
+            .rev()
+            .find(|r| r.execution == execution)
+            .copied()
+        {
+            let stamp = self.stamp(record.attempt, cause);
+            self.stats.exits_reported += 1;
+            let _ = self.input(
+                now,
+                Input::Callback(Callback {
+                    session: record.session,
+                    execution,
+                    attempt: Some(record.attempt),
+                    generation: record.generation,
+                    event: RuntimeEvent::Exited { stamp },
+                }),
+            );
+        }
+    }
+
+    fn kill(&mut self, execution: ExecutionId) {
+        let Some(runtime) = self.runtimes.get_mut(&execution) else {
+            return;
+        };
+        if runtime.has_process && !runtime.kill_requested && runtime.reaped.is_none() {
+            runtime.kill_requested = true;
+            self.actions.push_back(Action::Kill { execution });
+        }
+    }
+
+    /// The runtime is over: its process reaped and its connection closed.
+    fn finish_runtime(&mut self, now: Timestamp, execution: ExecutionId) {
+        let Some(runtime) = self.runtimes.remove(&execution) else {
+            return;
+        };
+        self.dirty = true;
+        if let Some(generation) = runtime.generation {
+            self.bury(ExecutionRecord {
+                execution,
+                session: runtime.session,
+                attempt: runtime.attempt,
+                generation,
+            });
+        }
+        self.emit(SessionEvent::RuntimeExited {
+            session: runtime.session,
+            execution,
+            status: runtime.reaped.flatten(),
+            reason: runtime.close_reason,
+        });
+        if runtime.stop_requested {
+            let _ = self.input(now, Input::Stopped { execution });
+        }
+    }
+
+    fn bury(&mut self, record: ExecutionRecord) {
+        if self.graveyard.len() == GRAVEYARD_RUNTIMES {
+            self.graveyard.pop_front();
+        }
+        self.graveyard.push_back(record);
+    }
+}
+
+fn output_event(session: SessionId, turn: TurnId, batch: Batch<OutputItem>) -> SessionEvent {
+    SessionEvent::Output {
+        session,
+        turn,
+        events: batch
+            .into_events()
+            .into_iter()
+            .map(|e| OutputEvent {
+                seq: e.seq.get(),
+                kind: e.kind,
+                update: e.payload.update,
+            })
+            .collect(),
+    }
+}

@@ -1,0 +1,396 @@
+//! What the supervisor tells its caller: [`SessionEvent`]s, in order per session.
+//!
+//! Output of a turn ([`SessionEvent::Output`]) always precedes that turn's
+//! [`SessionEvent::TurnEnded`]; output seq numbers are contiguous per turn from 1, also
+//! across recoveries (the core numbers them), so a caller can check with
+//! [`palisade_core::delivery::InOrderReceiver`] that nothing was lost or repeated.
+
+use palisade_core::classify::ClassifyReason;
+use palisade_core::delivery::EventKind;
+use palisade_core::{
+    AttemptId, AttemptOutcome, ExecutionId, Generation, NewConversationReason, RecoveryFailure,
+    SessionId, Timestamp, TurnId, TurnOutcome,
+};
+use serde_json::{json, Value};
+
+use crate::rpc::{CloseReason, ProcessExit, RpcFailure};
+
+/// One streamed `session/update` of a turn, as the caller receives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutputEvent {
+    /// Caller sequence number: contiguous per turn from 1, across recoveries.
+    pub seq: u64,
+    /// What it carries (from `update.sessionUpdate`).
+    pub kind: EventKind,
+    /// The raw `update` object; unknown kinds pass through untouched.
+    pub update: Value,
+}
+
+/// How the conversation of a runtime came to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConversationOrigin {
+    /// `session/load` of the session's existing conversation succeeded.
+    Loaded,
+    /// `session/new`, for a session that never had a conversation.
+    Created,
+    /// `session/new` replacing a conversation that provably cannot be loaded.
+    Replaced(ClassifyReason),
+}
+
+/// Why a runtime failed; attached to [`SessionEvent::FailureReported`] and
+/// [`SessionEvent::RuntimeExited`]. Closed: each variant names who is at fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FailureCause {
+    /// The agent program could not be started.
+    Spawn(String),
+    /// `initialize` failed.
+    Initialize(RpcFailure),
+    /// `session/new` failed.
+    NewSession(RpcFailure),
+    /// `session/new` answered without a string `sessionId`.
+    NewSessionAnswer(String),
+    /// `session/load` failed and the failure proves nothing (or the transport died).
+    Load(RpcFailure),
+    /// The supervisor had no conversation id for the token the core asked to load (a
+    /// state file written by something else).
+    UnknownConversation,
+    /// The connection to the agent ended.
+    Connection(CloseReason),
+    /// A prompt got neither an answer nor a notification for this long.
+    PromptIdle {
+        /// The configured idle timeout.
+        idle_ms: u64,
+    },
+    /// The prompt request itself failed (a JSON-RPC error from the agent).
+    Prompt(RpcFailure),
+    /// The supervisor restarted; the runtime died with the previous incarnation.
+    SupervisorRestarted,
+    /// A deadline the core enforces itself (start deadline, an expired lease).
+    CoreDeadline,
+}
+
+impl std::fmt::Display for FailureCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FailureCause::Spawn(error) => write!(f, "agent could not start: {error}"),
+            FailureCause::Initialize(failure) => write!(f, "initialize failed: {failure}"),
+            FailureCause::NewSession(failure) => write!(f, "session/new failed: {failure}"),
+            FailureCause::NewSessionAnswer(answer) => {
+                write!(f, "session/new answered without a sessionId: {answer}")
+            }
+            FailureCause::Load(failure) => write!(f, "session/load failed: {failure}"),
+            FailureCause::UnknownConversation => f.write_str("no conversation id for the token"),
+            FailureCause::Connection(reason) => write!(f, "agent connection ended: {reason:?}"),
+            FailureCause::PromptIdle { idle_ms } => {
+                write!(f, "prompt silent for {idle_ms} ms; agent presumed wedged")
+            }
+            FailureCause::Prompt(failure) => write!(f, "session/prompt failed: {failure}"),
+            FailureCause::SupervisorRestarted => f.write_str("supervisor restarted"),
+            FailureCause::CoreDeadline => f.write_str("a core deadline passed"),
+        }
+    }
+}
+
+/// Something that happened to a session. Delivered in order per session.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SessionEvent {
+    /// An agent process was started for an attempt and bound to an execution.
+    RuntimeStarted {
+        /// The session.
+        session: SessionId,
+        /// The execution the supervisor allocated.
+        execution: ExecutionId,
+        /// The attempt it serves.
+        attempt: AttemptId,
+        /// The generation the core bound.
+        generation: Generation,
+        /// The agent's process id (`None` if it could not be started).
+        pid: Option<u32>,
+    },
+    /// `session/load` was sent.
+    ConversationLoading {
+        /// The session.
+        session: SessionId,
+        /// The runtime loading it.
+        execution: ExecutionId,
+        /// The ACP session id being loaded.
+        conversation: String,
+    },
+    /// The runtime's conversation is ready (the prompt follows, if one waits).
+    ConversationReady {
+        /// The session.
+        session: SessionId,
+        /// The runtime.
+        execution: ExecutionId,
+        /// The ACP session id.
+        conversation: String,
+        /// Loaded, created, or created to replace an unloadable one.
+        origin: ConversationOrigin,
+    },
+    /// A batch of a turn's streamed output, in order.
+    Output {
+        /// The session.
+        session: SessionId,
+        /// The turn.
+        turn: TurnId,
+        /// The events; never empty.
+        events: Vec<OutputEvent>,
+    },
+    /// The turn ended: exactly one per turn.
+    TurnEnded {
+        /// The session.
+        session: SessionId,
+        /// The turn.
+        turn: TurnId,
+        /// How.
+        outcome: TurnOutcome,
+        /// The agent's `stopReason`, when it answered the prompt.
+        stop_reason: Option<String>,
+    },
+    /// The runtime died under an accepted turn; a replacement starts at `at`.
+    RecoveryStarted {
+        /// The session.
+        session: SessionId,
+        /// The turn.
+        turn: TurnId,
+        /// 1-based step of the schedule.
+        step: u32,
+        /// When the replacement starts (supervisor clock).
+        at: Timestamp,
+    },
+    /// Recovery of the turn gave up (the turn's `TurnEnded` follows).
+    RecoveryExhausted {
+        /// The session.
+        session: SessionId,
+        /// The turn.
+        turn: TurnId,
+    },
+    /// A recovery failure to show the user (rule 10).
+    FailureReported {
+        /// The session.
+        session: SessionId,
+        /// Its identity: attempt, execution, error stamp.
+        failure: RecoveryFailure,
+        /// What the supervisor saw.
+        cause: FailureCause,
+    },
+    /// An attempt settled (answers `resume` joiners).
+    AttemptSettled {
+        /// The session.
+        session: SessionId,
+        /// The attempt.
+        attempt: AttemptId,
+        /// How it ended.
+        outcome: AttemptOutcome,
+    },
+    /// Joiners of an attempt waited past the join deadline.
+    JoinTimedOut {
+        /// The session.
+        session: SessionId,
+        /// The attempt.
+        attempt: AttemptId,
+    },
+    /// An agent process is gone and reaped.
+    RuntimeExited {
+        /// The session.
+        session: SessionId,
+        /// The execution.
+        execution: ExecutionId,
+        /// Its exit status, if it was reaped in time (`None` for one never started).
+        status: Option<ProcessExit>,
+        /// Why its connection ended, when it had one.
+        reason: Option<CloseReason>,
+    },
+}
+
+impl SessionEvent {
+    /// The session the event belongs to.
+    #[must_use]
+    pub fn session(&self) -> SessionId {
+        match self {
+            SessionEvent::RuntimeStarted { session, .. }
+            | SessionEvent::ConversationLoading { session, .. }
+            | SessionEvent::ConversationReady { session, .. }
+            | SessionEvent::Output { session, .. }
+            | SessionEvent::TurnEnded { session, .. }
+            | SessionEvent::RecoveryStarted { session, .. }
+            | SessionEvent::RecoveryExhausted { session, .. }
+            | SessionEvent::FailureReported { session, .. }
+            | SessionEvent::AttemptSettled { session, .. }
+            | SessionEvent::JoinTimedOut { session, .. }
+            | SessionEvent::RuntimeExited { session, .. } => *session,
+        }
+    }
+
+    /// A short name, e.g. `turn_ended`.
+    #[must_use]
+    pub fn name(&self) -> &'static str {
+        match self {
+            SessionEvent::RuntimeStarted { .. } => "runtime_started",
+            SessionEvent::ConversationLoading { .. } => "conversation_loading",
+            SessionEvent::ConversationReady { .. } => "conversation_ready",
+            SessionEvent::Output { .. } => "output",
+            SessionEvent::TurnEnded { .. } => "turn_ended",
+            SessionEvent::RecoveryStarted { .. } => "recovery_started",
+            SessionEvent::RecoveryExhausted { .. } => "recovery_exhausted",
+            SessionEvent::FailureReported { .. } => "failure_reported",
+            SessionEvent::AttemptSettled { .. } => "attempt_settled",
+            SessionEvent::JoinTimedOut { .. } => "join_timed_out",
+            SessionEvent::RuntimeExited { .. } => "runtime_exited",
+        }
+    }
+
+    /// The event as one JSON object (`{"event": name, "session": n, ...}`), as
+    /// `palisade-supervise` prints it. IDs are numbers (attempts as `"epoch.seq"`).
+    #[must_use]
+    pub fn to_json(&self) -> Value {
+        let mut object = json!({"event": self.name(), "session": self.session().get()});
+        let fields = match self {
+            SessionEvent::RuntimeStarted {
+                execution,
+                attempt,
+                generation,
+                pid,
+                ..
+            } => json!({
+                "execution": execution.get(),
+                "attempt": attempt.to_string(),
+                "generation": generation.get(),
+                "pid": pid,
+            }),
+            SessionEvent::ConversationLoading {
+                execution,
+                conversation,
+                ..
+            } => json!({"execution": execution.get(), "conversation": conversation}),
+            SessionEvent::ConversationReady {
+                execution,
+                conversation,
+                origin,
+                ..
+            } => json!({
+                "execution": execution.get(),
+                "conversation": conversation,
+                "origin": match origin {
+                    ConversationOrigin::Loaded => "loaded".to_owned(),
+                    ConversationOrigin::Created => "created".to_owned(),
+                    ConversationOrigin::Replaced(reason) => format!("replaced ({reason:?})"),
+                },
+            }),
+            SessionEvent::Output { turn, events, .. } => json!({
+                "turn": turn.get(),
+                "events": events.iter().map(|e| json!({
+                    "seq": e.seq,
+                    "kind": format!("{:?}", e.kind),
+                    "update": e.update,
+                })).collect::<Vec<_>>(),
+            }),
+            SessionEvent::TurnEnded {
+                turn,
+                outcome,
+                stop_reason,
+                ..
+            } => json!({
+                "turn": turn.get(),
+                "outcome": format!("{outcome:?}"),
+                "stop_reason": stop_reason,
+            }),
+            SessionEvent::RecoveryStarted { turn, step, at, .. } => {
+                json!({"turn": turn.get(), "step": step, "at_ms": at.as_millis()})
+            }
+            SessionEvent::RecoveryExhausted { turn, .. } => json!({"turn": turn.get()}),
+            SessionEvent::FailureReported { failure, cause, .. } => json!({
+                "attempt": failure.attempt.to_string(),
+                "execution": failure.execution.map(ExecutionId::get),
+                "stamp": failure.stamp.get(),
+                "cause": cause.to_string(),
+            }),
+            SessionEvent::AttemptSettled {
+                attempt, outcome, ..
+            } => json!({"attempt": attempt.to_string(), "outcome": format!("{outcome:?}")}),
+            SessionEvent::JoinTimedOut { attempt, .. } => json!({"attempt": attempt.to_string()}),
+            SessionEvent::RuntimeExited {
+                execution,
+                status,
+                reason,
+                ..
+            } => json!({
+                "execution": execution.get(),
+                "status": status.map(|s| format!("{s:?}")),
+                "reason": reason.as_ref().map(|r| format!("{r:?}")),
+            }),
+        };
+        if let (Some(object), Value::Object(fields)) = (object.as_object_mut(), fields) {
+            object.extend(fields);
+        }
+        object
+    }
+}
+
+/// How the core named a `session/new`, as the caller sees it.
+pub(crate) fn origin_of(reason: NewConversationReason) -> ConversationOrigin {
+    match reason {
+        NewConversationReason::First => ConversationOrigin::Created,
+        NewConversationReason::Fallback(reason) => ConversationOrigin::Replaced(reason),
+    }
+}
+
+/// `update.sessionUpdate` → [`EventKind`]. Resource content in a message chunk counts as
+/// a resource; anything unknown is `Other` (and still delivered).
+pub(crate) fn kind_of(update: &Value) -> EventKind {
+    match update.get("sessionUpdate").and_then(Value::as_str) {
+        Some("agent_message_chunk") => {
+            match update
+                .get("content")
+                .and_then(|c| c.get("type"))
+                .and_then(Value::as_str)
+            {
+                Some("resource" | "resource_link") => EventKind::Resource,
+                _ => EventKind::Text,
+            }
+        }
+        Some("agent_thought_chunk") => EventKind::Thought,
+        Some("tool_call") => EventKind::ToolCall,
+        Some("tool_call_update") => EventKind::ToolUpdate,
+        Some("plan") => EventKind::Plan,
+        _ => EventKind::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn update_kinds_map_to_event_kinds() {
+        let kind = |v: Value| kind_of(&v);
+        assert_eq!(
+            kind(json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text"}})),
+            EventKind::Text
+        );
+        assert_eq!(
+            kind(
+                json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "resource_link"}})
+            ),
+            EventKind::Resource
+        );
+        assert_eq!(
+            kind(json!({"sessionUpdate": "tool_call"})),
+            EventKind::ToolCall
+        );
+        assert_eq!(
+            kind(json!({"sessionUpdate": "tool_call_update"})),
+            EventKind::ToolUpdate
+        );
+        assert_eq!(
+            kind(json!({"sessionUpdate": "agent_thought_chunk"})),
+            EventKind::Thought
+        );
+        assert_eq!(kind(json!({"sessionUpdate": "plan"})), EventKind::Plan);
+        assert_eq!(
+            kind(json!({"sessionUpdate": "something_new"})),
+            EventKind::Other
+        );
+        assert_eq!(kind(json!(null)), EventKind::Other);
+    }
+}

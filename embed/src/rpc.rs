@@ -1,0 +1,1134 @@
+//! An ACP agent subprocess and the JSON-RPC connection over its stdio.
+//!
+//! [`AgentConnection::spawn`] starts the agent and three tasks:
+//!
+//! - a **reader** that owns the child's stdout, routes each response to the request
+//!   waiting for it (by id) and pushes everything else, in wire order, into a bounded
+//!   [`AgentEvents`] channel;
+//! - a **writer** that owns the child's stdin and writes whole lines only (a request
+//!   whose deadline passes mid-write can never leave half a line in the pipe);
+//! - a **supervisor** that owns the [`Child`], kills it on request and reaps it.
+//!
+//! # Backpressure, and the one rule for callers
+//!
+//! The event channel is bounded and never drops and never closes because it is full:
+//! when it is full the reader stops reading stdout, the pipe fills, and the agent blocks
+//! on its next write. That is lossless flow control (rule 9), and it has one
+//! consequence: responses travel on the same stdout, behind the notifications. **A caller
+//! that awaits a response must keep draining [`AgentEvents`] at the same time** (another
+//! task, or `select!`), or a prompt that streams more notifications than the channel holds
+//! will time out.
+//!
+//! # Failures
+//!
+//! Every way a request can fail is one [`RpcFailure`] variant. Nothing here panics on
+//! what the agent writes; garbage, unknown response ids and oversized lines are counted
+//! ([`ConnectionStats`]) and reported as [`Anomaly`] events.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ffi::OsString;
+use std::io;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::{sleep_until, timeout_at, Instant};
+
+use crate::jsonrpc::{
+    encode_notification, encode_request, encode_response, parse_frame, Frame, FrameError,
+    RequestId, RpcError,
+};
+
+/// Default longest line we accept from an agent. A `session/load` history replay or a
+/// file read can be megabytes in one line; past this the agent is broken (or hostile) and
+/// the line is skipped and reported, so one line cannot take the service's memory.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 32 * 1024 * 1024;
+
+/// Requests in flight on one connection. ACP traffic is a handful of concurrent calls;
+/// more than this means a caller is leaking requests.
+pub const MAX_PENDING_REQUESTS: usize = 1024;
+
+/// Timed-out request ids remembered, so a late answer is reported as late, not unknown.
+pub const LATE_IDS_REMEMBERED: usize = 64;
+
+/// Lines queued for the writer. A full queue makes the next send wait (under the
+/// caller's deadline), which is backpressure towards the caller.
+pub const WRITE_QUEUE_LINES: usize = 64;
+
+/// Default capacity of the event channel; the same size as the queue that closed on
+/// overflow in compozy #454, to show that here it only slows the agent down.
+pub const DEFAULT_EVENT_CAPACITY: usize = 1024;
+
+/// Bytes of a garbage line kept in a report. Enough to recognise it, small enough to log.
+pub const GARBAGE_SAMPLE_BYTES: usize = 256;
+
+/// After stdout ends, how long we wait for the exit status before deciding the process
+/// is alive with its stdout closed. A process that exits closes stdout at the same
+/// moment, so its status follows within milliseconds.
+pub const EXIT_GRACE: Duration = Duration::from_millis(500);
+
+/// After the process exits, how long we keep reading a stdout that a grandchild still
+/// holds open, before declaring the transport dead anyway.
+pub const DRAIN_GRACE: Duration = Duration::from_millis(500);
+
+/// How an agent process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ProcessExit {
+    /// It exited with this code.
+    Code(i32),
+    /// It was killed by this signal (9 is SIGKILL).
+    Signal(i32),
+    /// The status could not be read.
+    Unknown,
+}
+
+impl From<std::process::ExitStatus> for ProcessExit {
+    fn from(status: std::process::ExitStatus) -> Self {
+        if let Some(code) = status.code() {
+            return ProcessExit::Code(code);
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::process::ExitStatusExt;
+            if let Some(signal) = status.signal() {
+                return ProcessExit::Signal(signal);
+            }
+        }
+        ProcessExit::Unknown
+    }
+}
+
+/// Why a request (or notification, or response) did not get its answer. Closed: each
+/// variant maps to one action of the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RpcFailure {
+    /// The agent answered with a JSON-RPC error. Action: classify it (e.g. load fallback).
+    Rpc(RpcError),
+    /// No answer before the deadline; the agent may still be working. Action: inconclusive;
+    /// retry or tear down, never treat as "not found".
+    TimedOut,
+    /// The agent's stdout ended (or its stdin broke) while the process was still running.
+    /// Action: the runtime is dead; tear it down and recover.
+    TransportClosed,
+    /// The agent process exited. Action: the runtime is dead; recover.
+    ProcessExited {
+        /// How it ended.
+        status: ProcessExit,
+    },
+    /// The agent wrote more non-JSON-RPC lines than the connection's garbage budget.
+    /// Action: the runtime is broken; tear it down and recover.
+    Garbage {
+        /// The start of the line that used up the budget.
+        line: String,
+    },
+    /// We killed the agent (or dropped the connection). Action: none; we asked for it.
+    Killed,
+    /// [`MAX_PENDING_REQUESTS`] requests are already in flight. Action: caller bug; back off.
+    TooManyPending,
+}
+
+impl std::fmt::Display for RpcFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RpcFailure::Rpc(error) => write!(f, "{error}"),
+            RpcFailure::TimedOut => f.write_str("no answer before the deadline"),
+            RpcFailure::TransportClosed => f.write_str("agent transport closed"),
+            RpcFailure::ProcessExited { status } => write!(f, "agent process exited: {status:?}"),
+            RpcFailure::Garbage { line } => write!(f, "agent wrote garbage: {line:?}"),
+            RpcFailure::Killed => f.write_str("agent was killed by us"),
+            RpcFailure::TooManyPending => f.write_str("too many requests in flight"),
+        }
+    }
+}
+
+impl std::error::Error for RpcFailure {}
+
+/// Why the connection ended; the last event on [`AgentEvents`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CloseReason {
+    /// stdout ended and the process exited.
+    ProcessExited(ProcessExit),
+    /// stdout ended but the process kept running past [`EXIT_GRACE`].
+    StdoutClosed,
+    /// Reading stdout failed.
+    ReadFailed(io::ErrorKind),
+    /// The garbage budget was used up by this line (sample).
+    Garbage(String),
+    /// We killed the agent; its exit status, if it was reaped within [`EXIT_GRACE`].
+    Killed(Option<ProcessExit>),
+}
+
+impl CloseReason {
+    /// The failure a request gets when the connection closed for this reason.
+    #[must_use]
+    pub fn failure(&self) -> RpcFailure {
+        match self {
+            CloseReason::ProcessExited(status) => RpcFailure::ProcessExited { status: *status },
+            CloseReason::StdoutClosed | CloseReason::ReadFailed(_) => RpcFailure::TransportClosed,
+            CloseReason::Garbage(line) => RpcFailure::Garbage { line: line.clone() },
+            CloseReason::Killed(_) => RpcFailure::Killed,
+        }
+    }
+}
+
+/// Something the agent wrote that the connection could not use. Reported, counted, never
+/// a panic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Anomaly {
+    /// A line that is not a JSON-RPC message.
+    Garbage {
+        /// Why it is not.
+        kind: FrameError,
+        /// Its first [`GARBAGE_SAMPLE_BYTES`] bytes, lossily decoded.
+        sample: String,
+    },
+    /// A line longer than [`ConnectionConfig::max_line_bytes`]; skipped, and it counts
+    /// against the garbage budget.
+    OversizedLine {
+        /// How long it was.
+        bytes: usize,
+    },
+    /// A response whose id matches no request we sent.
+    UnknownResponseId {
+        /// The id it carried.
+        id: RequestId,
+        /// Whether it was an error response.
+        was_error: bool,
+    },
+    /// A response to a request that had already timed out or been dropped by its caller.
+    LateResponse {
+        /// Our id of that request.
+        id: i64,
+    },
+}
+
+/// What the agent sends us, in wire order. Responses are not here: they go to the
+/// request that waits for them.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentEvent {
+    /// A notification, e.g. `session/update`.
+    Notification {
+        /// The method, e.g. [`crate::acp::SESSION_UPDATE`].
+        method: String,
+        /// The raw params: unknown update kinds pass through untouched.
+        params: Value,
+        /// Bytes of the line on the wire, newline included (for coalescing budgets).
+        wire_bytes: usize,
+    },
+    /// A request from the agent (e.g. `session/request_permission`); answer it with
+    /// [`AgentConnection::respond`] or the agent waits.
+    Request {
+        /// The agent's id, to echo back.
+        id: RequestId,
+        /// The method.
+        method: String,
+        /// The raw params.
+        params: Value,
+    },
+    /// Something unusable; see [`Anomaly`].
+    Anomaly(Anomaly),
+    /// The connection ended; nothing follows.
+    Closed(CloseReason),
+}
+
+/// The receiving end of a connection's bounded event channel.
+#[derive(Debug)]
+pub struct AgentEvents {
+    receiver: mpsc::Receiver<AgentEvent>,
+}
+
+impl AgentEvents {
+    /// The next event; `None` after [`AgentEvent::Closed`] was received (or if the
+    /// connection was dropped).
+    pub async fn recv(&mut self) -> Option<AgentEvent> {
+        self.receiver.recv().await
+    }
+
+    /// The next event if one is queued right now. Every notification the agent wrote
+    /// before a response is queued by the time that response's request returns, so after
+    /// an answer, draining this until `None` yields everything that preceded it.
+    pub fn try_recv(&mut self) -> Option<AgentEvent> {
+        self.receiver.try_recv().ok()
+    }
+}
+
+/// Counters of one connection. Monotonic; read with [`AgentConnection::stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnectionStats {
+    /// Notifications delivered to [`AgentEvents`].
+    pub notifications: u64,
+    /// Requests from the agent delivered to [`AgentEvents`].
+    pub agent_requests: u64,
+    /// Responses routed to a waiting request.
+    pub responses: u64,
+    /// Lines that were not JSON-RPC.
+    pub garbage_lines: u64,
+    /// Lines over [`ConnectionConfig::max_line_bytes`].
+    pub oversized_lines: u64,
+    /// Responses with an id we never sent.
+    pub unknown_response_ids: u64,
+    /// Responses to requests that had timed out.
+    pub late_responses: u64,
+    /// Events that could not be delivered because [`AgentEvents`] was dropped.
+    pub events_without_receiver: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    notifications: AtomicU64,
+    agent_requests: AtomicU64,
+    responses: AtomicU64,
+    garbage_lines: AtomicU64,
+    oversized_lines: AtomicU64,
+    unknown_response_ids: AtomicU64,
+    late_responses: AtomicU64,
+    events_without_receiver: AtomicU64,
+}
+
+impl Counters {
+    fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> ConnectionStats {
+        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        ConnectionStats {
+            notifications: read(&self.notifications),
+            agent_requests: read(&self.agent_requests),
+            responses: read(&self.responses),
+            garbage_lines: read(&self.garbage_lines),
+            oversized_lines: read(&self.oversized_lines),
+            unknown_response_ids: read(&self.unknown_response_ids),
+            late_responses: read(&self.late_responses),
+            events_without_receiver: read(&self.events_without_receiver),
+        }
+    }
+}
+
+/// Where the agent's stderr goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StderrMode {
+    /// Our own stderr (agents log there).
+    #[default]
+    Inherit,
+    /// Discarded.
+    Null,
+}
+
+/// How to start an agent: program, arguments, extra environment, working directory.
+#[derive(Debug, Clone)]
+pub struct AgentCommand {
+    program: OsString,
+    args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+    current_dir: Option<PathBuf>,
+}
+
+impl AgentCommand {
+    /// A command running `program` (looked up in `PATH` if it has no slash).
+    pub fn new(program: impl Into<OsString>) -> Self {
+        Self {
+            program: program.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            current_dir: None,
+        }
+    }
+
+    /// Appends one argument.
+    #[must_use]
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Appends arguments.
+    #[must_use]
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets one environment variable on top of ours.
+    #[must_use]
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Runs the agent in this directory.
+    #[must_use]
+    pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.current_dir = Some(dir.into());
+        self
+    }
+}
+
+/// Knobs of one connection.
+#[derive(Debug, Clone)]
+pub struct ConnectionConfig {
+    /// Capacity of [`AgentEvents`] (at least 1).
+    pub event_capacity: usize,
+    /// Garbage lines tolerated (reported, skipped) before the connection is declared
+    /// broken. 0: the first garbage line closes it with [`CloseReason::Garbage`]. ACP
+    /// reserves stdout for JSON-RPC, so an agent that prints there is broken; raise this
+    /// only for agents known to log a banner to stdout.
+    pub garbage_budget: u32,
+    /// Where the agent's stderr goes.
+    pub stderr: StderrMode,
+    /// Longest line accepted from the agent; see [`DEFAULT_MAX_LINE_BYTES`].
+    pub max_line_bytes: usize,
+}
+
+impl Default for ConnectionConfig {
+    fn default() -> Self {
+        Self {
+            event_capacity: DEFAULT_EVENT_CAPACITY,
+            garbage_budget: 0,
+            stderr: StderrMode::Inherit,
+            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+        }
+    }
+}
+
+/// Why an agent could not be started.
+#[derive(Debug)]
+pub enum SpawnError {
+    /// The OS refused to start the program (not found, not executable, ...).
+    Spawn(io::Error),
+    /// The child came up without the piped stdin or stdout we asked for.
+    MissingPipe,
+}
+
+impl std::fmt::Display for SpawnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SpawnError::Spawn(error) => write!(f, "could not start the agent: {error}"),
+            SpawnError::MissingPipe => f.write_str("the agent has no stdin/stdout pipe"),
+        }
+    }
+}
+
+impl std::error::Error for SpawnError {}
+
+type Reply = Result<Value, RpcFailure>;
+
+/// Routing state shared by the reader and the callers, under one lock so that a request
+/// can never be registered after the connection closed (and so wait for nothing).
+#[derive(Debug, Default)]
+struct Routes {
+    pending: BTreeMap<i64, oneshot::Sender<Reply>>,
+    /// Ids whose request timed out or was dropped unanswered, oldest first, at most
+    /// [`LATE_IDS_REMEMBERED`].
+    late: VecDeque<i64>,
+    closed: Option<CloseReason>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    routes: Mutex<Routes>,
+    counters: Counters,
+    /// Our request ids start at 1: 0 is never valid, so a zero id is always unknown.
+    next_id: AtomicI64,
+    kill_requested: AtomicBool,
+}
+
+impl Shared {
+    fn routes(&self) -> MutexGuard<'_, Routes> {
+        // The lock is only held for map operations that cannot panic, so it is never
+        // poisoned; recover the data anyway rather than propagate a panic.
+        self.routes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn closed_failure(&self) -> Option<RpcFailure> {
+        self.routes().closed.as_ref().map(CloseReason::failure)
+    }
+}
+
+/// Removes a request from `pending` when its future ends, however it ends, so an
+/// abandoned request can neither leak a slot nor make its late answer look unknown.
+struct PendingGuard<'a> {
+    shared: &'a Shared,
+    id: i64,
+}
+
+impl PendingGuard<'_> {
+    /// Takes the id out of `pending`; true if it was still there (no answer came). The
+    /// id is then remembered as late.
+    fn abandon(&self) -> bool {
+        let mut routes = self.shared.routes();
+        if routes.pending.remove(&self.id).is_none() {
+            return false;
+        }
+        if routes.late.len() == LATE_IDS_REMEMBERED {
+            routes.late.pop_front();
+        }
+        routes.late.push_back(self.id);
+        true
+    }
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        // A no-op when the answer (or the close) already took the id out.
+        let _ = self.abandon();
+    }
+}
+
+enum WriteJob {
+    Line {
+        line: String,
+        written: oneshot::Sender<Result<(), io::ErrorKind>>,
+    },
+    CloseStdin,
+}
+
+/// A running ACP agent and the JSON-RPC connection to it. Methods take `&self`: share it
+/// with an `Arc` to prompt from one task and cancel from another.
+///
+/// Dropping it kills the agent (SIGKILL) and reaps it in the background.
+#[derive(Debug)]
+pub struct AgentConnection {
+    shared: Arc<Shared>,
+    writer: mpsc::Sender<WriteJob>,
+    kill: Mutex<Option<oneshot::Sender<()>>>,
+    exit: watch::Receiver<Option<ProcessExit>>,
+    reader: JoinHandle<()>,
+    pid: Option<u32>,
+}
+
+impl std::fmt::Debug for WriteJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WriteJob::Line { line, .. } => f.debug_struct("Line").field("line", line).finish(),
+            WriteJob::CloseStdin => f.write_str("CloseStdin"),
+        }
+    }
+}
+
+impl AgentConnection {
+    /// Starts the agent and the connection's tasks. Must be called inside a tokio
+    /// runtime. The events must be drained (see the module docs).
+    pub fn spawn(
+        command: &AgentCommand,
+        config: ConnectionConfig,
+    ) -> Result<(AgentConnection, AgentEvents), SpawnError> {
+        let mut cmd = Command::new(&command.program);
+        cmd.args(&command.args)
+            .envs(command.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(match config.stderr {
+                StderrMode::Inherit => Stdio::inherit(),
+                StderrMode::Null => Stdio::null(),
+            })
+            // Belt and braces: if the supervisor task itself is dropped (runtime shutdown),
+            // the child is still killed.
+            .kill_on_drop(true);
+        if let Some(dir) = &command.current_dir {
+            cmd.current_dir(dir);
+        }
+        let mut child = cmd.spawn().map_err(SpawnError::Spawn)?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            // Dropping `child` kills it (kill_on_drop).
+            return Err(SpawnError::MissingPipe);
+        };
+        let pid = child.id();
+
+        let shared = Arc::new(Shared {
+            routes: Mutex::new(Routes::default()),
+            counters: Counters::default(),
+            next_id: AtomicI64::new(1),
+            kill_requested: AtomicBool::new(false),
+        });
+        let (exit_tx, exit_rx) = watch::channel(None);
+        let (kill_tx, kill_rx) = oneshot::channel();
+        let (write_tx, write_rx) = mpsc::channel(WRITE_QUEUE_LINES);
+        let (event_tx, event_rx) = mpsc::channel(config.event_capacity.max(1));
+
+        tokio::spawn(supervise(child, kill_rx, exit_tx));
+        tokio::spawn(write_loop(stdin, write_rx));
+        let reader = tokio::spawn(
+            Reader {
+                lines: LineReader::new(stdout, config.max_line_bytes),
+                shared: Arc::clone(&shared),
+                events: event_tx,
+                exit: exit_rx.clone(),
+                garbage_budget: config.garbage_budget,
+                garbage_seen: 0,
+            }
+            .run(),
+        );
+
+        let connection = AgentConnection {
+            shared,
+            writer: write_tx,
+            kill: Mutex::new(Some(kill_tx)),
+            exit: exit_rx,
+            reader,
+            pid,
+        };
+        Ok((connection, AgentEvents { receiver: event_rx }))
+    }
+
+    /// The agent's process id (None if it was already reaped at spawn).
+    #[must_use]
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// Counters so far.
+    #[must_use]
+    pub fn stats(&self) -> ConnectionStats {
+        self.shared.counters.snapshot()
+    }
+
+    /// Why the connection closed, once it has.
+    #[must_use]
+    pub fn close_reason(&self) -> Option<CloseReason> {
+        self.shared.routes().closed.clone()
+    }
+
+    /// The agent's exit status, once it was reaped.
+    #[must_use]
+    pub fn exit_status(&self) -> Option<ProcessExit> {
+        *self.exit.borrow()
+    }
+
+    /// Sends a request and waits for its answer until `deadline`.
+    ///
+    /// The line is written whole even if the deadline passes first; an answer that comes
+    /// after the deadline is reported as [`Anomaly::LateResponse`].
+    pub async fn request(
+        &self,
+        method: &str,
+        params: Value,
+        deadline: Instant,
+    ) -> Result<Value, RpcFailure> {
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let (reply_tx, mut reply_rx) = oneshot::channel();
+        {
+            let mut routes = self.shared.routes();
+            if let Some(reason) = &routes.closed {
+                return Err(reason.failure());
+            }
+            if routes.pending.len() >= MAX_PENDING_REQUESTS {
+                return Err(RpcFailure::TooManyPending);
+            }
+            routes.pending.insert(id, reply_tx);
+        }
+        // From here on, however this future ends (answer, failure, deadline, or the caller
+        // dropping it), the guard takes the id out of `pending`.
+        let guard = PendingGuard {
+            shared: &self.shared,
+            id,
+        };
+        let line = encode_request(&RequestId::Number(id), method, &params);
+        let outcome = timeout_at(deadline, async {
+            self.write_line(line).await?;
+            // The reader fails every pending request when it closes, so the sender is
+            // never dropped unanswered; if it were, the transport is gone.
+            (&mut reply_rx)
+                .await
+                .unwrap_or(Err(RpcFailure::TransportClosed))
+        })
+        .await;
+        match outcome {
+            Ok(reply) => reply,
+            Err(_elapsed) => {
+                if guard.abandon() {
+                    return Err(RpcFailure::TimedOut);
+                }
+                // The reader answered between the deadline and our lock: take the answer.
+                reply_rx.try_recv().unwrap_or(Err(RpcFailure::TimedOut))
+            }
+        }
+    }
+
+    /// Sends a notification (e.g. `session/cancel`); returns once it is written.
+    pub async fn notify(
+        &self,
+        method: &str,
+        params: Value,
+        deadline: Instant,
+    ) -> Result<(), RpcFailure> {
+        self.fail_if_closed()?;
+        let line = encode_notification(method, &params);
+        timeout_at(deadline, self.write_line(line))
+            .await
+            .unwrap_or(Err(RpcFailure::TimedOut))
+    }
+
+    /// Answers a request the agent sent ([`AgentEvent::Request`]).
+    pub async fn respond(
+        &self,
+        id: &RequestId,
+        outcome: Result<Value, RpcError>,
+        deadline: Instant,
+    ) -> Result<(), RpcFailure> {
+        self.fail_if_closed()?;
+        let line = encode_response(id, &outcome);
+        timeout_at(deadline, self.write_line(line))
+            .await
+            .unwrap_or(Err(RpcFailure::TimedOut))
+    }
+
+    /// Closes the agent's stdin after the lines already queued (ACP agents exit on EOF).
+    pub async fn close_stdin(&self) {
+        // Fails only if the writer is gone, and then stdin is closed already.
+        let _ = self.writer.send(WriteJob::CloseStdin).await;
+    }
+
+    /// Sends SIGKILL to the agent (once; later calls do nothing). The supervisor reaps it;
+    /// in-flight requests fail with [`RpcFailure::Killed`].
+    pub fn kill(&self) {
+        self.shared.kill_requested.store(true, Ordering::SeqCst);
+        let sender = self
+            .kill
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(sender) = sender {
+            // Fails only if the supervisor already finished: the child was reaped.
+            let _ = sender.send(());
+        }
+    }
+
+    /// Waits until the agent was reaped, or `deadline`; its exit status, if reaped.
+    pub async fn wait_exit(&self, deadline: Instant) -> Option<ProcessExit> {
+        let mut exit = self.exit.clone();
+        timeout_at(deadline, exited(&mut exit))
+            .await
+            .unwrap_or(None)
+    }
+
+    /// [`kill`](Self::kill), then [`wait_exit`](Self::wait_exit).
+    pub async fn kill_and_reap(&self, deadline: Instant) -> Option<ProcessExit> {
+        self.kill();
+        self.wait_exit(deadline).await
+    }
+
+    /// A closed connection takes no more lines: its agent can no longer answer, and a
+    /// caller must learn that now rather than from a silent success.
+    fn fail_if_closed(&self) -> Result<(), RpcFailure> {
+        self.shared.closed_failure().map_or(Ok(()), Err)
+    }
+
+    async fn write_line(&self, line: String) -> Result<(), RpcFailure> {
+        let (written_tx, written_rx) = oneshot::channel();
+        let job = WriteJob::Line {
+            line,
+            written: written_tx,
+        };
+        let transport_failure = || {
+            self.shared
+                .closed_failure()
+                .unwrap_or(RpcFailure::TransportClosed)
+        };
+        if self.writer.send(job).await.is_err() {
+            return Err(transport_failure());
+        }
+        match written_rx.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) | Err(_) => Err(transport_failure()),
+        }
+    }
+}
+
+impl Drop for AgentConnection {
+    fn drop(&mut self) {
+        // The reader may be parked on a full event channel nobody drains any more.
+        self.reader.abort();
+        self.kill();
+    }
+}
+
+/// Resolves once the supervisor published the exit status. `None` only if the
+/// supervisor ended without one (its task was dropped at runtime shutdown).
+async fn exited(exit: &mut watch::Receiver<Option<ProcessExit>>) -> Option<ProcessExit> {
+    match exit.wait_for(Option::is_some).await {
+        Ok(status) => *status,
+        Err(_) => None,
+    }
+}
+
+/// Owns the child: waits for it, kills it when asked (or when the connection is gone),
+/// and always reaps it.
+async fn supervise(
+    mut child: Child,
+    kill: oneshot::Receiver<()>,
+    exit: watch::Sender<Option<ProcessExit>>,
+) {
+    let status = tokio::select! {
+        biased;
+        status = child.wait() => status,
+        // Either a kill request or the connection was dropped: both mean kill.
+        _ = kill => {
+            // Fails only if the child already exited; wait() then returns at once.
+            let _ = child.start_kill();
+            child.wait().await
+        }
+    };
+    let status = status
+        .map(ProcessExit::from)
+        .unwrap_or(ProcessExit::Unknown);
+    exit.send_replace(Some(status));
+}
+
+/// Owns the child's stdin and writes whole lines, in order.
+async fn write_loop(stdin: ChildStdin, mut jobs: mpsc::Receiver<WriteJob>) {
+    let mut stdin = Some(stdin);
+    let mut broken: Option<io::ErrorKind> = None;
+    while let Some(job) = jobs.recv().await {
+        match job {
+            WriteJob::CloseStdin => stdin = None,
+            WriteJob::Line { line, written } => {
+                let result = match (&mut stdin, broken) {
+                    (_, Some(kind)) => Err(kind),
+                    (None, None) => Err(io::ErrorKind::BrokenPipe),
+                    (Some(pipe), None) => {
+                        let result = async {
+                            pipe.write_all(line.as_bytes()).await?;
+                            pipe.flush().await
+                        }
+                        .await;
+                        result.map_err(|error| error.kind())
+                    }
+                };
+                if let Err(kind) = result {
+                    // A failed write may have left part of a line in the pipe; nothing
+                    // after it could be framed correctly, so the stdin stays broken.
+                    broken = Some(kind);
+                    stdin = None;
+                }
+                // The caller may have given up (deadline); the line was written anyway.
+                let _ = written.send(result);
+            }
+        }
+    }
+}
+
+/// One read from stdout.
+enum ReadOutcome {
+    Line(Vec<u8>),
+    Oversized(usize),
+    /// End of stdout, with an unterminated last line if there was one.
+    Eof(Option<Vec<u8>>),
+    Failed(io::ErrorKind),
+}
+
+/// Newline-delimited lines with a length bound. Cancel-safe: all progress is kept in
+/// `self`, and the only await is `fill_buf`, which consumes nothing.
+struct LineReader<R> {
+    inner: BufReader<R>,
+    line: Vec<u8>,
+    /// Bytes of the current line so far, counted past `max_line_bytes` too.
+    line_bytes: usize,
+    max_line_bytes: usize,
+}
+
+impl<R: AsyncRead + Unpin> LineReader<R> {
+    fn new(inner: R, max_line_bytes: usize) -> Self {
+        Self {
+            inner: BufReader::with_capacity(64 * 1024, inner),
+            line: Vec::new(),
+            line_bytes: 0,
+            max_line_bytes,
+        }
+    }
+
+    async fn next(&mut self) -> ReadOutcome {
+        loop {
+            let buf = match self.inner.fill_buf().await {
+                Ok(buf) => buf,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) => return ReadOutcome::Failed(error.kind()),
+            };
+            if buf.is_empty() {
+                let partial = (self.line_bytes > 0 && self.line_bytes <= self.max_line_bytes)
+                    .then(|| std::mem::take(&mut self.line));
+                self.line_bytes = 0;
+                return ReadOutcome::Eof(partial);
+            }
+            let (chunk, found_newline) = match buf.iter().position(|&b| b == b'\n') {
+                Some(at) => (&buf[..at], true),
+                None => (buf, false),
+            };
+            let chunk_len = chunk.len();
+            self.line_bytes += chunk_len;
+            if self.line_bytes <= self.max_line_bytes {
+                self.line.extend_from_slice(chunk);
+            } else {
+                // Past the bound: stop keeping bytes, keep counting until the newline.
+                self.line = Vec::new();
+            }
+            self.inner.consume(chunk_len + usize::from(found_newline));
+            if found_newline {
+                let bytes = std::mem::take(&mut self.line_bytes);
+                let line = std::mem::take(&mut self.line);
+                return if bytes > self.max_line_bytes {
+                    ReadOutcome::Oversized(bytes)
+                } else {
+                    ReadOutcome::Line(line)
+                };
+            }
+        }
+    }
+}
+
+struct Reader {
+    lines: LineReader<ChildStdout>,
+    shared: Arc<Shared>,
+    events: mpsc::Sender<AgentEvent>,
+    exit: watch::Receiver<Option<ProcessExit>>,
+    garbage_budget: u32,
+    garbage_seen: u32,
+}
+
+impl Reader {
+    async fn run(mut self) {
+        let reason = self.read_until_closed().await;
+        let pending = {
+            let mut routes = self.shared.routes();
+            routes.closed = Some(reason.clone());
+            std::mem::take(&mut routes.pending)
+        };
+        let failure = reason.failure();
+        for (_, waiter) in pending {
+            // The waiter may have given up already; nothing to tell it then.
+            let _ = waiter.send(Err(failure.clone()));
+        }
+        self.emit(AgentEvent::Closed(reason)).await;
+    }
+
+    async fn read_until_closed(&mut self) -> CloseReason {
+        // Set once the process exited while stdout was still open (a grandchild holds it).
+        let mut drain_deadline: Option<Instant> = None;
+        let mut exit = self.exit.clone();
+        loop {
+            let outcome = tokio::select! {
+                biased;
+                outcome = self.lines.next() => outcome,
+                _ = exited(&mut exit), if drain_deadline.is_none() => {
+                    drain_deadline = Some(Instant::now() + DRAIN_GRACE);
+                    continue;
+                }
+                _ = sleep_until(drain_deadline.unwrap_or_else(Instant::now)),
+                    if drain_deadline.is_some() => {
+                    return self.end_reason().await;
+                }
+            };
+            match outcome {
+                ReadOutcome::Line(line) => {
+                    if let Some(reason) = self.handle_line(&line).await {
+                        return reason;
+                    }
+                }
+                ReadOutcome::Oversized(bytes) => {
+                    Counters::bump(&self.shared.counters.oversized_lines);
+                    self.emit(AgentEvent::Anomaly(Anomaly::OversizedLine { bytes }))
+                        .await;
+                    if let Some(reason) = self.spend_garbage(format!("<{bytes} bytes>")) {
+                        return reason;
+                    }
+                }
+                ReadOutcome::Eof(partial) => {
+                    if let Some(line) = partial {
+                        // An agent that dies mid-line leaves a fragment; one that simply
+                        // omits the last newline leaves a whole message. Either way EOF
+                        // is the reason we close, not the fragment.
+                        let _ = self.handle_line(&line).await;
+                    }
+                    return self.end_reason().await;
+                }
+                ReadOutcome::Failed(kind) => return CloseReason::ReadFailed(kind),
+            }
+        }
+    }
+
+    /// Stdout is done: did the process exit, or did it only close stdout?
+    async fn end_reason(&mut self) -> CloseReason {
+        let deadline = Instant::now() + EXIT_GRACE;
+        let status = timeout_at(deadline, exited(&mut self.exit))
+            .await
+            .unwrap_or(None);
+        if self.shared.kill_requested.load(Ordering::SeqCst) {
+            return CloseReason::Killed(status);
+        }
+        match status {
+            Some(status) => CloseReason::ProcessExited(status),
+            None => CloseReason::StdoutClosed,
+        }
+    }
+
+    /// Handles one line; `Some` if it closes the connection.
+    async fn handle_line(&mut self, line: &[u8]) -> Option<CloseReason> {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return None;
+        }
+        match parse_frame(line) {
+            Ok(Frame::Response { id, outcome }) => {
+                self.route_response(id, outcome).await;
+                None
+            }
+            Ok(Frame::Notification { method, params }) => {
+                Counters::bump(&self.shared.counters.notifications);
+                let wire_bytes = line.len() + 1;
+                self.emit(AgentEvent::Notification {
+                    method,
+                    params,
+                    wire_bytes,
+                })
+                .await;
+                None
+            }
+            Ok(Frame::Request { id, method, params }) => {
+                Counters::bump(&self.shared.counters.agent_requests);
+                self.emit(AgentEvent::Request { id, method, params }).await;
+                None
+            }
+            Err(kind) => {
+                Counters::bump(&self.shared.counters.garbage_lines);
+                let sample = sample(line);
+                self.emit(AgentEvent::Anomaly(Anomaly::Garbage {
+                    kind,
+                    sample: sample.clone(),
+                }))
+                .await;
+                self.spend_garbage(sample)
+            }
+        }
+    }
+
+    fn spend_garbage(&mut self, sample: String) -> Option<CloseReason> {
+        self.garbage_seen = self.garbage_seen.saturating_add(1);
+        (self.garbage_seen > self.garbage_budget).then_some(CloseReason::Garbage(sample))
+    }
+
+    async fn route_response(&mut self, id: RequestId, outcome: Result<Value, RpcError>) {
+        let anomaly = {
+            let mut routes = self.shared.routes();
+            let number = match id {
+                RequestId::Number(number) => Some(number),
+                RequestId::Null | RequestId::Str(_) => None,
+            };
+            match number.and_then(|n| routes.pending.remove(&n)) {
+                Some(waiter) => {
+                    Counters::bump(&self.shared.counters.responses);
+                    // The waiter may have just timed out; it then reads nothing.
+                    let _ = waiter.send(outcome.map_err(RpcFailure::Rpc));
+                    None
+                }
+                None => match number.filter(|n| routes.late.contains(n)) {
+                    Some(late) => {
+                        Counters::bump(&self.shared.counters.late_responses);
+                        Some(Anomaly::LateResponse { id: late })
+                    }
+                    None => {
+                        Counters::bump(&self.shared.counters.unknown_response_ids);
+                        Some(Anomaly::UnknownResponseId {
+                            id,
+                            was_error: outcome.is_err(),
+                        })
+                    }
+                },
+            }
+        };
+        if let Some(anomaly) = anomaly {
+            self.emit(AgentEvent::Anomaly(anomaly)).await;
+        }
+    }
+
+    /// Delivers an event, waiting while the channel is full (backpressure). If the
+    /// receiver is gone the event is counted and dropped: nobody can read it.
+    async fn emit(&self, event: AgentEvent) {
+        if self.events.send(event).await.is_err() {
+            Counters::bump(&self.shared.counters.events_without_receiver);
+        }
+    }
+}
+
+fn sample(line: &[u8]) -> String {
+    let cut = line.len().min(GARBAGE_SAMPLE_BYTES);
+    String::from_utf8_lossy(&line[..cut]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn read_all(input: &[u8], max_line_bytes: usize) -> Vec<String> {
+        let mut reader = LineReader::new(input, max_line_bytes);
+        let mut out = Vec::new();
+        loop {
+            match reader.next().await {
+                ReadOutcome::Line(line) => out.push(String::from_utf8(line).unwrap()),
+                ReadOutcome::Oversized(bytes) => out.push(format!("<oversized {bytes}>")),
+                ReadOutcome::Eof(partial) => {
+                    if let Some(partial) = partial {
+                        out.push(format!("<eof {}>", String::from_utf8(partial).unwrap()));
+                    }
+                    return out;
+                }
+                ReadOutcome::Failed(kind) => panic!("read failed: {kind:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn line_reader_splits_lines_and_keeps_an_unterminated_tail() {
+        assert_eq!(
+            read_all(b"a\nbc\n\nd", 16).await,
+            ["a", "bc", "", "<eof d>"]
+        );
+        assert_eq!(read_all(b"", 16).await, Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn line_reader_skips_an_oversized_line_and_resyncs() {
+        // The small buffer sizes make the bound fall inside, at and across reads.
+        let mut input = vec![b'x'; 200_000];
+        input.extend_from_slice(b"\nok\n");
+        input.extend_from_slice(&[b'y'; 100]);
+        input.extend_from_slice(b"\n");
+        assert_eq!(
+            read_all(&input, 100).await,
+            ["<oversized 200000>", "ok", "y".repeat(100).as_str()]
+        );
+        // An oversized unterminated tail is dropped, not returned.
+        assert_eq!(read_all(&[b'z'; 300], 100).await, Vec::<String>::new());
+    }
+
+    #[test]
+    fn close_reasons_map_to_failures() {
+        assert_eq!(
+            CloseReason::ProcessExited(ProcessExit::Signal(9)).failure(),
+            RpcFailure::ProcessExited {
+                status: ProcessExit::Signal(9)
+            }
+        );
+        assert_eq!(
+            CloseReason::StdoutClosed.failure(),
+            RpcFailure::TransportClosed
+        );
+        assert_eq!(CloseReason::Killed(None).failure(), RpcFailure::Killed);
+        assert_eq!(
+            CloseReason::Garbage("x".into()).failure(),
+            RpcFailure::Garbage { line: "x".into() }
+        );
+    }
+}

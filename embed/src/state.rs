@@ -1,0 +1,253 @@
+//! The supervisor's state file: the core's snapshot plus what the supervisor itself must
+//! remember across a restart, written atomically.
+//!
+//! The core snapshots its own state ([`Core::snapshot`](palisade_core::Core::snapshot)).
+//! The supervisor adds what only it knows: which ACP session id each conversation token
+//! stands for, the text of each turn in flight (a recovery re-prompt needs it), which
+//! executions it had bound (their processes died with it, and the restored core must hear
+//! so), and its ID counters (so no ID is ever reused).
+//!
+//! Layout, all integers little-endian:
+//!
+//! ```text
+//! "PLSV" | version: u16 | saved_at_ms: u64 | header_len: u32 | header (JSON) | core snapshot
+//! ```
+//!
+//! Writing is write-temp, fsync, rename, fsync-directory: after a crash the file is either
+//! the old state or the new one, never a mix.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use palisade_core::{
+    AttemptId, ConversationToken, ExecutionId, Generation, RestoreError, SessionId, TurnId,
+};
+use serde::{Deserialize, Serialize};
+
+/// The file's magic bytes.
+pub const STATE_MAGIC: &[u8; 4] = b"PLSV";
+/// Bump on any change to the layout or the header.
+pub const STATE_VERSION: u16 = 1;
+/// Bytes before `saved_at_ms`: magic and version.
+const PREFIX_LEN: usize = 6;
+/// Bytes before the header: prefix, `saved_at_ms`, `header_len`.
+const FIXED_LEN: usize = PREFIX_LEN + 8 + 4;
+/// Where the part that is compared to decide whether anything changed begins: right after
+/// `saved_at_ms`, which changes with every write.
+pub(crate) const BODY_OFFSET: usize = PREFIX_LEN + 8;
+
+/// The supervisor's own state, beside the core's snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Header {
+    pub(crate) next_execution: u64,
+    pub(crate) next_turn: u64,
+    pub(crate) next_stamp: u64,
+    pub(crate) next_token: u64,
+    pub(crate) sessions: Vec<SessionRecord>,
+    pub(crate) executions: Vec<ExecutionRecord>,
+}
+
+/// What the supervisor remembers of one session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SessionRecord {
+    pub(crate) session: SessionId,
+    /// The conversation token the core holds, and the ACP session id it stands for.
+    pub(crate) conversation: Option<(ConversationToken, String)>,
+    /// The turn in flight and the caller's original text.
+    pub(crate) turn: Option<(TurnId, String)>,
+}
+
+/// An execution that was bound when the state was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ExecutionRecord {
+    pub(crate) execution: ExecutionId,
+    pub(crate) session: SessionId,
+    pub(crate) attempt: AttemptId,
+    pub(crate) generation: Generation,
+}
+
+/// Why a state file could not be used. A supervisor never starts fresh over a state file
+/// it cannot read: that would restart the epoch and could reuse attempt IDs.
+#[derive(Debug)]
+pub enum StateError {
+    /// Reading the file failed.
+    Io(io::Error),
+    /// Shorter than its header says.
+    Truncated,
+    /// Not a supervisor state file.
+    BadMagic,
+    /// Written by another version.
+    UnsupportedVersion(u16),
+    /// The supervisor's header does not decode.
+    Header(String),
+    /// The core's snapshot was refused.
+    Core(RestoreError),
+}
+
+impl std::fmt::Display for StateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StateError::Io(error) => write!(f, "state file: {error}"),
+            StateError::Truncated => f.write_str("state file truncated"),
+            StateError::BadMagic => f.write_str("not a palisade supervisor state file"),
+            StateError::UnsupportedVersion(v) => {
+                write!(f, "state file version {v}, expected {STATE_VERSION}")
+            }
+            StateError::Header(error) => write!(f, "state file header: {error}"),
+            StateError::Core(error) => write!(f, "core snapshot: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for StateError {}
+
+/// Encodes a state image.
+pub(crate) fn encode(saved_at_ms: u64, header: &Header, core_snapshot: &[u8]) -> Vec<u8> {
+    let header = serde_json::to_vec(header)
+        .expect("the header has string keys and plain values only, so it always serializes");
+    let header_len =
+        u32::try_from(header.len()).expect("the header is bounded far below 4 GiB (see Header)");
+    let mut out = Vec::with_capacity(FIXED_LEN + header.len() + core_snapshot.len());
+    out.extend_from_slice(STATE_MAGIC);
+    out.extend_from_slice(&STATE_VERSION.to_le_bytes());
+    out.extend_from_slice(&saved_at_ms.to_le_bytes());
+    out.extend_from_slice(&header_len.to_le_bytes());
+    out.extend_from_slice(&header);
+    out.extend_from_slice(core_snapshot);
+    out
+}
+
+/// A decoded state image: when it was saved, the supervisor's header, the core's bytes.
+pub(crate) struct Decoded<'a> {
+    pub(crate) saved_at_ms: u64,
+    pub(crate) header: Header,
+    pub(crate) core_snapshot: &'a [u8],
+}
+
+/// Decodes a state image; never panics on bad bytes.
+pub(crate) fn decode(bytes: &[u8]) -> Result<Decoded<'_>, StateError> {
+    if bytes.len() < FIXED_LEN {
+        return Err(StateError::Truncated);
+    }
+    if &bytes[..4] != STATE_MAGIC {
+        return Err(StateError::BadMagic);
+    }
+    let version = u16::from_le_bytes([bytes[4], bytes[5]]);
+    if version != STATE_VERSION {
+        return Err(StateError::UnsupportedVersion(version));
+    }
+    let mut saved_at = [0u8; 8];
+    saved_at.copy_from_slice(&bytes[PREFIX_LEN..PREFIX_LEN + 8]);
+    let mut header_len = [0u8; 4];
+    header_len.copy_from_slice(&bytes[BODY_OFFSET..FIXED_LEN]);
+    let header_len = usize::try_from(u32::from_le_bytes(header_len)).unwrap_or(usize::MAX);
+    let header_end = FIXED_LEN
+        .checked_add(header_len)
+        .filter(|end| *end <= bytes.len())
+        .ok_or(StateError::Truncated)?;
+    let header: Header = serde_json::from_slice(&bytes[FIXED_LEN..header_end])
+        .map_err(|error| StateError::Header(error.to_string()))?;
+    Ok(Decoded {
+        saved_at_ms: u64::from_le_bytes(saved_at),
+        header,
+        core_snapshot: &bytes[header_end..],
+    })
+}
+
+/// Reads a state file; `Ok(None)` if there is none yet.
+pub(crate) fn read(path: &Path) -> Result<Option<Vec<u8>>, StateError> {
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(StateError::Io(error)),
+    }
+}
+
+fn temp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    path.with_file_name(name)
+}
+
+/// Replaces `path` with `bytes` atomically and durably: write a temporary file beside it,
+/// fsync it, rename it over `path`, fsync the directory (so the rename itself survives a
+/// power loss).
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let temp = temp_path(path);
+    {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&temp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+    }
+    std::fs::rename(&temp, path)?;
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header() -> Header {
+        Header {
+            next_execution: 3,
+            next_turn: 9,
+            next_stamp: 2,
+            next_token: 4,
+            sessions: vec![SessionRecord {
+                session: SessionId::new(1).unwrap(),
+                conversation: Some((ConversationToken::new(3).unwrap(), "s-1".into())),
+                turn: Some((TurnId::new(8).unwrap(), "hello".into())),
+            }],
+            executions: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn state_round_trips_and_bad_bytes_are_errors() {
+        let bytes = encode(1234, &header(), b"core");
+        let decoded = decode(&bytes).unwrap();
+        assert_eq!(decoded.saved_at_ms, 1234);
+        assert_eq!(decoded.header, header());
+        assert_eq!(decoded.core_snapshot, b"core");
+
+        assert!(matches!(decode(&bytes[..10]), Err(StateError::Truncated)));
+        assert!(matches!(
+            decode(&bytes[..FIXED_LEN + 3]),
+            Err(StateError::Truncated)
+        ));
+        let mut bad = bytes.clone();
+        bad[0] = b'X';
+        assert!(matches!(decode(&bad), Err(StateError::BadMagic)));
+        let mut bad = bytes.clone();
+        bad[4] = 9;
+        assert!(matches!(
+            decode(&bad),
+            Err(StateError::UnsupportedVersion(9))
+        ));
+        let mut bad = bytes;
+        bad[FIXED_LEN] = b'!';
+        assert!(matches!(decode(&bad), Err(StateError::Header(_))));
+    }
+
+    #[test]
+    fn atomic_write_replaces_the_file_and_leaves_no_temp() {
+        let dir = std::env::temp_dir().join(format!("palisade-state-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("state.bin");
+        write_atomically(&path, b"one").unwrap();
+        write_atomically(&path, b"two").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"two");
+        assert!(!temp_path(&path).exists());
+        assert_eq!(read(&dir.join("missing")).unwrap(), None);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

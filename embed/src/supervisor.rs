@@ -1,0 +1,879 @@
+//! The tokio shell around the [`Engine`]: it owns the agent processes and their
+//! connections, the clock, the state file and the caller's channels, and carries out what
+//! the engine decides.
+//!
+//! One driver task owns the engine. Each agent process has a *pump* task that owns its
+//! event stream and its in-flight requests, and forwards both into the driver's bounded
+//! inbox in wire order: an answer is forwarded only after every notification the agent
+//! wrote before it (so a turn's last output is never taken for the next turn's, nor
+//! dropped after its end).
+//!
+//! A step of the driver: take one command, or up to [`STEP_MESSAGES`] inbox messages, or
+//! a timeout; then persist the state if it changed (write-ahead: before any action or event
+//! of that step leaves the process); then carry out the actions; then hand events to the
+//! caller. The state file is written with temp + fsync + rename + fsync-dir, on a blocking
+//! thread while the pumps keep reading; messages that arrive meanwhile form the next step,
+//! so a burst of notifications costs one write per step, not one per notification.
+//!
+//! Backpressure, end to end: a caller that does not drain [`SessionEvents`] fills the
+//! per-session delivery queues; then the driver stops reading its inbox, the pumps stop
+//! reading their agents, the agents' stdout pipes fill and the agents block. Nothing is
+//! dropped and no connection is closed. (While the driver does not read its inbox, answers
+//! wait too; the core's deadlines keep running, so a caller must drain its events.)
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use palisade_core::{Config, Epoch, Input, SessionId, Timestamp, TurnId, Verdict};
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+use tokio::time::{sleep_until, Instant};
+
+use crate::config::{SupervisorConfig, SupervisorConfigError};
+use crate::engine::{Action, Engine, EngineStats, Op, PromptError};
+use crate::events::SessionEvent;
+use crate::rpc::{AgentCommand, AgentConnection, AgentEvent, AgentEvents, ProcessExit, RpcFailure};
+use crate::state::{self, StateError, BODY_OFFSET};
+
+/// Inbox messages handled in one step before the state is persisted. Larger steps mean
+/// fewer fsyncs in a burst; smaller ones mean earlier persistence.
+pub const STEP_MESSAGES: usize = 64;
+/// Capacity of the driver's inbox (all pumps share it). A full inbox blocks the pumps,
+/// which then stop reading their agents: backpressure.
+pub const INBOX_CAPACITY: usize = 256;
+/// Requests queued to one pump. ACP keeps at most a few requests in flight per agent
+/// (initialize, load/new, a prompt); more means the pump is stuck, and the request fails.
+pub const PUMP_REQUESTS: usize = 16;
+/// Caller commands queued to the driver.
+pub const COMMAND_CAPACITY: usize = 64;
+/// How long a SIGKILLed process may take to be reaped. Milliseconds normally; ten
+/// seconds covers a loaded machine.
+pub const REAP_WITHIN: Duration = Duration::from_secs(10);
+/// How long writing a notification or a response to an agent may take.
+pub const WRITE_WITHIN: Duration = Duration::from_secs(10);
+/// The furthest a deadline is mapped into the future (keeps `Instant` arithmetic total).
+const FURTHEST: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+/// Why a supervisor could not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// The configuration was refused.
+    Config(SupervisorConfigError),
+    /// The state file exists but cannot be restored. The supervisor refuses to start
+    /// fresh over it (a fresh epoch could reuse attempt IDs).
+    State(StateError),
+    /// The restored state (with its new epoch) could not be persisted.
+    Persist(io::Error),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Config(error) => write!(f, "bad configuration: {error}"),
+            StartError::State(error) => write!(f, "cannot restore: {error}"),
+            StartError::Persist(error) => write!(f, "cannot write the state file: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// Why a supervisor call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SupervisorError {
+    /// The supervisor was shut down.
+    Stopped,
+    /// The prompt was not claimed.
+    Prompt(PromptError),
+}
+
+impl std::fmt::Display for SupervisorError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SupervisorError::Stopped => f.write_str("the supervisor was shut down"),
+            SupervisorError::Prompt(error) => write!(f, "{error}"),
+        }
+    }
+}
+
+impl std::error::Error for SupervisorError {}
+
+/// Counters of a running supervisor.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SupervisorStats {
+    /// The engine's counters.
+    pub engine: EngineStats,
+    /// State files written.
+    pub persists: u64,
+    /// State file writes that failed (the next change retries).
+    pub persist_failures: u64,
+    /// Agent processes not yet reaped.
+    pub runtimes: usize,
+    /// Events dropped because the caller dropped its [`SessionEvents`].
+    pub events_dropped: u64,
+}
+
+/// The caller's end of the event channel: every [`SessionEvent`], in order per session.
+/// Drain it: a full channel pushes back on the agents.
+#[derive(Debug)]
+pub struct SessionEvents {
+    receiver: mpsc::Receiver<SessionEvent>,
+}
+
+impl SessionEvents {
+    /// The next event; `None` once the supervisor is gone.
+    pub async fn recv(&mut self) -> Option<SessionEvent> {
+        self.receiver.recv().await
+    }
+
+    /// The next event if one is queued right now.
+    pub fn try_recv(&mut self) -> Option<SessionEvent> {
+        self.receiver.try_recv().ok()
+    }
+}
+
+enum Command {
+    Prompt {
+        session: SessionId,
+        text: String,
+        reply: oneshot::Sender<Result<TurnId, PromptError>>,
+    },
+    Cancel {
+        session: SessionId,
+        reply: oneshot::Sender<Verdict>,
+    },
+    Resume {
+        session: SessionId,
+        reply: oneshot::Sender<Verdict>,
+    },
+    Feed {
+        input: Input,
+        reply: oneshot::Sender<Verdict>,
+    },
+    Conversation {
+        session: SessionId,
+        reply: oneshot::Sender<Option<String>>,
+    },
+    Stats {
+        reply: oneshot::Sender<SupervisorStats>,
+    },
+    Shutdown {
+        reply: oneshot::Sender<()>,
+    },
+}
+
+/// A handle to a running supervisor: the core's recovery around ACP agent processes.
+/// Cheap to clone; when the last handle is dropped the supervisor shuts down as
+/// [`Supervisor::shutdown`] does.
+///
+/// ```no_run
+/// use palisade_core::SessionId;
+/// use palisade_embed::{AgentCommand, SessionEvent, Supervisor, SupervisorConfig};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let agent = AgentCommand::new("my-acp-agent");
+/// let state = Some("/var/lib/my-service/palisade.state".into());
+/// let (supervisor, mut events) = Supervisor::start(SupervisorConfig::default(), agent, state)?;
+/// let session = SessionId::new(1).unwrap();
+/// let turn = supervisor.prompt(session, "hello").await?;
+/// while let Some(event) = events.recv().await {
+///     println!("{}", event.to_json());
+///     if matches!(event, SessionEvent::TurnEnded { turn: t, .. } if t == turn) {
+///         break;
+///     }
+/// }
+/// supervisor.shutdown().await;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Supervisor {
+    commands: mpsc::Sender<Command>,
+    epoch: Epoch,
+    core_config: Config,
+}
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self {
+            Command::Prompt { .. } => "Prompt",
+            Command::Cancel { .. } => "Cancel",
+            Command::Resume { .. } => "Resume",
+            Command::Feed { .. } => "Feed",
+            Command::Conversation { .. } => "Conversation",
+            Command::Stats { .. } => "Stats",
+            Command::Shutdown { .. } => "Shutdown",
+        };
+        f.write_str(name)
+    }
+}
+
+impl Supervisor {
+    /// Starts a supervisor that runs `agent` for every runtime the core asks for. Must be
+    /// called inside a tokio runtime.
+    ///
+    /// With a `state_path`, the state is persisted after every step that changed it; if the
+    /// file exists, the supervisor restores it (the core comes back in the next epoch; the
+    /// runtimes of the previous incarnation are reported exited, and turns they carried
+    /// are recovered by the core's rules) and persists the new epoch before doing anything
+    /// else. Without one, nothing survives a restart.
+    pub fn start(
+        config: SupervisorConfig,
+        agent: AgentCommand,
+        state_path: Option<PathBuf>,
+    ) -> Result<(Supervisor, SessionEvents), StartError> {
+        config.validate().map_err(StartError::Config)?;
+        let existing = match &state_path {
+            Some(path) => state::read(path).map_err(StartError::State)?,
+            None => None,
+        };
+        let connection = config.connection.clone();
+        let event_capacity = config.event_capacity;
+        let (clock, mut engine) = match existing {
+            Some(bytes) => {
+                let saved_at_ms = state::decode(&bytes)
+                    .map_err(StartError::State)?
+                    .saved_at_ms;
+                let clock = Clock::resume(saved_at_ms);
+                let engine =
+                    Engine::restore(config, &bytes, clock.now()).map_err(StartError::State)?;
+                (clock, engine)
+            }
+            None => (
+                Clock::resume(0),
+                Engine::new(config).map_err(StartError::Config)?,
+            ),
+        };
+        let mut store = state_path.map(|path| Store {
+            path,
+            last_body: Vec::new(),
+        });
+        if let Some(store) = store.as_mut() {
+            // The new epoch is durable before any attempt of it exists.
+            let bytes = engine.encode_state(clock.now());
+            state::write_atomically(&store.path, &bytes).map_err(StartError::Persist)?;
+            store.last_body = bytes[BODY_OFFSET..].to_vec();
+        }
+        engine.take_dirty();
+
+        let epoch = engine.epoch();
+        let core_config = engine.config().core.clone();
+        let (command_tx, command_rx) = mpsc::channel(COMMAND_CAPACITY);
+        let (inbox_tx, inbox_rx) = mpsc::channel(INBOX_CAPACITY);
+        let (event_tx, event_rx) = mpsc::channel(event_capacity);
+        let driver = Driver {
+            engine,
+            clock,
+            agent,
+            connection,
+            store,
+            commands: command_rx,
+            inbox_tx,
+            inbox: inbox_rx,
+            events: event_tx,
+            caller_gone: false,
+            handles: BTreeMap::new(),
+            stats: SupervisorStats::default(),
+        };
+        tokio::spawn(driver.run());
+        Ok((
+            Supervisor {
+                commands: command_tx,
+                epoch,
+                core_config,
+            },
+            SessionEvents { receiver: event_rx },
+        ))
+    }
+
+    /// The core's epoch: 1 for a fresh state, bumped by every restore.
+    #[must_use]
+    pub fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
+    /// The core configuration in force (after a restore, the snapshot's).
+    #[must_use]
+    pub fn core_config(&self) -> &Config {
+        &self.core_config
+    }
+
+    async fn call<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, SupervisorError> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(make(reply))
+            .await
+            .map_err(|_| SupervisorError::Stopped)?;
+        answer.await.map_err(|_| SupervisorError::Stopped)
+    }
+
+    /// Submits a prompt for `session`: the core claims a turn and dispatches it once a
+    /// runtime is ready (starting one if needed). Its output and its one `TurnEnded`
+    /// arrive on [`SessionEvents`].
+    pub async fn prompt(
+        &self,
+        session: SessionId,
+        text: impl Into<String>,
+    ) -> Result<TurnId, SupervisorError> {
+        let text = text.into();
+        self.call(|reply| Command::Prompt {
+            session,
+            text,
+            reply,
+        })
+        .await?
+        .map_err(SupervisorError::Prompt)
+    }
+
+    /// Cancels the session's starting attempt and its turn (rule 5: a runtime whose
+    /// prompt the agent accepted is asked to cancel, not torn down).
+    pub async fn cancel(&self, session: SessionId) -> Result<Verdict, SupervisorError> {
+        self.call(|reply| Command::Cancel { session, reply }).await
+    }
+
+    /// Starts (or joins) the session's runtime without a prompt.
+    pub async fn resume(&self, session: SessionId) -> Result<Verdict, SupervisorError> {
+        self.call(|reply| Command::Resume { session, reply }).await
+    }
+
+    /// Feeds a core input as is, e.g. a callback from a runtime this supervisor does not
+    /// run itself (a remote controller). The core fences it like any other callback.
+    pub async fn feed(&self, input: Input) -> Result<Verdict, SupervisorError> {
+        self.call(|reply| Command::Feed { input, reply }).await
+    }
+
+    /// The ACP session id of the session's current conversation.
+    pub async fn conversation(
+        &self,
+        session: SessionId,
+    ) -> Result<Option<String>, SupervisorError> {
+        self.call(|reply| Command::Conversation { session, reply })
+            .await
+    }
+
+    /// Counters so far.
+    pub async fn stats(&self) -> Result<SupervisorStats, SupervisorError> {
+        self.call(|reply| Command::Stats { reply }).await
+    }
+
+    /// Kills and reaps every agent process and stops the driver. The state file keeps
+    /// the last step's state, exactly as after a crash: a supervisor started from it
+    /// recovers what was in flight.
+    pub async fn shutdown(&self) {
+        let _ = self.call(|reply| Command::Shutdown { reply }).await;
+    }
+}
+
+/// Milliseconds on a clock that survives restarts: wall-clock based at start (so time
+/// spent down counts against deadlines), monotonic while running, and never before the
+/// state file's own time.
+#[derive(Debug)]
+struct Clock {
+    start: Instant,
+    base_ms: u64,
+}
+
+impl Clock {
+    fn resume(not_before_ms: u64) -> Clock {
+        let wall_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        Clock {
+            start: Instant::now(),
+            base_ms: wall_ms.max(not_before_ms),
+        }
+    }
+
+    fn now(&self) -> Timestamp {
+        let elapsed = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Timestamp::from_millis(self.base_ms.saturating_add(elapsed))
+    }
+
+    fn instant(&self, at: Timestamp) -> Instant {
+        let after = Duration::from_millis(at.as_millis().saturating_sub(self.base_ms));
+        self.start + after.min(FURTHEST)
+    }
+}
+
+#[derive(Debug)]
+struct Store {
+    path: PathBuf,
+    /// What was last written, from [`BODY_OFFSET`] on (the write time excluded).
+    last_body: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct Handle {
+    conn: Arc<AgentConnection>,
+    requests: mpsc::Sender<PumpRequest>,
+}
+
+#[derive(Debug)]
+struct PumpRequest {
+    op: Op,
+    method: &'static str,
+    params: Value,
+    deadline: Instant,
+}
+
+#[derive(Debug)]
+enum Inbox {
+    Agent {
+        execution: palisade_core::ExecutionId,
+        event: AgentEvent,
+    },
+    Reply {
+        execution: palisade_core::ExecutionId,
+        op: Op,
+        result: Result<Value, RpcFailure>,
+    },
+    Reaped {
+        execution: palisade_core::ExecutionId,
+        status: Option<ProcessExit>,
+    },
+}
+
+struct Driver {
+    engine: Engine,
+    clock: Clock,
+    agent: AgentCommand,
+    connection: crate::rpc::ConnectionConfig,
+    store: Option<Store>,
+    commands: mpsc::Receiver<Command>,
+    inbox_tx: mpsc::Sender<Inbox>,
+    inbox: mpsc::Receiver<Inbox>,
+    events: mpsc::Sender<SessionEvent>,
+    caller_gone: bool,
+    handles: BTreeMap<palisade_core::ExecutionId, Handle>,
+    stats: SupervisorStats,
+}
+
+enum Flow {
+    Continue,
+    Stop,
+}
+
+/// What woke the driver.
+enum Wake {
+    Command(Option<Command>),
+    Message(Inbox),
+    Sent,
+    Timeout,
+}
+
+impl Driver {
+    async fn run(mut self) {
+        loop {
+            let now = self.clock.now();
+            self.engine.pump_outlets(now);
+            self.persist(now).await;
+            let mut actions = Vec::new();
+            while let Some(action) = self.engine.poll_action() {
+                actions.push(action);
+            }
+            if !actions.is_empty() {
+                // Actions these queue (an `initialize` after a spawn) wait for the next
+                // persist.
+                for action in actions {
+                    self.perform(action);
+                }
+                continue;
+            }
+            self.flush_events();
+            let deadline = self.engine.poll_timeout();
+            let accept = self.engine.can_accept();
+            let sending = self.engine.has_events() && !self.caller_gone;
+            let wake = self.clock.instant(deadline.unwrap_or(Timestamp::MAX));
+            // The branches only take what woke the driver; it is handled below, once the
+            // branch futures (which borrow the driver's channels) are gone.
+            let wake = tokio::select! {
+                biased;
+                command = self.commands.recv() => Wake::Command(command),
+                Some(message) = self.inbox.recv(), if accept => Wake::Message(message),
+                permit = self.events.reserve(), if sending => {
+                    match permit {
+                        Ok(permit) => {
+                            if let Some(event) = self.engine.pop_event() {
+                                permit.send(event);
+                            }
+                        }
+                        Err(_) => self.caller_gone = true,
+                    }
+                    Wake::Sent
+                }
+                () = sleep_until(wake), if deadline.is_some() => Wake::Timeout,
+            };
+            match wake {
+                Wake::Command(Some(command)) => {
+                    if matches!(self.command(command).await, Flow::Stop) {
+                        return;
+                    }
+                }
+                Wake::Command(None) => {
+                    // Every handle was dropped.
+                    self.shutdown().await;
+                    return;
+                }
+                Wake::Message(message) => {
+                    self.message(message);
+                    for _ in 1..STEP_MESSAGES {
+                        if !self.engine.can_accept() {
+                            break;
+                        }
+                        match self.inbox.try_recv() {
+                            Ok(message) => self.message(message),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                Wake::Sent => {}
+                Wake::Timeout => self.engine.handle_timeout(self.clock.now()),
+            }
+        }
+    }
+
+    /// Hands the caller every event it has room for.
+    fn flush_events(&mut self) {
+        while self.engine.has_events() {
+            if self.caller_gone {
+                while self.engine.pop_event().is_some() {
+                    self.stats.events_dropped += 1;
+                }
+                return;
+            }
+            match self.events.try_reserve() {
+                Ok(permit) => {
+                    if let Some(event) = self.engine.pop_event() {
+                        permit.send(event);
+                    }
+                }
+                Err(mpsc::error::TrySendError::Full(())) => return,
+                Err(mpsc::error::TrySendError::Closed(())) => self.caller_gone = true,
+            }
+        }
+    }
+
+    /// Writes the state if this step changed it.
+    async fn persist(&mut self, now: Timestamp) {
+        if !self.engine.take_dirty() {
+            return;
+        }
+        let Some(store) = self.store.as_mut() else {
+            return;
+        };
+        let bytes = self.engine.encode_state(now);
+        if bytes[BODY_OFFSET..] == store.last_body[..] {
+            return;
+        }
+        let body = bytes[BODY_OFFSET..].to_vec();
+        let path = store.path.clone();
+        let written =
+            tokio::task::spawn_blocking(move || state::write_atomically(&path, &bytes)).await;
+        match written {
+            Ok(Ok(())) => {
+                store.last_body = body;
+                self.stats.persists += 1;
+            }
+            // The next change tries again; the file keeps the previous state meanwhile.
+            Ok(Err(_)) | Err(_) => self.stats.persist_failures += 1,
+        }
+    }
+
+    async fn command(&mut self, command: Command) -> Flow {
+        let now = self.clock.now();
+        // A caller that gave up waiting for the answer is no reason to stop.
+        match command {
+            Command::Prompt {
+                session,
+                text,
+                reply,
+            } => {
+                let _ = reply.send(self.engine.prompt(now, session, text));
+            }
+            Command::Cancel { session, reply } => {
+                let _ = reply.send(self.engine.cancel(now, session));
+            }
+            Command::Resume { session, reply } => {
+                let _ = reply.send(self.engine.resume(now, session));
+            }
+            Command::Feed { input, reply } => {
+                let _ = reply.send(self.engine.feed(now, input));
+            }
+            Command::Conversation { session, reply } => {
+                let _ = reply.send(self.engine.conversation(session));
+            }
+            Command::Stats { reply } => {
+                let mut stats = self.stats;
+                stats.engine = self.engine.stats();
+                stats.runtimes = self.engine.runtime_count();
+                let _ = reply.send(stats);
+            }
+            Command::Shutdown { reply } => {
+                self.shutdown().await;
+                let _ = reply.send(());
+                return Flow::Stop;
+            }
+        }
+        Flow::Continue
+    }
+
+    /// Kills and reaps every agent; tells the engine nothing (the state file keeps the
+    /// last step, as after a crash).
+    async fn shutdown(&mut self) {
+        let handles = std::mem::take(&mut self.handles);
+        for handle in handles.values() {
+            handle.conn.kill();
+        }
+        let until = Instant::now() + REAP_WITHIN;
+        for handle in handles.values() {
+            let _ = handle.conn.wait_exit(until).await;
+        }
+    }
+
+    fn message(&mut self, message: Inbox) {
+        let now = self.clock.now();
+        match message {
+            Inbox::Agent { execution, event } => self.engine.agent_event(now, execution, event),
+            Inbox::Reply {
+                execution,
+                op,
+                result,
+            } => self.engine.reply(now, execution, op, result),
+            Inbox::Reaped { execution, status } => {
+                self.handles.remove(&execution);
+                self.engine.reaped(now, execution, status);
+            }
+        }
+    }
+
+    fn perform(&mut self, action: Action) {
+        let now = self.clock.now();
+        match action {
+            Action::Spawn { session, attempt } => {
+                match AgentConnection::spawn(&self.agent, self.connection.clone()) {
+                    Ok((conn, events)) => {
+                        let conn = Arc::new(conn);
+                        let execution = self.engine.spawned(now, session, attempt, Ok(conn.pid()));
+                        let (requests_tx, requests_rx) = mpsc::channel(PUMP_REQUESTS);
+                        tokio::spawn(pump(
+                            execution,
+                            Arc::clone(&conn),
+                            events,
+                            requests_rx,
+                            self.inbox_tx.clone(),
+                        ));
+                        self.handles.insert(
+                            execution,
+                            Handle {
+                                conn,
+                                requests: requests_tx,
+                            },
+                        );
+                    }
+                    Err(error) => {
+                        self.engine
+                            .spawned(now, session, attempt, Err(error.to_string()));
+                    }
+                }
+            }
+            Action::Request {
+                execution,
+                op,
+                method,
+                params,
+                deadline,
+            } => {
+                let request = PumpRequest {
+                    op,
+                    method,
+                    params,
+                    deadline: self.clock.instant(deadline),
+                };
+                let Some(handle) = self.handles.get(&execution) else {
+                    self.engine
+                        .reply(now, execution, op, Err(RpcFailure::TransportClosed));
+                    return;
+                };
+                match handle.requests.try_send(request) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(request)) => {
+                        self.engine.reply(
+                            now,
+                            execution,
+                            request.op,
+                            Err(RpcFailure::TooManyPending),
+                        );
+                    }
+                    Err(mpsc::error::TrySendError::Closed(request)) => {
+                        let failure = handle
+                            .conn
+                            .close_reason()
+                            .map_or(RpcFailure::TransportClosed, |r| r.failure());
+                        self.engine.reply(now, execution, request.op, Err(failure));
+                    }
+                }
+            }
+            Action::Notify {
+                execution,
+                method,
+                params,
+            } => {
+                if let Some(handle) = self.handles.get(&execution) {
+                    let conn = Arc::clone(&handle.conn);
+                    tokio::spawn(async move {
+                        // A closed connection reports itself through its events.
+                        let _ = conn
+                            .notify(method, params, Instant::now() + WRITE_WITHIN)
+                            .await;
+                    });
+                }
+            }
+            Action::Respond {
+                execution,
+                id,
+                outcome,
+            } => {
+                if let Some(handle) = self.handles.get(&execution) {
+                    let conn = Arc::clone(&handle.conn);
+                    tokio::spawn(async move {
+                        let _ = conn
+                            .respond(&id, outcome, Instant::now() + WRITE_WITHIN)
+                            .await;
+                    });
+                }
+            }
+            Action::Stop {
+                execution,
+                deadline,
+                grace_ms,
+            } => {
+                let Some(handle) = self.handles.get(&execution) else {
+                    self.engine.reaped(now, execution, None);
+                    return;
+                };
+                let conn = Arc::clone(&handle.conn);
+                let inbox = self.inbox_tx.clone();
+                let grace_until = (Instant::now() + Duration::from_millis(grace_ms))
+                    .min(self.clock.instant(deadline));
+                tokio::spawn(async move {
+                    // ACP agents exit on stdin EOF, and may save their conversation first.
+                    conn.close_stdin().await;
+                    let status = match conn.wait_exit(grace_until).await {
+                        Some(status) => Some(status),
+                        None => conn.kill_and_reap(Instant::now() + REAP_WITHIN).await,
+                    };
+                    let _ = inbox.send(Inbox::Reaped { execution, status }).await;
+                });
+            }
+            Action::Kill { execution } => {
+                let Some(handle) = self.handles.get(&execution) else {
+                    self.engine.reaped(now, execution, None);
+                    return;
+                };
+                let conn = Arc::clone(&handle.conn);
+                let inbox = self.inbox_tx.clone();
+                tokio::spawn(async move {
+                    let status = conn.kill_and_reap(Instant::now() + REAP_WITHIN).await;
+                    let _ = inbox.send(Inbox::Reaped { execution, status }).await;
+                });
+            }
+        }
+    }
+}
+
+/// Forwards one agent's events and answers to the driver, in wire order: an answer after
+/// the notifications written before it, the close after every answer.
+async fn pump(
+    execution: palisade_core::ExecutionId,
+    conn: Arc<AgentConnection>,
+    mut events: AgentEvents,
+    mut requests: mpsc::Receiver<PumpRequest>,
+    inbox: mpsc::Sender<Inbox>,
+) {
+    let mut in_flight: JoinSet<(Op, Result<Value, RpcFailure>)> = JoinSet::new();
+    let mut closed = false;
+    let mut requests_open = true;
+    loop {
+        tokio::select! {
+            biased;
+            request = requests.recv(), if requests_open => match request {
+                Some(request) => {
+                    let conn = Arc::clone(&conn);
+                    in_flight.spawn(async move {
+                        let result = conn
+                            .request(request.method, request.params, request.deadline)
+                            .await;
+                        (request.op, result)
+                    });
+                }
+                // The driver let go of this runtime; keep draining until it closes.
+                None => requests_open = false,
+            },
+            event = events.recv(), if !closed => {
+                let Some(event) = event else {
+                    closed = true;
+                    continue;
+                };
+                if matches!(event, AgentEvent::Closed(_)) {
+                    closed = true;
+                    // Answers the agent wrote before it closed come first (an agent may
+                    // answer a prompt and exit at once). Every request is resolved by now:
+                    // the connection fails the unanswered ones before it reports the close.
+                    while let Some(done) = in_flight.join_next().await {
+                        let Ok((op, result)) = done else { continue };
+                        if inbox.send(Inbox::Reply { execution, op, result }).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                if inbox.send(Inbox::Agent { execution, event }).await.is_err() {
+                    return;
+                }
+            }
+            Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
+                // A request task does not panic; a cancelled one has nothing to report.
+                let Ok((op, result)) = done else { continue };
+                // Everything the agent wrote before this answer is queued by now: send it
+                // first, so output is never reordered behind its prompt's end.
+                while !closed {
+                    let Some(event) = events.try_recv() else { break };
+                    closed = matches!(event, AgentEvent::Closed(_));
+                    if inbox.send(Inbox::Agent { execution, event }).await.is_err() {
+                        return;
+                    }
+                }
+                if inbox.send(Inbox::Reply { execution, op, result }).await.is_err() {
+                    return;
+                }
+            }
+            else => return,
+        }
+        if closed && in_flight.is_empty() {
+            // Refuse new requests, then answer the ones already queued: none is left
+            // without a reply.
+            requests.close();
+            let failure = conn
+                .close_reason()
+                .map_or(RpcFailure::TransportClosed, |r| r.failure());
+            while let Ok(request) = requests.try_recv() {
+                let result = Err(failure.clone());
+                let reply = Inbox::Reply {
+                    execution,
+                    op: request.op,
+                    result,
+                };
+                if inbox.send(reply).await.is_err() {
+                    return;
+                }
+            }
+            return;
+        }
+    }
+}

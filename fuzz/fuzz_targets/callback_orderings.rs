@@ -1,0 +1,7 @@
+//! `callback_orderings`: see `palisade_fuzz_entry::callback_orderings`. `PALISADE_MUTANT=<name>` switches a mutant on.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use palisade_fuzz_entry::{fuzz, Target};
+
+fuzz_target!(|data: &[u8]| fuzz(Target::CallbackOrderings, data));

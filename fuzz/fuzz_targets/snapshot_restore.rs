@@ -1,0 +1,7 @@
+//! `snapshot_restore`: see `palisade_fuzz_entry::snapshot_restore`. `PALISADE_MUTANT=<name>` switches a mutant on.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use palisade_fuzz_entry::{fuzz, Target};
+
+fuzz_target!(|data: &[u8]| fuzz(Target::SnapshotRestore, data));

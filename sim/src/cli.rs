@@ -1,0 +1,781 @@
+//! The `palisade` command line (DESIGN.md, "CLI contract").
+//!
+//! Exit codes: 0 everything held; 1 an invariant failed (or a mutant survived, or a replay
+//! reproduced its failure); 2 bad usage or bad input, reported before anything is written.
+
+use clap::{Args, Parser, Subcommand};
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use crate::diagram;
+use crate::failure::{self, FailureFile, FAILURE_FORMAT};
+use crate::minimize;
+use crate::report::{self, Summary};
+use crate::runner;
+use crate::scenario::{self, Resolved};
+use crate::scoreboard;
+use crate::sweep::{self, hex, SeedRange, Shard, SweepConfig};
+use crate::world::Mutant;
+
+/// Prints a line to stdout; a closed pipe (`palisade scenarios | head`) is not an error.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// Everything held.
+const EXIT_HELD: u8 = 0;
+/// An invariant failed, a mutant survived, or a failure reproduced.
+const EXIT_FAILED: u8 = 1;
+/// Bad usage or bad input; nothing was written.
+const EXIT_BAD_INPUT: u8 = 2;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "palisade",
+    version,
+    about = "Deterministic simulation testbed for palisade-core",
+    long_about = "Drives the real palisade-core through a madsim world with delayed, duplicated and \
+                  reordered callbacks, cancellations, provider exits and crash-restarts, and checks \
+                  its invariants.\n\nExit codes: 0 all held; 1 an invariant failed (or a mutant \
+                  survived); 2 bad usage or input."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run many seeds of one or all scenarios and write reports.
+    Sweep(SweepArgs),
+    /// Run one seed and print its trace and verdict.
+    Run(RunArgs),
+    /// Re-run a failure file; prints `reproduced <hash>` (exit 1) when it fails identically.
+    Replay {
+        /// A failure file (`failures/<scenario>-<seed>.json`).
+        file: PathBuf,
+    },
+    /// Shrink a failure file's fault plan while the same invariant still fails.
+    Minimize {
+        /// A failure file.
+        file: PathBuf,
+        /// Where to write the minimised failure file [default: FILE with `.min.json`].
+        #[arg(short = 'o', long = "out")]
+        out: Option<PathBuf>,
+        /// Worker threads [default: the number of cores].
+        #[arg(long, value_parser = parse_jobs)]
+        jobs: Option<usize>,
+        /// The most seed runs to spend.
+        #[arg(long, default_value_t = minimize::MAX_RUNS)]
+        max_runs: usize,
+    },
+    /// Sweep every mutant of the core; write mutants.md; exit 1 if any survives.
+    Mutants(MutantsArgs),
+    /// Print a mermaid sequence diagram of a failure file's (or JSONL trace file's) trace.
+    Diagram {
+        /// A failure file, or a JSONL trace written by `run --trace`.
+        file: PathBuf,
+        /// Draw every event rather than the window around the violation.
+        #[arg(long)]
+        all: bool,
+        /// Wrap the diagram in a markdown ```mermaid fence.
+        #[arg(long)]
+        markdown: bool,
+    },
+    /// List the shipped scenarios (and check that they load).
+    Scenarios,
+    /// Combine the summary.json files of a sharded sweep into one summary.
+    Merge {
+        /// The shards' summary.json files.
+        #[arg(required = true)]
+        summaries: Vec<PathBuf>,
+        /// Where to write the merged summary.json, summary.md and junit.xml.
+        #[arg(long, default_value = "reports")]
+        report_dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+struct SweepArgs {
+    /// A scenario name, a path to a scenario file, or `all`.
+    #[arg(long, default_value = "all")]
+    scenario: String,
+    /// Seeds 0..N of every scenario [default: 200 for swarm, 100 for the others].
+    #[arg(long, conflicts_with = "seed_range", value_parser = parse_seed_count)]
+    seeds: Option<u64>,
+    /// Seeds A..B (B excluded) or A..=B of every scenario.
+    #[arg(long, value_parser = parse_seed_range)]
+    seed_range: Option<SeedRange>,
+    /// Worker threads [default: the number of cores].
+    #[arg(long, value_parser = parse_jobs)]
+    jobs: Option<usize>,
+    /// Only shard I of N (the seeds at positions p with p % N == I).
+    #[arg(long, value_parser = parse_shard)]
+    shard: Option<Shard>,
+    /// Switch this mutant on in the core.
+    #[arg(long, value_parser = parse_mutant)]
+    mutant: Option<Mutant>,
+    /// Where to write summary.json, summary.md, junit.xml and failures/.
+    #[arg(long, default_value = "reports")]
+    report_dir: PathBuf,
+    /// Re-run this fraction of the seeds (0 < F <= 1) and compare their traces.
+    #[arg(long, value_parser = parse_fraction)]
+    check_determinism: Option<f64>,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// A scenario name or a path to a scenario file.
+    #[arg(long)]
+    scenario: String,
+    /// The seed.
+    #[arg(long)]
+    seed: u64,
+    /// Switch this mutant on in the core.
+    #[arg(long, value_parser = parse_mutant)]
+    mutant: Option<Mutant>,
+    /// Write the JSONL trace to this file instead of stdout.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct MutantsArgs {
+    /// Seeds per scenario before a mutant counts as surviving.
+    #[arg(long, default_value_t = scoreboard::DEFAULT_SEEDS_PER_SCENARIO, value_parser = parse_seed_count)]
+    seeds: u64,
+    /// Worker threads [default: the number of cores].
+    #[arg(long, value_parser = parse_jobs)]
+    jobs: Option<usize>,
+    /// Where to write mutants.md and the failure files.
+    #[arg(long, default_value = "reports")]
+    report_dir: PathBuf,
+    /// Only these scenarios (a name, a path, or `all`).
+    #[arg(long, default_value = "all")]
+    scenario: String,
+    /// Seed runs spent minimising each mutant's first failure (0: do not minimise).
+    #[arg(long, default_value_t = scoreboard::MINIMIZE_RUNS)]
+    minimize_runs: usize,
+}
+
+fn parse_seed_range(s: &str) -> Result<SeedRange, String> {
+    s.parse()
+}
+
+fn parse_shard(s: &str) -> Result<Shard, String> {
+    s.parse()
+}
+
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    sweep::parse_fraction(s)
+}
+
+fn parse_seed_count(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!(
+            "bad seed count {s:?}: expected a whole number >= 1"
+        )),
+    }
+}
+
+fn parse_jobs(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("bad job count {s:?}: expected a whole number >= 1")),
+    }
+}
+
+fn parse_mutant(s: &str) -> Result<Mutant, String> {
+    Mutant::from_name(s)
+        .ok_or_else(|| format!("unknown mutant {s:?} (known: {})", failure::mutant_names()))
+}
+
+fn default_jobs() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// A command's failure: the message and the exit code.
+struct Fail {
+    code: u8,
+    message: String,
+}
+
+fn bad_input(message: impl Into<String>) -> Fail {
+    Fail {
+        code: EXIT_BAD_INPUT,
+        message: message.into(),
+    }
+}
+
+fn io_error(what: &Path, e: std::io::Error) -> Fail {
+    // Not the input's fault, but no verdict either: the run is unusable.
+    bad_input(format!("{}: cannot write: {e}", what.display()))
+}
+
+/// The binary's entry point.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Sweep(args) => cmd_sweep(args),
+        Command::Run(args) => cmd_run(args),
+        Command::Replay { file } => cmd_replay(&file),
+        Command::Minimize {
+            file,
+            out,
+            jobs,
+            max_runs,
+        } => cmd_minimize(&file, out, jobs.unwrap_or_else(default_jobs), max_runs),
+        Command::Mutants(args) => cmd_mutants(args),
+        Command::Diagram {
+            file,
+            all,
+            markdown,
+        } => cmd_diagram(&file, all, markdown),
+        Command::Scenarios => cmd_scenarios(),
+        Command::Merge {
+            summaries,
+            report_dir,
+        } => cmd_merge(&summaries, &report_dir),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(fail) => {
+            eprintln!("error: {}", fail.message);
+            ExitCode::from(fail.code)
+        }
+    }
+}
+
+fn resolve(spec: &str) -> Result<Vec<Resolved>, Fail> {
+    scenario::resolve(spec).map_err(|e| bad_input(e.to_string()))
+}
+
+/// Creates the report directory up front, so a path that cannot be one is bad input
+/// reported before any seed runs.
+fn prepare_report_dir(dir: &Path) -> Result<(), Fail> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(bad_input(format!(
+            "--report-dir {}: exists and is not a directory",
+            dir.display()
+        )));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| {
+        bad_input(format!(
+            "--report-dir {}: cannot create: {e}",
+            dir.display()
+        ))
+    })
+}
+
+fn cmd_sweep(args: SweepArgs) -> Result<u8, Fail> {
+    let scenarios = resolve(&args.scenario)?;
+    let ranges: Vec<SeedRange> = scenarios
+        .iter()
+        .map(|r| match (args.seeds, args.seed_range) {
+            (Some(n), _) => SeedRange::first(n),
+            (None, Some(range)) => range,
+            (None, None) => SeedRange::first(sweep::default_seeds(&r.scenario.name)),
+        })
+        .collect();
+    prepare_report_dir(&args.report_dir)?;
+    let config = SweepConfig {
+        scenarios,
+        ranges,
+        shard: args.shard,
+        jobs: args.jobs.unwrap_or_else(default_jobs),
+        mutant: args.mutant,
+        check_determinism: args.check_determinism,
+        progress: true,
+    };
+    let result = sweep::sweep(&config);
+
+    // Failure files first, so the summary only points at files that exist.
+    let mut files = BTreeMap::new();
+    let mut diagrams = BTreeMap::new();
+    let mut out = std::io::stdout().lock();
+    let mut unfiled = 0usize;
+    for rec in &result.records {
+        let Some(f) = &rec.failure else { continue };
+        let resolved = &config.scenarios[rec.scenario];
+        let name = &resolved.scenario.name;
+        if f.detail_dropped {
+            unfiled += 1;
+            continue;
+        }
+        let rel = report::failure_file_name(name, rec.seed, None);
+        let path = args.report_dir.join(&rel);
+        let file = FailureFile::new(resolved, rec, config.mutant, &path, report::commit());
+        report::write_json(&path, &file).map_err(|e| io_error(&path, e))?;
+        let _ = writeln!(
+            out,
+            "FAIL {name} seed {}: {}: {}\n  replay: {}\n  repro:  {}",
+            rec.seed,
+            f.invariant,
+            sweep::clip(&f.message, 300),
+            file.replay,
+            file.repro
+        );
+        if diagrams.len() < report::MAX_DIAGRAMS_IN_MARKDOWN && !f.trace.is_empty() {
+            diagrams.insert(
+                (name.clone(), rec.seed),
+                diagram::mermaid(
+                    &f.trace,
+                    &f.events,
+                    Some(&f.invariant),
+                    Some(diagram::DEFAULT_WINDOW),
+                ),
+            );
+        }
+        files.insert((rec.scenario, rec.seed), rel);
+    }
+    if unfiled > 0 {
+        let _ = writeln!(
+            out,
+            "({unfiled} more failing seeds are listed in summary.json without failure files: \
+             at most {} per scenario are written)",
+            sweep::MAX_FAILURE_FILES_PER_SCENARIO
+        );
+    }
+    for d in &result.divergences {
+        let _ = writeln!(
+            out,
+            "FAIL {} seed {}: {}: {}",
+            config.scenarios[d.scenario].scenario.name,
+            d.seed,
+            sweep::DETERMINISM_INVARIANT,
+            d.message
+        );
+    }
+    let summary = report::summarize(&config, &result, &files);
+    report::write_summary_files(&args.report_dir, &summary, &diagrams)
+        .map_err(|e| io_error(&args.report_dir, e))?;
+    print_tail(&mut out, &summary);
+    Ok(if summary.held() {
+        EXIT_HELD
+    } else {
+        EXIT_FAILED
+    })
+}
+
+/// The closing lines of a sweep (or merge): coverage gaps, determinism, throughput, and
+/// exactly one `sweep:` line, last.
+fn print_tail(out: &mut impl std::io::Write, summary: &Summary) {
+    for g in &summary.coverage_gaps {
+        let _ = writeln!(
+            out,
+            "coverage: mark `{}` never hit in scenario {} (required by its [expect] min_marks)",
+            g.mark, g.scenario
+        );
+    }
+    if summary.determinism_checked > 0 {
+        let differed = summary
+            .failures
+            .iter()
+            .filter(|f| f.invariant == sweep::DETERMINISM_INVARIANT)
+            .count();
+        let _ = writeln!(
+            out,
+            "determinism: {} seeds re-run, {differed} differed",
+            summary.determinism_checked
+        );
+    }
+    let wall = summary.timing.wall_seconds.max(1e-9);
+    let oracle_note = if summary.timing.oracle_seconds > 0.0 {
+        format!(
+            ", oracle {:.0}% of seed time",
+            summary.timing.oracle_seconds * 100.0 / summary.timing.seed_seconds.max(1e-9)
+        )
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        out,
+        "throughput: {} events, {:.0} events/s, {:.1} simulated s per wall s{oracle_note}",
+        summary.events,
+        summary.events as f64 / wall,
+        summary.sim_millis as f64 / 1e3 / wall,
+    );
+    let _ = writeln!(
+        out,
+        "sweep: {} seeds, {} failed, {:.1} seeds/s",
+        summary.seeds,
+        summary.failed,
+        summary.seeds as f64 / wall
+    );
+}
+
+fn cmd_run(args: RunArgs) -> Result<u8, Fail> {
+    let resolved = scenario::resolve_one(&args.scenario).map_err(|e| bad_input(e.to_string()))?;
+    if let Some(path) = &args.trace {
+        if path.is_dir() {
+            return Err(bad_input(format!(
+                "--trace {}: is a directory",
+                path.display()
+            )));
+        }
+    }
+    let timed = runner::run_isolated(&resolved.scenario, args.seed, None, args.mutant);
+    let (rec, trace) = sweep::record(0, args.seed, timed, true);
+    let trace = trace.unwrap_or_default();
+    match &args.trace {
+        Some(path) => {
+            let mut text = trace.join("\n");
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            report::write_atomic(path, text.as_bytes()).map_err(|e| io_error(path, e))?;
+        }
+        None => {
+            let mut out = std::io::stdout().lock();
+            for line in &trace {
+                let _ = writeln!(out, "{line}");
+            }
+            let _ = out.flush();
+        }
+    }
+    let name = &resolved.scenario.name;
+    match &rec.failure {
+        None => {
+            eprintln!(
+                "held: {name} seed {}, trace {}, {} events, {:.1} simulated s",
+                args.seed,
+                hex(rec.trace_hash),
+                rec.stats.events,
+                rec.stats.sim_millis as f64 / 1e3
+            );
+            Ok(EXIT_HELD)
+        }
+        Some(f) => {
+            eprintln!(
+                "FAILED: {name} seed {}: {}: {}\n  trace {}, events {:?}\n  repro: {}",
+                args.seed,
+                f.invariant,
+                f.message,
+                hex(rec.trace_hash),
+                f.events,
+                failure::repro_command(&resolved.spec, args.seed, args.mutant)
+            );
+            Ok(EXIT_FAILED)
+        }
+    }
+}
+
+fn load_failure(path: &Path) -> Result<failure::Loaded, Fail> {
+    failure::load(path).map_err(bad_input)
+}
+
+fn cmd_replay(path: &Path) -> Result<u8, Fail> {
+    let loaded = load_failure(path)?;
+    let file = &loaded.file;
+    let timed = runner::run_isolated(
+        &loaded.scenario.scenario,
+        file.seed,
+        file.plan.clone(),
+        loaded.mutant,
+    );
+    let (rec, trace) = sweep::record(0, file.seed, timed, true);
+    let trace = trace.unwrap_or_default();
+    let now_hash = hex(rec.trace_hash);
+    let what = format!(
+        "{} seed {}{}",
+        file.scenario,
+        file.seed,
+        file.mutant
+            .as_deref()
+            .map(|m| format!(" with mutant {m}"))
+            .unwrap_or_default()
+    );
+    match &rec.failure {
+        // A panic has no trace hash: the same panic message is the same failure.
+        Some(f)
+            if f.invariant == file.invariant
+                && now_hash == file.trace_hash
+                && (f.invariant != sweep::PANIC_INVARIANT || f.message == file.message) =>
+        {
+            say!("{what}: {}: {}", f.invariant, f.message);
+            say!("reproduced {now_hash}");
+            Ok(EXIT_FAILED)
+        }
+        Some(f) => {
+            let mut why = format!(
+                "diverged: {what} was recorded failing `{}` with trace {}, and now fails `{}` with trace {now_hash}",
+                file.invariant, file.trace_hash, f.invariant
+            );
+            if let Some((i, a, b)) = sweep::first_difference(&file.trace, &trace) {
+                why.push_str(&format!(
+                    "\n  first difference at trace line {i}:\n    recorded: {}\n    now:      {}",
+                    sweep::clip(&a, 200),
+                    sweep::clip(&b, 200)
+                ));
+            }
+            say!("{why}\n  now: {}", f.message);
+            Ok(EXIT_FAILED)
+        }
+        None => {
+            say!(
+                "passed: {what} held (trace {now_hash}); it was recorded failing `{}` with trace {}",
+                file.invariant, file.trace_hash
+            );
+            Ok(EXIT_HELD)
+        }
+    }
+}
+
+fn cmd_minimize(
+    path: &Path,
+    out: Option<PathBuf>,
+    jobs: usize,
+    max_runs: usize,
+) -> Result<u8, Fail> {
+    let loaded = load_failure(path)?;
+    let out = out.unwrap_or_else(|| {
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "failure".into());
+        path.with_file_name(format!("{stem}.min.json"))
+    });
+    let min = minimize::minimize_file(&loaded, &out, jobs, max_runs).map_err(bad_input)?;
+    report::write_json(&out, &min).map_err(|e| io_error(&out, e))?;
+    let m = min.minimized.as_ref().expect("minimize_file sets it");
+    let pct = |a: usize, b: usize| {
+        if b == 0 {
+            100.0
+        } else {
+            a as f64 * 100.0 / b as f64
+        }
+    };
+    say!(
+        "minimized: faults {} -> {} ({:.0}%), trace events {} -> {} ({:.0}%), {} runs",
+        m.original_faults,
+        m.faults,
+        pct(m.faults, m.original_faults),
+        m.original_events,
+        m.events,
+        pct(m.events, m.original_events),
+        m.runs
+    );
+    say!("wrote {} (`{}`)", out.display(), min.replay);
+    Ok(EXIT_HELD)
+}
+
+fn cmd_mutants(args: MutantsArgs) -> Result<u8, Fail> {
+    let scenarios = resolve(&args.scenario)?;
+    prepare_report_dir(&args.report_dir)?;
+    let jobs = args.jobs.unwrap_or_else(default_jobs);
+    let results = scoreboard::run(
+        &scenarios,
+        args.seeds,
+        jobs,
+        args.minimize_runs,
+        &args.report_dir,
+        true,
+    )
+    .map_err(|e| io_error(&args.report_dir, e))?;
+    let md = scoreboard::render(&results, args.seeds, &scenarios, &args.report_dir);
+    let path = scoreboard::scoreboard_path(&args.report_dir);
+    report::write_atomic(&path, md.as_bytes()).map_err(|e| io_error(&path, e))?;
+    let mut survived = 0;
+    let mut runs = Vec::new();
+    for r in &results {
+        match &r.caught {
+            Some(c) => {
+                runs.push(c.runs_to_failure);
+                say!(
+                    "caught   {:<32} after {:>5} seed runs: {} seed {}: {} ({})",
+                    r.mutant.name(),
+                    c.runs_to_failure,
+                    c.scenario,
+                    c.seed,
+                    c.invariant,
+                    args.report_dir.join(&c.file).display()
+                );
+            }
+            None => {
+                survived += 1;
+                say!(
+                    "SURVIVED {:<32} {} seed runs without a failure",
+                    r.mutant.name(),
+                    r.runs
+                );
+            }
+        }
+    }
+    runs.sort_unstable();
+    say!(
+        "mutants: {} mutants, {} caught, {survived} survived; seed runs to first failure: median {}, max {} ({})",
+        results.len(),
+        results.len() - survived,
+        runs.get(runs.len().saturating_sub(1) / 2).map_or("-".into(), |m| m.to_string()),
+        runs.last().map_or("-".into(), |m| m.to_string()),
+        path.display()
+    );
+    Ok(if survived == 0 {
+        EXIT_HELD
+    } else {
+        EXIT_FAILED
+    })
+}
+
+fn cmd_diagram(path: &Path, all: bool, markdown: bool) -> Result<u8, Fail> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| bad_input(format!("{}: cannot read: {e}", path.display())))?;
+    let window = (!all).then_some(diagram::DEFAULT_WINDOW);
+    // A failure file, else a JSONL trace.
+    let whole: Option<serde_json::Value> = serde_json::from_str(&text).ok();
+    let is_failure_file = whole
+        .as_ref()
+        .and_then(|v| v.get("format"))
+        .and_then(|f| f.as_str())
+        == Some(FAILURE_FORMAT);
+    let d = if is_failure_file {
+        let file: FailureFile = serde_json::from_str(&text)
+            .map_err(|e| bad_input(format!("{}: malformed failure file: {e}", path.display())))?;
+        if file.trace.is_empty() {
+            return Err(bad_input(format!(
+                "{}: the failure file has no trace",
+                path.display()
+            )));
+        }
+        diagram::mermaid(&file.trace, &file.events, Some(&file.invariant), window)
+    } else {
+        let lines: Vec<String> = text.lines().map(str::to_string).collect();
+        let objects = lines
+            .iter()
+            .filter(|l| {
+                serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(l).is_ok()
+            })
+            .count();
+        if objects == 0 {
+            return Err(bad_input(format!(
+                "{}: neither a failure file nor a JSONL trace (no line is a JSON object)",
+                path.display()
+            )));
+        }
+        diagram::mermaid(&lines, &[], None, window)
+    };
+    if markdown {
+        say!("```mermaid\n{d}```");
+    } else {
+        let _ = write!(std::io::stdout().lock(), "{d}");
+    }
+    Ok(EXIT_HELD)
+}
+
+fn cmd_scenarios() -> Result<u8, Fail> {
+    let scenarios = resolve("all")?;
+    let width = scenarios
+        .iter()
+        .map(|r| r.scenario.name.len())
+        .max()
+        .unwrap_or(0);
+    for r in &scenarios {
+        let s = &r.scenario;
+        say!(
+            "{:<width$}  v{}  {:>4} seeds  {}",
+            s.name,
+            s.version,
+            sweep::default_seeds(&s.name),
+            first_sentence(&s.description)
+        );
+        if !s.source.is_empty() {
+            say!("{:<width$}  source: {}", "", first_sentence(&s.source));
+        }
+    }
+    say!(
+        "{} scenarios in {}",
+        scenarios.len(),
+        scenarios
+            .first()
+            .and_then(|r| r.file.parent())
+            .map_or_else(|| "?".into(), |p| p.display().to_string())
+    );
+    Ok(EXIT_HELD)
+}
+
+/// The first sentence of a paragraph, cut to one terminal line.
+fn first_sentence(text: &str) -> String {
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let end = text.find(". ").map_or(text.len(), |i| i + 1);
+    sweep::clip(&text[..end], 100)
+}
+
+fn cmd_merge(paths: &[PathBuf], report_dir: &Path) -> Result<u8, Fail> {
+    let mut parts = Vec::new();
+    for path in paths {
+        parts.push((path.clone(), report::load_summary(path).map_err(bad_input)?));
+    }
+    let merged = report::merge(&parts).map_err(bad_input)?;
+    prepare_report_dir(report_dir)?;
+    // Bring the shards' failure files along, and draw their diagrams.
+    let mut diagrams = BTreeMap::new();
+    for (path, part) in &parts {
+        let from_dir = path.parent().unwrap_or(Path::new("."));
+        for f in &part.failures {
+            let Some(rel) = &f.file else { continue };
+            let src = from_dir.join(rel);
+            let Ok(bytes) = std::fs::read(&src) else {
+                eprintln!(
+                    "warning: {} is missing; its summary entry stays",
+                    src.display()
+                );
+                continue;
+            };
+            let dst = report_dir.join(rel);
+            if !same_path(&src, &dst) {
+                report::write_atomic(&dst, &bytes).map_err(|e| io_error(&dst, e))?;
+            }
+            if diagrams.len() < report::MAX_DIAGRAMS_IN_MARKDOWN {
+                if let Ok(file) = serde_json::from_slice::<FailureFile>(&bytes) {
+                    diagrams.insert(
+                        (f.scenario.clone(), f.seed),
+                        diagram::mermaid(
+                            &file.trace,
+                            &file.events,
+                            Some(&file.invariant),
+                            Some(diagram::DEFAULT_WINDOW),
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    report::write_summary_files(report_dir, &merged, &diagrams)
+        .map_err(|e| io_error(report_dir, e))?;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "merge: {} shards into {}",
+        parts.len(),
+        report_dir.join("summary.json").display()
+    );
+    print_tail(&mut out, &merged);
+    Ok(if merged.held() {
+        EXIT_HELD
+    } else {
+        EXIT_FAILED
+    })
+}
+
+fn same_path(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

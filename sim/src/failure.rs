@@ -1,0 +1,248 @@
+//! Failure files: everything needed to replay one failing seed, byte for byte.
+//!
+//! A failure file names the scenario (and its version), the seed, the explicit fault plan,
+//! the mutant, the invariant that broke and the whole trace. `palisade replay` re-runs
+//! `(scenario, seed, plan, mutant)` and compares hashes; `palisade minimize` shrinks the plan.
+
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+use crate::scenario::{self, Resolved};
+use crate::sweep::{hex, SeedRecord};
+use crate::world::{FaultPlan, Mutant, SeedStats};
+
+/// The `format` field every failure file carries; anything else is a foreign file.
+pub const FAILURE_FORMAT: &str = "palisade-failure/1";
+
+/// Larger files are refused rather than read: a failing trace is megabytes, not gigabytes.
+pub const MAX_FAILURE_FILE_BYTES: u64 = 512 << 20;
+
+/// How a minimised failure compares with the one it came from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Minimized {
+    /// Faults in the original plan.
+    pub original_faults: usize,
+    /// Faults left.
+    pub faults: usize,
+    /// Trace events of the original failure.
+    pub original_events: usize,
+    /// Trace events now.
+    pub events: usize,
+    /// Seed runs the minimisation took.
+    pub runs: usize,
+}
+
+/// One failing seed, as written to `failures/<scenario>-<seed>.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FailureFile {
+    /// Always [`FAILURE_FORMAT`].
+    pub format: String,
+    /// The scenario's name.
+    pub scenario: String,
+    /// The scenario's version when the failure was recorded.
+    pub scenario_version: u32,
+    /// How to find the scenario again: its name if shipped, else its path.
+    pub scenario_file: String,
+    /// The seed.
+    pub seed: u64,
+    /// The explicit fault plan (absent when the seed panicked before producing one; replay
+    /// then draws it from the seed again).
+    pub plan: Option<FaultPlan>,
+    /// The mutant switched on, by name.
+    pub mutant: Option<String>,
+    /// The invariant that broke.
+    pub invariant: String,
+    /// What happened.
+    pub message: String,
+    /// Indices of the trace events involved.
+    #[serde(default)]
+    pub events: Vec<u64>,
+    /// The trace's hash (16 hex digits), or `none` for a panic.
+    pub trace_hash: String,
+    /// The command line that reproduces it from the seed.
+    pub repro: String,
+    /// The command line that replays this file.
+    pub replay: String,
+    /// `git rev-parse HEAD` when it was recorded, or `unknown`.
+    pub commit: String,
+    /// The seed's figures.
+    #[serde(default)]
+    pub stats: SeedStats,
+    /// Set when this file is the result of `palisade minimize`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minimized: Option<Minimized>,
+    /// The JSONL trace, one event per element, exactly as hashed.
+    pub trace: Vec<String>,
+}
+
+/// Quotes a command-line word for a POSIX shell when it needs it.
+pub fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// `palisade run --scenario S --seed N [--mutant M]`.
+pub fn repro_command(scenario_spec: &str, seed: u64, mutant: Option<Mutant>) -> String {
+    let mut command = format!(
+        "palisade run --scenario {} --seed {seed}",
+        shell_word(scenario_spec)
+    );
+    if let Some(m) = mutant {
+        command.push_str(" --mutant ");
+        command.push_str(m.name());
+    }
+    command
+}
+
+/// `palisade replay FILE`.
+pub fn replay_command(file: &Path) -> String {
+    format!(
+        "palisade replay {}",
+        shell_word(&file.display().to_string())
+    )
+}
+
+impl FailureFile {
+    /// The failure file for a failing seed, to be written at `path`.
+    ///
+    /// `record` must hold a failure.
+    pub fn new(
+        resolved: &Resolved,
+        record: &SeedRecord,
+        mutant: Option<Mutant>,
+        path: &Path,
+        commit: &str,
+    ) -> Self {
+        let failure = record
+            .failure
+            .as_ref()
+            .expect("failure files are written for failing seeds only");
+        let seed = record.seed;
+        FailureFile {
+            format: FAILURE_FORMAT.into(),
+            scenario: resolved.scenario.name.clone(),
+            scenario_version: resolved.scenario.version,
+            scenario_file: resolved.spec.clone(),
+            seed,
+            plan: failure.plan.clone(),
+            mutant: mutant.map(|m| m.name().to_string()),
+            invariant: failure.invariant.clone(),
+            message: failure.message.clone(),
+            events: failure.events.clone(),
+            trace_hash: hex(record.trace_hash),
+            repro: repro_command(&resolved.spec, seed, mutant),
+            replay: replay_command(path),
+            commit: commit.into(),
+            stats: record.stats.clone(),
+            minimized: None,
+            trace: failure.trace.clone(),
+        }
+    }
+}
+
+/// A failure file, read, checked against the scenario it names, ready to re-run.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The file's content.
+    pub file: FailureFile,
+    /// The scenario, at the same version.
+    pub scenario: Resolved,
+    /// The mutant, parsed.
+    pub mutant: Option<Mutant>,
+}
+
+/// Reads a failure file and finds its scenario. Every error is the input's fault and is
+/// worded for the person who gave it.
+pub fn load(path: &Path) -> Result<Loaded, String> {
+    let shown = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| format!("{shown}: cannot read: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("{shown}: not a file"));
+    }
+    if meta.len() > MAX_FAILURE_FILE_BYTES {
+        return Err(format!(
+            "{shown}: {} bytes is larger than a failure file may be ({MAX_FAILURE_FILE_BYTES})",
+            meta.len()
+        ));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: cannot read: {e}"))?;
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| format!("{shown}: not a palisade failure file (not JSON: {e})"))?;
+    match value.get("format").and_then(|f| f.as_str()) {
+        Some(FAILURE_FORMAT) => {}
+        Some(other) => {
+            return Err(format!(
+                "{shown}: not a failure file this palisade reads (its format is {other:?}, not {FAILURE_FORMAT:?})"
+            ))
+        }
+        None => {
+            return Err(format!(
+                "{shown}: not a palisade failure file (no \"format\": {FAILURE_FORMAT:?})"
+            ))
+        }
+    }
+    let file: FailureFile = serde_json::from_value(value)
+        .map_err(|e| format!("{shown}: malformed failure file: {e}"))?;
+    let mutant = match &file.mutant {
+        None => None,
+        Some(name) => Some(Mutant::from_name(name).ok_or_else(|| {
+            format!(
+                "{shown}: unknown mutant {name:?} (this build knows: {})",
+                mutant_names()
+            )
+        })?),
+    };
+    let scenario = scenario::resolve_one(&file.scenario_file)
+        .map_err(|e| format!("{shown}: its scenario cannot be loaded: {e}"))?;
+    if scenario.scenario.name != file.scenario {
+        return Err(format!(
+            "{shown}: recorded against scenario {:?}, but {} is now scenario {:?}: refusing to replay",
+            file.scenario,
+            scenario.file.display(),
+            scenario.scenario.name
+        ));
+    }
+    if scenario.scenario.version != file.scenario_version {
+        return Err(format!(
+            "{shown}: recorded against scenario {:?} version {}, but {} is version {}: refusing to replay a failure from another scenario version (record it again with `{}`)",
+            file.scenario,
+            file.scenario_version,
+            scenario.file.display(),
+            scenario.scenario.version,
+            repro_command(&scenario.spec, file.seed, mutant),
+        ));
+    }
+    Ok(Loaded {
+        file,
+        scenario,
+        mutant,
+    })
+}
+
+/// Every mutant's name, comma-separated.
+pub fn mutant_names() -> String {
+    Mutant::ALL
+        .iter()
+        .map(|m| m.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_words_are_quoted_only_when_needed() {
+        assert_eq!(shell_word("scenarios/swarm.toml"), "scenarios/swarm.toml");
+        assert_eq!(shell_word("my dir/x.toml"), "'my dir/x.toml'");
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+    }
+}

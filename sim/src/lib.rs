@@ -1,0 +1,27 @@
+//! palisade-sim: the deterministic madsim world that drives palisade-core, and the
+//! `palisade` command line around it.
+//!
+//! - [`world`]: the simulated world, fault plans and oracle; [`world::run_seed`] runs one seed.
+//! - [`scenario`]: scenario files (TOML) and where they are found.
+//! - [`runner`]: one fresh thread per seed, panics caught, many seeds in parallel.
+//! - [`sweep`]: which seeds a sweep runs, determinism checks, progress.
+//! - [`report`]: summary.json/.md, junit.xml, atomic writes, merging shards.
+//! - [`failure`]: failure files (replayable), [`minimize`]: shrinking them,
+//!   [`diagram`]: mermaid sequence diagrams of their traces.
+//! - [`scoreboard`]: the mutant scoreboard.
+//! - [`cli`]: the command line.
+#[cfg(not(madsim))]
+compile_error!(
+    "palisade-sim must be built with `--cfg madsim` (set by .cargo/config.toml). \
+     If you set RUSTFLAGS yourself, it replaces the config's flags: add `--cfg madsim` to it."
+);
+pub mod cli;
+pub mod diagram;
+pub mod failure;
+pub mod minimize;
+pub mod report;
+pub mod runner;
+pub mod scenario;
+pub mod scoreboard;
+pub mod sweep;
+pub mod world;

@@ -1,0 +1,793 @@
+//! What a sweep writes under `--report-dir`: `summary.json` (what `merge` reads),
+//! `summary.md` (ready for `$GITHUB_STEP_SUMMARY`), `junit.xml`, and `failures/*.json`.
+//!
+//! Every file is written to a temporary name in the same directory and renamed into
+//! place, so a reader (or a CI artifact upload) never sees half a file.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use crate::sweep::{self, hex, mix64, SeedRange, Shard, SweepResult, DETERMINISM_INVARIANT};
+
+/// The `format` field of `summary.json`.
+pub const SUMMARY_FORMAT: &str = "palisade-summary/1";
+
+/// Failures listed one by one in `summary.md`; the rest are counted. A CI step summary is
+/// limited to 1 MiB.
+pub const MAX_FAILURES_IN_MARKDOWN: usize = 20;
+
+/// Failures that get a sequence diagram in `summary.md`.
+pub const MAX_DIAGRAMS_IN_MARKDOWN: usize = 5;
+
+/// Larger `summary.json` files are refused by `merge`.
+pub const MAX_SUMMARY_BYTES: u64 = 64 << 20;
+
+/// The commit this run is measuring: `git rev-parse HEAD`, tried from this crate's source
+/// directory and then the current one, else `unknown`. Never fails.
+pub fn commit() -> &'static str {
+    static COMMIT: OnceLock<String> = OnceLock::new();
+    COMMIT.get_or_init(|| {
+        let from_dir = |dir: &Path| -> Option<String> {
+            let out = std::process::Command::new("git")
+                .arg("-C")
+                .arg(dir)
+                .args(["rev-parse", "HEAD"])
+                .stderr(std::process::Stdio::null())
+                .output()
+                .ok()?;
+            let id = String::from_utf8(out.stdout).ok()?.trim().to_string();
+            (out.status.success() && !id.is_empty()).then_some(id)
+        };
+        from_dir(Path::new(env!("CARGO_MANIFEST_DIR")))
+            .or_else(|| from_dir(Path::new(".")))
+            .unwrap_or_else(|| "unknown".into())
+    })
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same directory, synced,
+/// then renamed over `path`.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "out".into());
+    let tmp = dir.join(format!(
+        ".{name}.tmp-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let result = (|| {
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Serialises `value` as pretty JSON and writes it atomically.
+pub fn write_json<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
+    let mut text = serde_json::to_string_pretty(value).map_err(std::io::Error::other)?;
+    text.push('\n');
+    write_atomic(path, text.as_bytes())
+}
+
+/// Figures that depend on the machine and the moment, not on the seeds: left out when
+/// two summaries are compared.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timing {
+    /// Wall-clock seconds of the sweep (for a merge: the slowest shard's).
+    pub wall_seconds: f64,
+    /// Worker threads (for a merge: the largest shard's).
+    pub jobs: u64,
+    /// Seconds spent in seed threads, summed over seeds.
+    pub seed_seconds: f64,
+    /// Seconds the oracle took, summed over seeds (as the world measures it).
+    pub oracle_seconds: f64,
+}
+
+/// One scenario's part of a sweep.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScenarioSummary {
+    /// Its name.
+    pub name: String,
+    /// Its version.
+    pub version: u32,
+    /// How to name it on a command line.
+    pub spec: String,
+    /// The seed range swept (the whole range, also in a shard).
+    pub seed_range: SeedRange,
+    /// The default seed count; coverage marks are enforced from this size on.
+    pub default_seeds: u64,
+    /// Seeds run.
+    pub seeds: u64,
+    /// Seeds failed.
+    pub failed: u64,
+    /// Trace events, summed.
+    pub events: u64,
+    /// Simulated milliseconds, summed.
+    pub sim_millis: u64,
+    /// Prompt turns, summed.
+    pub turns: u64,
+    /// An order-independent digest of every (seed, trace hash): equal digests mean equal
+    /// traces, whether the seeds ran in one sweep or in shards.
+    pub digest: String,
+    /// Coverage marks hit, summed.
+    pub marks: BTreeMap<String, u64>,
+    /// Marks this scenario must hit in a sweep of the default size.
+    pub min_marks: Vec<String>,
+    /// Seconds spent in this scenario's seed threads.
+    pub seed_seconds: f64,
+    /// Seconds the oracle took in this scenario's seeds.
+    pub oracle_seconds: f64,
+}
+
+/// One failing seed in the summary.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FailureSummary {
+    /// The scenario's name.
+    pub scenario: String,
+    /// The seed.
+    pub seed: u64,
+    /// The invariant that broke.
+    pub invariant: String,
+    /// What happened.
+    pub message: String,
+    /// The trace's hash, or `none`.
+    pub trace_hash: String,
+    /// The failure file, relative to the report directory (absent for a divergence, whose
+    /// replay would not be meaningful).
+    pub file: Option<String>,
+    /// The command that reproduces it from the seed.
+    pub repro: String,
+}
+
+/// A required coverage mark that no seed hit.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CoverageGap {
+    /// The scenario that requires it.
+    pub scenario: String,
+    /// The mark.
+    pub mark: String,
+}
+
+/// `summary.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Always [`SUMMARY_FORMAT`].
+    pub format: String,
+    /// The commit measured.
+    pub commit: String,
+    /// The mutant switched on, by name.
+    pub mutant: Option<String>,
+    /// The shard this summary covers; absent for a whole sweep or a merge.
+    pub shard: Option<Shard>,
+    /// Seeds run.
+    pub seeds: u64,
+    /// Seeds failed.
+    pub failed: u64,
+    /// Trace events, summed.
+    pub events: u64,
+    /// Simulated milliseconds, summed.
+    pub sim_millis: u64,
+    /// Seeds re-run by `--check-determinism`.
+    pub determinism_checked: u64,
+    /// Per scenario, in sweep order.
+    pub scenarios: Vec<ScenarioSummary>,
+    /// Every failing seed, by scenario then seed.
+    pub failures: Vec<FailureSummary>,
+    /// Required marks never hit (only judged for a whole sweep of the default size).
+    pub coverage_gaps: Vec<CoverageGap>,
+    /// Coverage marks over all scenarios, summed.
+    pub marks: BTreeMap<String, u64>,
+    /// Machine-dependent figures.
+    pub timing: Timing,
+}
+
+impl Summary {
+    /// Whether everything held.
+    pub fn held(&self) -> bool {
+        self.failed == 0 && self.coverage_gaps.is_empty()
+    }
+}
+
+/// The path of a failing seed's file, relative to the report directory.
+pub fn failure_file_name(scenario: &str, seed: u64, mutant_suffix: Option<&str>) -> String {
+    match mutant_suffix {
+        Some(m) => format!("failures/{scenario}-{seed}-{m}.json"),
+        None => format!("failures/{scenario}-{seed}.json"),
+    }
+}
+
+/// A scenario's digest term for one seed; a digest is their wrapping sum.
+pub fn digest_term(seed: u64, hash: Option<u64>) -> u64 {
+    // A panicked seed has no hash; it still counts, as a fixed odd constant.
+    mix64(seed ^ mix64(hash.unwrap_or(0x5eed_dead_0000_0001)))
+}
+
+/// Builds the summary of a sweep. `failure_files` maps (scenario index, seed) to the
+/// failure file written for it.
+pub fn summarize(
+    config: &sweep::SweepConfig,
+    result: &SweepResult,
+    failure_files: &BTreeMap<(usize, u64), String>,
+) -> Summary {
+    let mut scenarios: Vec<ScenarioSummary> = config
+        .scenarios
+        .iter()
+        .zip(&config.ranges)
+        .map(|(r, range)| ScenarioSummary {
+            name: r.scenario.name.clone(),
+            version: r.scenario.version,
+            spec: r.spec.clone(),
+            seed_range: *range,
+            default_seeds: sweep::default_seeds(&r.scenario.name),
+            seeds: 0,
+            failed: 0,
+            events: 0,
+            sim_millis: 0,
+            turns: 0,
+            digest: String::new(),
+            marks: BTreeMap::new(),
+            min_marks: r.scenario.expect.min_marks.clone(),
+            seed_seconds: 0.0,
+            oracle_seconds: 0.0,
+        })
+        .collect();
+    let mut digests = vec![0u64; scenarios.len()];
+    let mut failures = Vec::new();
+    for rec in &result.records {
+        let s = &mut scenarios[rec.scenario];
+        s.seeds += 1;
+        s.events += rec.stats.events;
+        s.sim_millis += rec.stats.sim_millis;
+        s.turns += u64::from(rec.stats.turns);
+        s.seed_seconds += rec.wall_nanos as f64 / 1e9;
+        s.oracle_seconds += rec.stats.oracle_nanos as f64 / 1e9;
+        digests[rec.scenario] =
+            digests[rec.scenario].wrapping_add(digest_term(rec.seed, rec.trace_hash));
+        for (mark, n) in &rec.marks {
+            *s.marks.entry(mark.clone()).or_default() += n;
+        }
+        let diverged = result
+            .divergences
+            .iter()
+            .find(|d| d.scenario == rec.scenario && d.seed == rec.seed);
+        let resolved = &config.scenarios[rec.scenario];
+        if let Some(f) = &rec.failure {
+            s.failed += 1;
+            failures.push(FailureSummary {
+                scenario: s.name.clone(),
+                seed: rec.seed,
+                invariant: f.invariant.clone(),
+                message: f.message.clone(),
+                trace_hash: hex(rec.trace_hash),
+                file: failure_files.get(&(rec.scenario, rec.seed)).cloned(),
+                repro: crate::failure::repro_command(&resolved.spec, rec.seed, config.mutant),
+            });
+        } else if let Some(d) = diverged {
+            s.failed += 1;
+            failures.push(FailureSummary {
+                scenario: s.name.clone(),
+                seed: rec.seed,
+                invariant: DETERMINISM_INVARIANT.into(),
+                message: d.message.clone(),
+                trace_hash: hex(rec.trace_hash),
+                file: None,
+                repro: crate::failure::repro_command(&resolved.spec, rec.seed, config.mutant),
+            });
+        }
+    }
+    for (s, d) in scenarios.iter_mut().zip(digests) {
+        s.digest = format!("{d:016x}");
+    }
+    let mut summary = Summary {
+        format: SUMMARY_FORMAT.into(),
+        commit: commit().into(),
+        mutant: config.mutant.map(|m| m.name().to_string()),
+        shard: config.shard,
+        seeds: 0,
+        failed: 0,
+        events: 0,
+        sim_millis: 0,
+        determinism_checked: result.determinism_checked,
+        scenarios,
+        failures,
+        coverage_gaps: Vec::new(),
+        marks: BTreeMap::new(),
+        timing: Timing {
+            wall_seconds: result.wall.as_secs_f64(),
+            jobs: config.jobs as u64,
+            seed_seconds: 0.0,
+            oracle_seconds: 0.0,
+        },
+    };
+    total_up(&mut summary);
+    summary
+}
+
+/// Recomputes the totals, the marks and the coverage gaps from the per-scenario parts.
+fn total_up(summary: &mut Summary) {
+    summary.seeds = summary.scenarios.iter().map(|s| s.seeds).sum();
+    summary.failed = summary.scenarios.iter().map(|s| s.failed).sum();
+    summary.events = summary.scenarios.iter().map(|s| s.events).sum();
+    summary.sim_millis = summary.scenarios.iter().map(|s| s.sim_millis).sum();
+    summary.timing.seed_seconds = summary.scenarios.iter().map(|s| s.seed_seconds).sum();
+    summary.timing.oracle_seconds = summary.scenarios.iter().map(|s| s.oracle_seconds).sum();
+    summary.marks.clear();
+    for s in &summary.scenarios {
+        for (mark, n) in &s.marks {
+            *summary.marks.entry(mark.clone()).or_default() += n;
+        }
+    }
+    summary.coverage_gaps.clear();
+    // A shard sees part of the seeds, and a small sweep may miss a rare mark by chance:
+    // coverage is judged on whole sweeps of at least the default size.
+    if summary.shard.is_none() {
+        for s in &summary.scenarios {
+            if s.seed_range.len() < s.default_seeds {
+                continue;
+            }
+            for mark in &s.min_marks {
+                if s.marks.get(mark).copied().unwrap_or(0) == 0 {
+                    summary.coverage_gaps.push(CoverageGap {
+                        scenario: s.name.clone(),
+                        mark: mark.clone(),
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// Reads a `summary.json`.
+pub fn load_summary(path: &Path) -> Result<Summary, String> {
+    let shown = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| format!("{shown}: cannot read: {e}"))?;
+    if meta.len() > MAX_SUMMARY_BYTES {
+        return Err(format!(
+            "{shown}: too large for a summary ({} bytes)",
+            meta.len()
+        ));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: cannot read: {e}"))?;
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| format!("{shown}: not a palisade summary (not JSON: {e})"))?;
+    if value.get("format").and_then(|f| f.as_str()) != Some(SUMMARY_FORMAT) {
+        return Err(format!(
+            "{shown}: not a palisade summary (no \"format\": {SUMMARY_FORMAT:?})"
+        ));
+    }
+    serde_json::from_value(value).map_err(|e| format!("{shown}: malformed summary: {e}"))
+}
+
+/// Combines the summaries of the shards of one sweep. They must be the shards `0..N` of
+/// the same sweep (same scenarios, versions, seed ranges, mutant and commit).
+pub fn merge(parts: &[(PathBuf, Summary)]) -> Result<Summary, String> {
+    let Some((first_path, first)) = parts.first() else {
+        return Err("nothing to merge".into());
+    };
+    let shown = |p: &PathBuf| p.display().to_string();
+    let count = match first.shard {
+        Some(s) => s.count,
+        None if parts.len() == 1 => 1,
+        None => {
+            return Err(format!(
+                "{} is not a shard (it was not swept with --shard)",
+                shown(first_path)
+            ))
+        }
+    };
+    let mut seen = vec![false; usize::try_from(count).unwrap_or(usize::MAX).min(1 << 20)];
+    for (path, part) in parts {
+        let index = match part.shard {
+            Some(s) if s.count == count => s.index,
+            None if count == 1 => 0,
+            _ => {
+                return Err(format!(
+                    "{} is not one of {count} shards like {}",
+                    shown(path),
+                    shown(first_path)
+                ))
+            }
+        };
+        let slot = &mut seen[usize::try_from(index).expect("index < count, which fits")];
+        if *slot {
+            return Err(format!(
+                "shard {index}/{count} is given twice ({})",
+                shown(path)
+            ));
+        }
+        *slot = true;
+        if part.mutant != first.mutant {
+            return Err(format!(
+                "{} swept mutant {:?} but {} swept {:?}",
+                shown(path),
+                part.mutant,
+                shown(first_path),
+                first.mutant
+            ));
+        }
+        if part.commit != first.commit {
+            return Err(format!(
+                "{} measured commit {} but {} measured {}",
+                shown(path),
+                part.commit,
+                shown(first_path),
+                first.commit
+            ));
+        }
+        let same_sweep = part.scenarios.len() == first.scenarios.len()
+            && part.scenarios.iter().zip(&first.scenarios).all(|(a, b)| {
+                a.name == b.name && a.version == b.version && a.seed_range == b.seed_range
+            });
+        if !same_sweep {
+            return Err(format!(
+                "{} and {} are shards of different sweeps (scenarios, versions or seed ranges differ)",
+                shown(path),
+                shown(first_path)
+            ));
+        }
+    }
+    if let Some(missing) = seen.iter().position(|s| !s) {
+        return Err(format!("shard {missing}/{count} is missing"));
+    }
+
+    let mut merged = first.clone();
+    merged.shard = None;
+    merged.determinism_checked = parts.iter().map(|(_, p)| p.determinism_checked).sum();
+    merged.timing = Timing {
+        wall_seconds: parts
+            .iter()
+            .map(|(_, p)| p.timing.wall_seconds)
+            .fold(0.0, f64::max),
+        jobs: parts.iter().map(|(_, p)| p.timing.jobs).max().unwrap_or(0),
+        seed_seconds: 0.0,
+        oracle_seconds: 0.0,
+    };
+    for (i, s) in merged.scenarios.iter_mut().enumerate() {
+        let all = parts.iter().map(|(_, p)| &p.scenarios[i]);
+        s.seeds = 0;
+        s.failed = 0;
+        s.events = 0;
+        s.sim_millis = 0;
+        s.turns = 0;
+        s.seed_seconds = 0.0;
+        s.oracle_seconds = 0.0;
+        s.marks.clear();
+        let mut digest = 0u64;
+        for part in all {
+            s.seeds += part.seeds;
+            s.failed += part.failed;
+            s.events += part.events;
+            s.sim_millis += part.sim_millis;
+            s.turns += part.turns;
+            s.seed_seconds += part.seed_seconds;
+            s.oracle_seconds += part.oracle_seconds;
+            let d = u64::from_str_radix(&part.digest, 16)
+                .map_err(|_| format!("bad digest {:?} in scenario {}", part.digest, part.name))?;
+            digest = digest.wrapping_add(d);
+            for (mark, n) in &part.marks {
+                *s.marks.entry(mark.clone()).or_default() += n;
+            }
+        }
+        s.digest = format!("{digest:016x}");
+    }
+    let order: BTreeMap<&str, usize> = merged
+        .scenarios
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.name.as_str(), i))
+        .collect();
+    let mut failures: Vec<FailureSummary> = parts
+        .iter()
+        .flat_map(|(_, p)| p.failures.iter().cloned())
+        .collect();
+    failures.sort_by_key(|f| (order.get(f.scenario.as_str()).copied(), f.seed));
+    merged.failures = failures;
+    total_up(&mut merged);
+    Ok(merged)
+}
+
+fn md_cell(text: &str) -> String {
+    text.replace('|', "\\|").replace(['\n', '\r'], " ")
+}
+
+/// `summary.md`: headline, per-scenario table, failures with their repro commands and
+/// diagrams, coverage marks. `diagrams` maps (scenario, seed) to a mermaid diagram.
+pub fn render_markdown(
+    summary: &Summary,
+    report_dir: &Path,
+    diagrams: &BTreeMap<(String, u64), String>,
+) -> String {
+    let mut md = String::new();
+    let verdict = if summary.held() {
+        "✅ all held".to_string()
+    } else if summary.failed > 0 {
+        format!("❌ {} failed", summary.failed)
+    } else {
+        format!(
+            "❌ {} coverage marks never hit",
+            summary.coverage_gaps.len()
+        )
+    };
+    let _ = writeln!(md, "## Palisade sweep: {verdict}\n");
+    let rate = summary.seeds as f64 / summary.timing.wall_seconds.max(1e-9);
+    let _ = writeln!(
+        md,
+        "{} seeds over {} scenarios · mutant: {} · commit `{}`{} · {:.0} seeds/s · {} events · {:.1} simulated s",
+        summary.seeds,
+        summary.scenarios.len(),
+        summary.mutant.as_deref().unwrap_or("none"),
+        summary.commit,
+        summary
+            .shard
+            .map(|s| format!(" · shard {s}"))
+            .unwrap_or_default(),
+        rate,
+        summary.events,
+        summary.sim_millis as f64 / 1e3,
+    );
+    if summary.determinism_checked > 0 {
+        let differed = summary
+            .failures
+            .iter()
+            .filter(|f| f.invariant == DETERMINISM_INVARIANT)
+            .count();
+        let _ = writeln!(
+            md,
+            "\nDeterminism: {} seeds re-run, {differed} differed.",
+            summary.determinism_checked
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\n| scenario | version | seeds | seed range | failed | events | simulated s |\n|---|---:|---:|---|---:|---:|---:|"
+    );
+    for s in &summary.scenarios {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {:.1} |",
+            md_cell(&s.name),
+            s.version,
+            s.seeds,
+            s.seed_range,
+            if s.failed > 0 {
+                format!("**{}**", s.failed)
+            } else {
+                "0".into()
+            },
+            s.events,
+            s.sim_millis as f64 / 1e3
+        );
+    }
+
+    if !summary.failures.is_empty() {
+        let _ = writeln!(md, "\n### Failures\n");
+        for (i, f) in summary.failures.iter().enumerate() {
+            if i == MAX_FAILURES_IN_MARKDOWN {
+                let _ = writeln!(
+                    md,
+                    "…and {} more: see `summary.json` and `failures/`.\n",
+                    summary.failures.len() - i
+                );
+                break;
+            }
+            let _ = writeln!(
+                md,
+                "#### `{}` seed {}: `{}`\n",
+                f.scenario, f.seed, f.invariant
+            );
+            for line in f.message.lines() {
+                let _ = writeln!(md, "> {line}");
+            }
+            let _ = writeln!(md);
+            if let Some(file) = &f.file {
+                let _ = writeln!(
+                    md,
+                    "- replay: `{}`",
+                    crate::failure::replay_command(&report_dir.join(file))
+                );
+            }
+            let _ = writeln!(md, "- from the seed: `{}`", f.repro);
+            let _ = writeln!(md, "- trace hash `{}`\n", f.trace_hash);
+            if let Some(diagram) = diagrams.get(&(f.scenario.clone(), f.seed)) {
+                let _ = writeln!(
+                    md,
+                    "<details><summary>sequence diagram</summary>\n\n```mermaid\n{}```\n\n</details>\n",
+                    diagram
+                );
+            }
+        }
+    }
+
+    let _ = writeln!(md, "\n### Coverage marks\n");
+    let mut required: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for s in &summary.scenarios {
+        for m in &s.min_marks {
+            required
+                .entry(m.as_str())
+                .or_default()
+                .push(s.name.as_str());
+        }
+    }
+    let mut names: Vec<&str> = summary.marks.keys().map(String::as_str).collect();
+    names.extend(required.keys().copied());
+    names.sort_unstable();
+    names.dedup();
+    if names.is_empty() {
+        let _ = writeln!(md, "No coverage marks were recorded.");
+    } else {
+        let _ = writeln!(md, "| mark | hits | required by |\n|---|---:|---|");
+        for name in names {
+            let hits = summary.marks.get(name).copied().unwrap_or(0);
+            let gap = summary.coverage_gaps.iter().any(|g| g.mark == name);
+            let _ = writeln!(
+                md,
+                "| {} | {}{} | {} |",
+                md_cell(name),
+                hits,
+                if gap { " ❌" } else { "" },
+                required.get(name).map(|v| v.join(", ")).unwrap_or_default()
+            );
+        }
+    }
+    if !summary.coverage_gaps.is_empty() {
+        let _ = writeln!(
+            md,
+            "\nNever hit in a sweep of the default size (a failure):\n"
+        );
+        for g in &summary.coverage_gaps {
+            let _ = writeln!(md, "- `{}` in `{}`", g.mark, g.scenario);
+        }
+    }
+    md
+}
+
+/// Escapes text for an XML attribute or element.
+pub fn xml_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            '\n' | '\t' => out.push(c),
+            // XML 1.0 cannot carry other control characters at all.
+            c if (c as u32) < 0x20 => out.push('?'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `junit.xml`: one test case per scenario, one `<failure>` per failing seed or
+/// coverage gap.
+pub fn render_junit(summary: &Summary, report_dir: &Path) -> String {
+    let failing_cases = summary
+        .scenarios
+        .iter()
+        .filter(|s| s.failed > 0 || summary.coverage_gaps.iter().any(|g| g.scenario == s.name))
+        .count();
+    let mut xml = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let _ = writeln!(
+        xml,
+        "<testsuites name=\"palisade\" tests=\"{}\" failures=\"{failing_cases}\" time=\"{:.3}\">",
+        summary.scenarios.len(),
+        summary.timing.wall_seconds
+    );
+    let _ = writeln!(
+        xml,
+        "  <testsuite name=\"palisade sweep{}\" tests=\"{}\" failures=\"{failing_cases}\" errors=\"0\" time=\"{:.3}\">",
+        summary
+            .mutant
+            .as_deref()
+            .map(|m| format!(" (mutant {})", xml_escape(m)))
+            .unwrap_or_default(),
+        summary.scenarios.len(),
+        summary.timing.wall_seconds
+    );
+    for s in &summary.scenarios {
+        let _ = writeln!(
+            xml,
+            "    <testcase classname=\"palisade.scenarios\" name=\"{}\" time=\"{:.3}\">",
+            xml_escape(&s.name),
+            s.seed_seconds
+        );
+        for f in summary.failures.iter().filter(|f| f.scenario == s.name) {
+            let mut body = format!("{}\nrepro: {}\n", f.message, f.repro);
+            if let Some(file) = &f.file {
+                let _ = writeln!(
+                    body,
+                    "replay: {}",
+                    crate::failure::replay_command(&report_dir.join(file))
+                );
+            }
+            let _ = writeln!(body, "trace hash: {}", f.trace_hash);
+            let _ = writeln!(
+                xml,
+                "      <failure type=\"{}\" message=\"seed {}: {}\">{}</failure>",
+                xml_escape(&f.invariant),
+                f.seed,
+                xml_escape(&f.invariant),
+                xml_escape(&body)
+            );
+        }
+        for g in summary
+            .coverage_gaps
+            .iter()
+            .filter(|g| g.scenario == s.name)
+        {
+            let _ = writeln!(
+                xml,
+                "      <failure type=\"coverage\" message=\"coverage mark {} never hit\">a sweep of the default size ({} seeds) must hit it at least once</failure>",
+                xml_escape(&g.mark),
+                s.default_seeds
+            );
+        }
+        let _ = writeln!(xml, "    </testcase>");
+    }
+    let _ = writeln!(xml, "  </testsuite>\n</testsuites>");
+    xml
+}
+
+/// Writes `summary.json`, `summary.md` and `junit.xml` into `dir`.
+pub fn write_summary_files(
+    dir: &Path,
+    summary: &Summary,
+    diagrams: &BTreeMap<(String, u64), String>,
+) -> std::io::Result<()> {
+    write_json(&dir.join("summary.json"), summary)?;
+    write_atomic(
+        &dir.join("summary.md"),
+        render_markdown(summary, dir, diagrams).as_bytes(),
+    )?;
+    write_atomic(
+        &dir.join("junit.xml"),
+        render_junit(summary, dir).as_bytes(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xml_escape_handles_markup_and_controls() {
+        assert_eq!(
+            xml_escape("a<b & \"c\"\u{1}"),
+            "a&lt;b &amp; &quot;c&quot;?"
+        );
+    }
+
+    #[test]
+    fn write_atomic_leaves_no_temporary_file() {
+        let dir = std::env::temp_dir().join(format!("palisade-atomic-{}", std::process::id()));
+        let path = dir.join("x.json");
+        write_atomic(&path, b"one").expect("write");
+        write_atomic(&path, b"two").expect("overwrite");
+        assert_eq!(std::fs::read(&path).expect("read"), b"two");
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+}

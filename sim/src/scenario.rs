@@ -1,0 +1,1049 @@
+//! Scenario files: one named race or fault profile each, in TOML.
+//!
+//! A scenario says which real race it reproduces and where it comes from, what the actors
+//! do (`[workload]`), which faults a seed may draw and how often (`[faults]`, swarm
+//! testing: every range `[lo, hi]` is where a seed draws its *own* probability from), fixed
+//! steps that re-enact a known interleaving (`[[steps]]`), the bounds of a run (`[limits]`),
+//! core configuration overrides (`[core]`) and what must hold (`[expect]`).
+//!
+//! Every table denies unknown fields, so a typo is an error and not a silently ignored
+//! setting. Every error, syntactic or semantic, names the file, line and column.
+//!
+//! ```toml
+//! name = "cancel-storm"
+//! description = "Cancels at every step of a resume."
+//! source = "kandev #3636"
+//!
+//! [workload]
+//! sessions = 4
+//! turns_per_session = 2
+//! agent = "codex-acp"
+//!
+//! [faults]
+//! cancel = [0.2, 0.6]
+//!
+//! [[steps]]
+//! at_ms = 50
+//! action = "cancel"
+//! session = 2
+//! ```
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Larger scenario files are refused: a scenario is a page of settings, not data.
+pub const MAX_SCENARIO_BYTES: u64 = 1 << 20;
+
+/// Environment variable naming a scenarios directory searched before the built-in ones.
+pub const SCENARIO_DIR_ENV: &str = "PALISADE_SCENARIOS";
+
+/// The shipped scenarios, found from the crate's source directory at compile time. Used
+/// when the current directory has no `scenarios/` (e.g. running the binary from elsewhere).
+const SHIPPED_SCENARIO_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios");
+
+/// A closed range `[lo, hi]`, written in TOML as a two-element array.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Bounds<T> {
+    /// The smallest value (inclusive).
+    pub lo: T,
+    /// The largest value (inclusive).
+    pub hi: T,
+}
+
+impl<T: Copy> Bounds<T> {
+    /// The range holding exactly `value`.
+    pub const fn exactly(value: T) -> Self {
+        Bounds {
+            lo: value,
+            hi: value,
+        }
+    }
+
+    /// `[lo, hi]`.
+    pub const fn new(lo: T, hi: T) -> Self {
+        Bounds { lo, hi }
+    }
+}
+
+impl<T: Serialize + Copy> Serialize for Bounds<T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        [self.lo, self.hi].serialize(serializer)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Bounds<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut items = Vec::<T>::deserialize(deserializer)?;
+        if items.len() != 2 {
+            return Err(serde::de::Error::invalid_length(
+                items.len(),
+                &"a range [lo, hi] of two elements",
+            ));
+        }
+        let hi = items.pop().expect("length checked above");
+        let lo = items.pop().expect("length checked above");
+        Ok(Bounds { lo, hi })
+    }
+}
+
+/// A whole scenario file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// The name the CLI knows it by; a shipped scenario's name is its file name.
+    pub name: String,
+    /// Bumped whenever a change makes old failure files meaningless; replay refuses a
+    /// failure file recorded against another version.
+    #[serde(default = "default_version")]
+    pub version: u32,
+    /// What the scenario exercises, in a sentence or two.
+    #[serde(default)]
+    pub description: String,
+    /// The real race it reproduces and where it comes from (PR, review comment, test).
+    #[serde(default)]
+    pub source: String,
+    /// The actors and what they do.
+    #[serde(default)]
+    pub workload: Workload,
+    /// The fault profile each seed draws its own probabilities from.
+    #[serde(default)]
+    pub faults: Faults,
+    /// Fixed steps, in addition to the drawn faults.
+    #[serde(default)]
+    pub steps: Vec<Step>,
+    /// The bounds of one run.
+    #[serde(default)]
+    pub limits: Limits,
+    /// Core configuration overrides; an absent field keeps the core's default.
+    #[serde(default)]
+    pub core: CoreOverrides,
+    /// What must hold beyond the always-checked invariants.
+    #[serde(default)]
+    pub expect: Expect,
+}
+
+fn default_version() -> u32 {
+    1
+}
+
+impl Default for Scenario {
+    fn default() -> Self {
+        Scenario {
+            name: "default".into(),
+            version: default_version(),
+            description: String::new(),
+            source: String::new(),
+            workload: Workload::default(),
+            faults: Faults::default(),
+            steps: Vec::new(),
+            limits: Limits::default(),
+            core: CoreOverrides::default(),
+            expect: Expect::default(),
+        }
+    }
+}
+
+/// The ACP agent a runtime node imitates: each answers `session/load` the way the real one
+/// does (capability, error codes, messages).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Agent {
+    /// `claude-agent-acp`.
+    #[default]
+    ClaudeAgentAcp,
+    /// `claude-code-acp`.
+    ClaudeCodeAcp,
+    /// `codex-acp`.
+    CodexAcp,
+    /// `codex-acp-ts`.
+    CodexAcpTs,
+    /// `gemini-cli`.
+    GeminiCli,
+    /// `goose`.
+    Goose,
+    /// `opencode`.
+    Opencode,
+    /// An agent without the `loadSession` capability.
+    NoLoad,
+}
+
+impl Agent {
+    /// Every agent, in a fixed order.
+    pub const ALL: [Agent; 8] = [
+        Agent::ClaudeAgentAcp,
+        Agent::ClaudeCodeAcp,
+        Agent::CodexAcp,
+        Agent::CodexAcpTs,
+        Agent::GeminiCli,
+        Agent::Goose,
+        Agent::Opencode,
+        Agent::NoLoad,
+    ];
+
+    /// The name used in scenario files.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Agent::ClaudeAgentAcp => "claude-agent-acp",
+            Agent::ClaudeCodeAcp => "claude-code-acp",
+            Agent::CodexAcp => "codex-acp",
+            Agent::CodexAcpTs => "codex-acp-ts",
+            Agent::GeminiCli => "gemini-cli",
+            Agent::Goose => "goose",
+            Agent::Opencode => "opencode",
+            Agent::NoLoad => "no-load",
+        }
+    }
+}
+
+/// The actors and what they do.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Workload {
+    /// Sessions (one client each), numbered from 1.
+    pub sessions: u32,
+    /// Prompt turns each session's client sends on its own, in addition to any `prompt`
+    /// steps (so a scenario driven by steps sets it to 0).
+    pub turns_per_session: u32,
+    /// The agent every runtime node imitates.
+    pub agent: Agent,
+    /// Stream notifications per prompt turn.
+    pub notifications_per_turn: Bounds<u32>,
+    /// Payload bytes per notification.
+    pub notification_bytes: Bounds<u32>,
+    /// How long `session/load` takes.
+    pub load_delay_ms: Bounds<u64>,
+    /// A client's pause between its actions.
+    pub think_ms: Bounds<u64>,
+}
+
+impl Default for Workload {
+    fn default() -> Self {
+        Workload {
+            sessions: 1,
+            turns_per_session: 1,
+            agent: Agent::default(),
+            notifications_per_turn: Bounds::new(1, 8),
+            notification_bytes: Bounds::new(16, 256),
+            load_delay_ms: Bounds::new(1, 50),
+            think_ms: Bounds::new(1, 100),
+        }
+    }
+}
+
+/// The fault profile. Each probability field is a range `[lo, hi]` in `[0, 1]`: a seed
+/// first draws its own probability from it (swarm testing), so some seeds see a fault
+/// constantly and others never.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Faults {
+    /// A callback is delayed (up to `max_delay_ms`).
+    pub delay: Bounds<f64>,
+    /// A callback is delivered twice.
+    pub duplicate: Bounds<f64>,
+    /// Two callbacks swap places.
+    pub reorder: Bounds<f64>,
+    /// The client cancels at this step.
+    pub cancel: Bounds<f64>,
+    /// The provider process exits at this step (startup, load, mid-prompt, mid-teardown).
+    pub provider_exit: Bounds<f64>,
+    /// The provider emits a burst of `burst_size` notifications.
+    pub burst: Bounds<f64>,
+    /// `session/load` fails with one of the agent's real error answers.
+    pub load_error: Bounds<f64>,
+    /// `session/load` times out.
+    pub load_timeout: Bounds<f64>,
+    /// The orchestrator crashes and restarts from its durable snapshot.
+    pub crash_restart: Bounds<f64>,
+    /// A teardown hangs (never answers).
+    pub hang_teardown: Bounds<f64>,
+    /// The orchestrator's clock jumps forward.
+    pub clock_jump: Bounds<f64>,
+    /// The longest delay a delayed callback suffers.
+    pub max_delay_ms: u64,
+    /// Notifications in one burst.
+    pub burst_size: Bounds<u32>,
+}
+
+impl Faults {
+    /// Names of the probability fields, in declaration order.
+    pub const PROBABILITY_NAMES: [&'static str; 11] = [
+        "delay",
+        "duplicate",
+        "reorder",
+        "cancel",
+        "provider_exit",
+        "burst",
+        "load_error",
+        "load_timeout",
+        "crash_restart",
+        "hang_teardown",
+        "clock_jump",
+    ];
+
+    /// Every probability range with its field name, in declaration order.
+    pub fn probabilities(&self) -> [(&'static str, Bounds<f64>); 11] {
+        let values = [
+            self.delay,
+            self.duplicate,
+            self.reorder,
+            self.cancel,
+            self.provider_exit,
+            self.burst,
+            self.load_error,
+            self.load_timeout,
+            self.crash_restart,
+            self.hang_teardown,
+            self.clock_jump,
+        ];
+        std::array::from_fn(|i| (Self::PROBABILITY_NAMES[i], values[i]))
+    }
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        let never = Bounds::exactly(0.0);
+        Faults {
+            delay: never,
+            duplicate: never,
+            reorder: never,
+            cancel: never,
+            provider_exit: never,
+            burst: never,
+            load_error: never,
+            load_timeout: never,
+            crash_restart: never,
+            hang_teardown: never,
+            clock_jump: never,
+            max_delay_ms: 500,
+            // Just past the 1,024-notification queue that closed compozy's connection.
+            burst_size: Bounds::new(1_025, 1_100),
+        }
+    }
+}
+
+/// What a fixed step does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// The client resumes the session (begins an attempt).
+    Resume,
+    /// The client sends a prompt.
+    Prompt,
+    /// The client cancels.
+    Cancel,
+    /// The client retries after a failure or cancellation.
+    Retry,
+    /// The session's provider process exits.
+    ProviderExit,
+    /// The orchestrator crashes and restarts from its snapshot.
+    CrashRestart,
+    /// The provider emits `count` notifications at once.
+    Burst,
+    /// A callback of the session's first attempt is delivered late (after `delay_ms`).
+    LateCallback,
+    /// The session's next teardown hangs.
+    HangTeardown,
+}
+
+/// One fixed step.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    /// When, in simulated milliseconds from the start.
+    pub at_ms: u64,
+    /// What happens.
+    pub action: Action,
+    /// Which session (1-based) it concerns.
+    #[serde(default = "default_step_session")]
+    pub session: u32,
+    /// How many times (repeated actions) or how many notifications (`burst`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+    /// An extra delay, e.g. how late a `late_callback` arrives.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<u64>,
+}
+
+fn default_step_session() -> u32 {
+    1
+}
+
+/// The bounds of one run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Faults are injected only before this simulated time.
+    pub fault_window_ms: u64,
+    /// Liveness bound: after the faults stop, everything must settle within this time.
+    pub quiesce_ms: u64,
+    /// A run recording more trace events than this is a failure (a livelock guard).
+    pub max_events: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            fault_window_ms: 10_000,
+            // The default recovery schedule (1 s + 2 s + 4 s) plus stop deadlines fits.
+            quiesce_ms: 30_000,
+            max_events: 200_000,
+        }
+    }
+}
+
+/// Core configuration overrides; `None` keeps the core's default.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CoreOverrides {
+    /// The recovery delay schedule; empty disables automatic recovery.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recovery_delays_ms: Option<Vec<u64>>,
+    /// The runtime's notification queue capacity.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_capacity: Option<u32>,
+    /// How long a joiner waits for a live attempt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub join_wait_ms: Option<u64>,
+    /// A generation lease's lifetime.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<u64>,
+    /// The deadline of a teardown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop_deadline_ms: Option<u64>,
+    /// The deadline of a startup.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_deadline_ms: Option<u64>,
+}
+
+/// What must hold beyond the invariants the oracle always checks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Expect {
+    /// Exactly this many responses per session once everything settles.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub responses_per_session: Option<u32>,
+    /// Whether any `session/load` may legitimately fall back to `session/new` here.
+    pub fallback_allowed: bool,
+    /// Coverage marks a sweep of the default size must hit at least once.
+    pub min_marks: Vec<String>,
+}
+
+impl Default for Expect {
+    fn default() -> Self {
+        Expect {
+            responses_per_session: None,
+            fallback_allowed: true,
+            min_marks: Vec::new(),
+        }
+    }
+}
+
+/// Where in a file something is, 1-based; the column counts characters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Location {
+    /// Line, from 1.
+    pub line: usize,
+    /// Column in characters, from 1.
+    pub column: usize,
+}
+
+/// Why a scenario could not be used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScenarioErrorKind {
+    /// The file could not be read.
+    Read,
+    /// Not valid TOML, a wrong type, or an unknown field.
+    Syntax,
+    /// Valid TOML describing an impossible scenario.
+    Invalid,
+    /// No scenario by that name.
+    NotFound,
+}
+
+/// A scenario error, with the file and, where it applies, the line and column.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScenarioError {
+    /// What kind of problem.
+    pub kind: ScenarioErrorKind,
+    /// The file concerned (or the name looked up).
+    pub file: PathBuf,
+    /// Where in the file.
+    pub location: Option<Location>,
+    /// What is wrong.
+    pub message: String,
+    /// The offending source line with a caret under the spot.
+    pub excerpt: Option<String>,
+}
+
+impl fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some(at) = self.location {
+            write!(f, ":{}:{}", at.line, at.column)?;
+        }
+        write!(f, ": {}", self.message)?;
+        if let Some(excerpt) = &self.excerpt {
+            write!(f, "\n{excerpt}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ScenarioError {}
+
+/// One step of a path into the TOML document, for pointing at a value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Key {
+    Field(&'static str),
+    Index(usize),
+}
+
+/// A semantic error before it is located in the source.
+#[derive(Debug)]
+struct Invalid {
+    path: Vec<Key>,
+    message: String,
+}
+
+fn invalid(path: &[Key], message: String) -> Invalid {
+    Invalid {
+        path: path.to_vec(),
+        message,
+    }
+}
+
+impl Scenario {
+    /// Reads and validates a scenario file.
+    pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+        let read_error = |message: String| ScenarioError {
+            kind: ScenarioErrorKind::Read,
+            file: path.to_path_buf(),
+            location: None,
+            message,
+            excerpt: None,
+        };
+        let meta = std::fs::metadata(path).map_err(|e| read_error(format!("cannot read: {e}")))?;
+        if !meta.is_file() {
+            return Err(read_error("not a file".into()));
+        }
+        if meta.len() > MAX_SCENARIO_BYTES {
+            return Err(read_error(format!(
+                "{} bytes is larger than a scenario may be ({MAX_SCENARIO_BYTES})",
+                meta.len()
+            )));
+        }
+        let text =
+            std::fs::read_to_string(path).map_err(|e| read_error(format!("cannot read: {e}")))?;
+        Scenario::parse(&text, path)
+    }
+
+    /// Parses and validates scenario text; `file` is only used in errors.
+    pub fn parse(text: &str, file: &Path) -> Result<Scenario, ScenarioError> {
+        let scenario: Scenario = toml::from_str(text).map_err(|e| {
+            let at = e.span().map(|span| span.start);
+            located(
+                ScenarioErrorKind::Syntax,
+                file,
+                text,
+                at,
+                e.message().trim_end().to_string(),
+            )
+        })?;
+        if let Err(bad) = scenario.validate() {
+            let at = locate(text, &bad.path);
+            return Err(located(
+                ScenarioErrorKind::Invalid,
+                file,
+                text,
+                at,
+                bad.message,
+            ));
+        }
+        Ok(scenario)
+    }
+
+    /// The semantic checks serde cannot express. Returns the first problem found.
+    fn validate(&self) -> Result<(), Invalid> {
+        use Key::{Field, Index};
+        if self.name.is_empty()
+            || !self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(invalid(
+                &[Field("name")],
+                format!(
+                    "scenario name {:?} must be non-empty and use only letters, digits, '-' and '_'",
+                    self.name
+                ),
+            ));
+        }
+        if self.version == 0 {
+            return Err(invalid(&[Field("version")], "version starts at 1".into()));
+        }
+
+        let w = &self.workload;
+        let at = |field: &'static str| [Field("workload"), Field(field)];
+        if w.sessions == 0 {
+            return Err(invalid(
+                &at("sessions"),
+                "sessions must be at least 1: a scenario without sessions has no actors".into(),
+            ));
+        }
+        check_range(&at("notifications_per_turn"), w.notifications_per_turn)?;
+        check_range(&at("notification_bytes"), w.notification_bytes)?;
+        check_range(&at("load_delay_ms"), w.load_delay_ms)?;
+        check_range(&at("think_ms"), w.think_ms)?;
+
+        for (name, range) in self.faults.probabilities() {
+            let path = [Field("faults"), Field(name)];
+            for value in [range.lo, range.hi] {
+                if !(0.0..=1.0).contains(&value) {
+                    return Err(invalid(
+                        &path,
+                        format!("probability {value} of `{name}` is outside [0, 1]"),
+                    ));
+                }
+            }
+            check_range(&path, range)?;
+        }
+        check_range(
+            &[Field("faults"), Field("burst_size")],
+            self.faults.burst_size,
+        )?;
+
+        let limits = &self.limits;
+        if limits.quiesce_ms == 0 {
+            return Err(invalid(
+                &[Field("limits"), Field("quiesce_ms")],
+                "quiesce_ms must be positive: liveness needs time to settle after faults stop"
+                    .into(),
+            ));
+        }
+        if limits.max_events == 0 {
+            return Err(invalid(
+                &[Field("limits"), Field("max_events")],
+                "max_events must be positive".into(),
+            ));
+        }
+
+        for (i, step) in self.steps.iter().enumerate() {
+            let at = |field: &'static str| [Field("steps"), Index(i), Field(field)];
+            if step.session == 0 || step.session > w.sessions {
+                return Err(invalid(
+                    &at("session"),
+                    format!(
+                        "missing actor: step {} names session {}, but the workload has sessions 1..={}",
+                        i + 1,
+                        step.session,
+                        w.sessions
+                    ),
+                ));
+            }
+            if step.at_ms > limits.fault_window_ms {
+                return Err(invalid(
+                    &at("at_ms"),
+                    format!(
+                        "step {} at {} ms is after the fault window ({} ms): liveness is judged once faults stop",
+                        i + 1,
+                        step.at_ms,
+                        limits.fault_window_ms
+                    ),
+                ));
+            }
+            if step.count == Some(0) {
+                return Err(invalid(&at("count"), "count must be at least 1".into()));
+            }
+        }
+
+        if self.core.queue_capacity == Some(0) {
+            return Err(invalid(
+                &[Field("core"), Field("queue_capacity")],
+                "queue_capacity must be at least 1".into(),
+            ));
+        }
+        for (i, mark) in self.expect.min_marks.iter().enumerate() {
+            if mark.is_empty() {
+                return Err(invalid(
+                    &[Field("expect"), Field("min_marks"), Index(i)],
+                    "a coverage mark name cannot be empty".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_range<T: PartialOrd + fmt::Display + Copy>(
+    path: &[Key],
+    range: Bounds<T>,
+) -> Result<(), Invalid> {
+    if range.lo > range.hi {
+        let Some(Key::Field(name)) = path.last() else {
+            unreachable!("ranges are named fields");
+        };
+        return Err(invalid(
+            path,
+            format!(
+                "impossible range `{name}` = [{}, {}]: lo is greater than hi",
+                range.lo, range.hi
+            ),
+        ));
+    }
+    // NaN compares false both ways; say so rather than accept it.
+    if range.lo.partial_cmp(&range.hi).is_none() {
+        return Err(invalid(path, "range bounds must be numbers".into()));
+    }
+    Ok(())
+}
+
+/// The byte offset of the value at `path`, or of its closest existing ancestor.
+fn locate(text: &str, path: &[Key]) -> Option<usize> {
+    let doc = toml::de::DeTable::parse(text).ok()?;
+    let mut best = None;
+    let root = toml::de::DeValue::Table(doc.into_inner());
+    let mut here = &root;
+    for key in path {
+        let next = match key {
+            Key::Field(name) => here.get(*name),
+            Key::Index(i) => here.get(*i),
+        };
+        match next {
+            Some(value) => {
+                best = Some(value.span().start);
+                here = value.get_ref();
+            }
+            None => break,
+        }
+    }
+    best
+}
+
+fn located(
+    kind: ScenarioErrorKind,
+    file: &Path,
+    text: &str,
+    at: Option<usize>,
+    message: String,
+) -> ScenarioError {
+    let (location, excerpt) = match at {
+        Some(offset) => {
+            let (location, excerpt) = line_and_column(text, offset);
+            (Some(location), Some(excerpt))
+        }
+        None => (None, None),
+    };
+    ScenarioError {
+        kind,
+        file: file.to_path_buf(),
+        location,
+        message,
+        excerpt,
+    }
+}
+
+/// Converts a byte offset into a 1-based line and character column, with the source line
+/// and a caret under the column.
+fn line_and_column(text: &str, offset: usize) -> (Location, String) {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
+    let line = text[..line_start].matches('\n').count() + 1;
+    let column = text[line_start..offset].chars().count() + 1;
+    let source_line = text[line_start..line_end].trim_end_matches('\r');
+    let gutter = line.to_string();
+    let excerpt = format!(
+        "{pad} |\n{gutter} | {source_line}\n{pad} | {caret:>column$}",
+        pad = " ".repeat(gutter.len()),
+        caret = "^",
+    );
+    (Location { line, column }, excerpt)
+}
+
+/// A scenario ready to run, with where it came from.
+#[derive(Clone, Debug)]
+pub struct Resolved {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// The file it was read from.
+    pub file: PathBuf,
+    /// How to name it again on a command line: its name when it is a shipped scenario,
+    /// else the path as given.
+    pub spec: String,
+}
+
+/// The directories searched for scenarios by name, in order, without duplicates:
+/// `$PALISADE_SCENARIOS`, `./scenarios`, then the shipped ones next to this crate.
+pub fn scenario_dirs() -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(dir) = std::env::var_os(SCENARIO_DIR_ENV) {
+        dirs.push(PathBuf::from(dir));
+    }
+    dirs.push(PathBuf::from("scenarios"));
+    dirs.push(PathBuf::from(SHIPPED_SCENARIO_DIR));
+    let mut seen = Vec::new();
+    dirs.retain(|dir| {
+        let key = dir.canonicalize().unwrap_or_else(|_| dir.clone());
+        if seen.contains(&key) {
+            false
+        } else {
+            seen.push(key);
+            true
+        }
+    });
+    dirs
+}
+
+fn not_found(name: &str, message: String) -> ScenarioError {
+    ScenarioError {
+        kind: ScenarioErrorKind::NotFound,
+        file: PathBuf::from(name),
+        location: None,
+        message,
+        excerpt: None,
+    }
+}
+
+fn looks_like_path(spec: &str) -> bool {
+    spec.ends_with(".toml") || spec.contains('/') || spec.contains(std::path::MAIN_SEPARATOR)
+}
+
+/// The `*.toml` files of a directory, sorted by file name.
+fn toml_files(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "toml") && p.is_file())
+        .collect();
+    files.sort();
+    files
+}
+
+/// Loads a file from a scenarios directory and checks that its name matches the file's,
+/// so every shipped scenario can be named on the command line.
+fn load_shipped(file: &Path) -> Result<Resolved, ScenarioError> {
+    let scenario = Scenario::load(file)?;
+    let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+    if scenario.name != stem {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let at = locate(&text, &[Key::Field("name")]);
+        return Err(located(
+            ScenarioErrorKind::Invalid,
+            file,
+            &text,
+            at,
+            format!(
+                "this file declares name {:?}; a scenario in a scenarios directory must be named after its file ({stem:?})",
+                scenario.name
+            ),
+        ));
+    }
+    Ok(Resolved {
+        spec: scenario.name.clone(),
+        scenario,
+        file: file.to_path_buf(),
+    })
+}
+
+/// Resolves `--scenario NAME|PATH|all` to the scenarios it means, all loaded and valid.
+pub fn resolve(spec: &str) -> Result<Vec<Resolved>, ScenarioError> {
+    if spec == "all" {
+        let dirs = scenario_dirs();
+        for dir in &dirs {
+            let files = toml_files(dir);
+            if !files.is_empty() {
+                return files.iter().map(|f| load_shipped(f)).collect();
+            }
+        }
+        return Err(not_found(
+            "all",
+            format!(
+                "no scenario files (*.toml) found in {}",
+                dirs.iter()
+                    .map(|d| d.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    resolve_one(spec).map(|r| vec![r])
+}
+
+/// Resolves one scenario name or path (not `all`).
+pub fn resolve_one(spec: &str) -> Result<Resolved, ScenarioError> {
+    if spec == "all" {
+        return Err(not_found(
+            spec,
+            "`all` names several scenarios; this command takes one".into(),
+        ));
+    }
+    if looks_like_path(spec) {
+        let file = PathBuf::from(spec);
+        let scenario = Scenario::load(&file)?;
+        // A path into a scenarios directory is the shipped scenario: name it by name.
+        let shipped = scenario_dirs()
+            .iter()
+            .map(|d| d.join(format!("{}.toml", scenario.name)))
+            .any(|f| same_file(&f, &file));
+        let spec = if shipped {
+            scenario.name.clone()
+        } else {
+            spec.to_string()
+        };
+        return Ok(Resolved {
+            scenario,
+            file,
+            spec,
+        });
+    }
+    let dirs = scenario_dirs();
+    for dir in &dirs {
+        let file = dir.join(format!("{spec}.toml"));
+        if file.is_file() {
+            return load_shipped(&file);
+        }
+    }
+    let known: Vec<String> = dirs
+        .iter()
+        .flat_map(|d| toml_files(d))
+        .filter_map(|f| f.file_stem().and_then(|s| s.to_str()).map(String::from))
+        .collect();
+    let mut known_unique = known.clone();
+    known_unique.sort();
+    known_unique.dedup();
+    Err(not_found(
+        spec,
+        format!(
+            "unknown scenario (known: {}; or give a path to a .toml file)",
+            if known_unique.is_empty() {
+                "none found".to_string()
+            } else {
+                known_unique.join(", ")
+            }
+        ),
+    ))
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Scenario, ScenarioError> {
+        Scenario::parse(text, Path::new("t.toml"))
+    }
+
+    #[test]
+    fn minimal_scenario_takes_defaults() {
+        let s = parse("name = \"x\"\n").expect("valid");
+        assert_eq!(s.version, 1);
+        assert_eq!(s.workload, Workload::default());
+        assert!(s.expect.fallback_allowed);
+    }
+
+    #[test]
+    fn unknown_field_points_at_the_key() {
+        let e = parse("name = \"x\"\n[workload]\nsesions = 2\n").unwrap_err();
+        assert_eq!(e.kind, ScenarioErrorKind::Syntax);
+        assert_eq!(e.location, Some(Location { line: 3, column: 1 }));
+        assert!(e.message.contains("sesions"), "{e}");
+    }
+
+    #[test]
+    fn impossible_range_points_at_the_value() {
+        let e = parse("name = \"x\"\n[workload]\nthink_ms = [9, 3]\n").unwrap_err();
+        assert_eq!(e.kind, ScenarioErrorKind::Invalid);
+        assert_eq!(
+            e.location,
+            Some(Location {
+                line: 3,
+                column: 12
+            })
+        );
+        assert!(e.message.contains("impossible range"), "{e}");
+    }
+
+    #[test]
+    fn probability_outside_unit_interval_is_rejected() {
+        let e = parse("name = \"x\"\n[faults]\ndelay = [0.1, 1.5]\n").unwrap_err();
+        assert_eq!(e.location, Some(Location { line: 3, column: 9 }));
+        assert!(e.message.contains("outside [0, 1]"), "{e}");
+    }
+
+    #[test]
+    fn step_naming_a_missing_session_is_a_missing_actor() {
+        let text = "name = \"x\"\n[workload]\nsessions = 2\n\n[[steps]]\nat_ms = 1\naction = \"cancel\"\nsession = 3\n";
+        let e = parse(text).unwrap_err();
+        assert_eq!(
+            e.location,
+            Some(Location {
+                line: 8,
+                column: 11
+            })
+        );
+        assert!(e.message.starts_with("missing actor"), "{e}");
+    }
+
+    #[test]
+    fn zero_sessions_is_rejected() {
+        let e = parse("name = \"x\"\n[workload]\nsessions = 0\n").unwrap_err();
+        assert_eq!(
+            e.location,
+            Some(Location {
+                line: 3,
+                column: 12
+            })
+        );
+    }
+
+    #[test]
+    fn syntax_error_has_line_and_column() {
+        let e = parse("name = \"x\"\n[workload\n").unwrap_err();
+        assert_eq!(e.kind, ScenarioErrorKind::Syntax);
+        assert_eq!(e.location.map(|l| l.line), Some(2));
+    }
+
+    #[test]
+    fn unknown_agent_is_rejected() {
+        let e = parse("name = \"x\"\n[workload]\nagent = \"gpt\"\n").unwrap_err();
+        assert_eq!(e.location, Some(Location { line: 3, column: 9 }));
+    }
+
+    #[test]
+    fn scenario_round_trips_through_toml() {
+        let mut s = Scenario::default();
+        s.steps.push(Step {
+            at_ms: 5,
+            action: Action::LateCallback,
+            session: 1,
+            count: None,
+            delay_ms: Some(9),
+        });
+        s.core.recovery_delays_ms = Some(vec![]);
+        let text = toml::to_string(&s).expect("serializes");
+        assert_eq!(parse(&text).expect("parses"), s);
+    }
+
+    #[test]
+    fn agent_names_match_serde() {
+        for agent in Agent::ALL {
+            let text = format!("name = \"x\"\n[workload]\nagent = \"{}\"\n", agent.name());
+            assert_eq!(parse(&text).expect("valid").workload.agent, agent);
+        }
+    }
+}

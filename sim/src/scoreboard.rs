@@ -1,0 +1,227 @@
+//! The mutant scoreboard: does the testbed catch every re-created real bug?
+//!
+//! For each mutant, seeds of every scenario run in a fixed interleaved order (seed 0 of
+//! every scenario, then seed 1, …) until the first failure or the bound. The count of seed
+//! runs up to and including that failure is "seeds to first failure"; it does not depend
+//! on the number of jobs. The first failure is written as a failure file and minimised.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use crate::failure::{self, FailureFile, Minimized};
+use crate::minimize;
+use crate::report;
+use crate::runner;
+use crate::scenario::Resolved;
+use crate::sweep::{self, Progress, SeedRecord};
+use crate::world::Mutant;
+
+/// Seeds per scenario tried before a mutant counts as surviving.
+pub const DEFAULT_SEEDS_PER_SCENARIO: u64 = 200;
+
+/// Seed runs spent minimising each mutant's first failure.
+pub const MINIMIZE_RUNS: usize = 200;
+
+/// How a mutant was caught.
+#[derive(Debug)]
+pub struct Caught {
+    /// The scenario's name.
+    pub scenario: String,
+    /// The seed.
+    pub seed: u64,
+    /// Seed runs up to and including the first failure.
+    pub runs_to_failure: u64,
+    /// The invariant that broke.
+    pub invariant: String,
+    /// The failure file, relative to the report directory.
+    pub file: String,
+    /// The minimised failure file and its sizes, when minimisation worked.
+    pub minimized: Option<(String, Minimized)>,
+}
+
+/// One mutant's line of the scoreboard.
+#[derive(Debug)]
+pub struct MutantResult {
+    /// The mutant.
+    pub mutant: Mutant,
+    /// Seed runs made.
+    pub runs: u64,
+    /// How it was caught, if it was.
+    pub caught: Option<Caught>,
+}
+
+/// Runs the scoreboard and writes the failure files; `mutants.md` is written by the caller
+/// from [`render`].
+pub fn run(
+    scenarios: &[Resolved],
+    seeds: u64,
+    jobs: usize,
+    minimize_runs: usize,
+    report_dir: &Path,
+    progress: bool,
+) -> std::io::Result<Vec<MutantResult>> {
+    let items: Vec<(usize, u64)> = (0..seeds)
+        .flat_map(|seed| (0..scenarios.len()).map(move |s| (s, seed)))
+        .collect();
+    let mut results = Vec::new();
+    for mutant in Mutant::ALL {
+        let mut bar = Progress::new(progress, items.len() as u64, mutant.name());
+        let outcomes = runner::parallel_map(
+            &items,
+            jobs,
+            |&(s, seed)| {
+                let timed = runner::run_isolated(&scenarios[s].scenario, seed, None, Some(mutant));
+                sweep::record(s, seed, timed, false).0
+            },
+            Some(|r: &SeedRecord| r.failure.is_some()),
+            |_, r| bar.tick(r.failure.is_some()),
+        );
+        bar.finish();
+        let runs = outcomes.iter().filter(|o| o.is_some()).count() as u64;
+        let first = outcomes
+            .into_iter()
+            .enumerate()
+            .find_map(|(i, o)| o.filter(|r| r.failure.is_some()).map(|r| (i, r)));
+        let caught = match first {
+            None => None,
+            Some((i, rec)) => Some(write_caught(
+                scenarios,
+                mutant,
+                i as u64 + 1,
+                &rec,
+                report_dir,
+                jobs,
+                minimize_runs,
+            )?),
+        };
+        results.push(MutantResult {
+            mutant,
+            runs,
+            caught,
+        });
+    }
+    Ok(results)
+}
+
+fn write_caught(
+    scenarios: &[Resolved],
+    mutant: Mutant,
+    runs_to_failure: u64,
+    rec: &SeedRecord,
+    report_dir: &Path,
+    jobs: usize,
+    minimize_runs: usize,
+) -> std::io::Result<Caught> {
+    let resolved = &scenarios[rec.scenario];
+    let name = &resolved.scenario.name;
+    let rel = report::failure_file_name(name, rec.seed, Some(mutant.name()));
+    let path = report_dir.join(&rel);
+    let file = FailureFile::new(resolved, rec, Some(mutant), &path, report::commit());
+    report::write_json(&path, &file)?;
+
+    let min_rel = rel.replace(".json", ".min.json");
+    let min_path = report_dir.join(&min_rel);
+    let loaded = failure::Loaded {
+        file: file.clone(),
+        scenario: resolved.clone(),
+        mutant: Some(mutant),
+    };
+    let shrunk = (minimize_runs > 0)
+        .then(|| minimize::minimize_file(&loaded, &min_path, jobs, minimize_runs));
+    let minimized = match shrunk {
+        None => None,
+        Some(Ok(min)) => {
+            report::write_json(&min_path, &min)?;
+            min.minimized.map(|m| (min_rel, m))
+        }
+        // The failure did not repeat on a re-run: the scoreboard says so (no minimised
+        // file) rather than hiding it; `palisade replay` on the file shows the divergence.
+        Some(Err(_)) => None,
+    };
+    let invariant = file.invariant.clone();
+    Ok(Caught {
+        scenario: name.clone(),
+        seed: rec.seed,
+        runs_to_failure,
+        invariant,
+        file: rel,
+        minimized,
+    })
+}
+
+/// `mutants.md`.
+pub fn render(results: &[MutantResult], seeds: u64, scenarios: &[Resolved], dir: &Path) -> String {
+    let caught: Vec<u64> = results
+        .iter()
+        .filter_map(|r| r.caught.as_ref().map(|c| c.runs_to_failure))
+        .collect();
+    let mut sorted = caught.clone();
+    sorted.sort_unstable();
+    let median = sorted.get(sorted.len().saturating_sub(1) / 2).copied();
+    let max = sorted.last().copied();
+    let mut md = String::from("# Mutant scoreboard\n\n");
+    let _ = writeln!(
+        md,
+        "Every mutant of `palisade-core` re-creates a real bug from the reviews of kandev #3636 and compozy #454. \
+         Each is swept over {} scenarios × up to {seeds} seeds, interleaved (seed 0 of every scenario, then seed 1, …), \
+         until the first failure. Generated by `palisade mutants`; commit `{}`.\n",
+        scenarios.len(),
+        report::commit()
+    );
+    let _ = writeln!(
+        md,
+        "**{} of {} caught**; seed runs to first failure: median {}, max {}.\n",
+        caught.len(),
+        results.len(),
+        median.map_or("–".into(), |m| m.to_string()),
+        max.map_or("–".into(), |m| m.to_string()),
+    );
+    let _ = writeln!(
+        md,
+        "| mutant | caught | seeds to first failure | scenario | seed | invariant | replay file | minimised (faults, events) |\n|---|---|---:|---|---:|---|---|---|"
+    );
+    for r in results {
+        match &r.caught {
+            Some(c) => {
+                let min = match &c.minimized {
+                    Some((file, m)) => format!(
+                        "{} → {}, {} → {} ([file]({}))",
+                        m.original_faults, m.faults, m.original_events, m.events, file
+                    ),
+                    None => "–".into(),
+                };
+                let _ = writeln!(
+                    md,
+                    "| `{}` | ✅ | {} | {} | {} | `{}` | [{}]({}) | {} |",
+                    r.mutant.name(),
+                    c.runs_to_failure,
+                    c.scenario,
+                    c.seed,
+                    c.invariant,
+                    c.file,
+                    c.file,
+                    min
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    md,
+                    "| `{}` | ❌ survived | – ({} runs) | – | – | – | – | – |",
+                    r.mutant.name(),
+                    r.runs
+                );
+            }
+        }
+    }
+    let _ = writeln!(
+        md,
+        "\nReplay any line with `palisade replay {}/<replay file>`.",
+        dir.display()
+    );
+    md
+}
+
+/// The relative path of `mutants.md` inside a report directory.
+pub fn scoreboard_path(dir: &Path) -> PathBuf {
+    dir.join("mutants.md")
+}

@@ -1,0 +1,597 @@
+//! A sweep: many seeds of one or more scenarios, in parallel, in a deterministic order.
+//!
+//! Which seeds run is a pure function of the scenarios, the seed range and the shard, so
+//! shards of a sweep add up to the whole. Passing seeds keep only their hash, figures and
+//! coverage marks; failing seeds keep their plan and trace for the failure file.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::io::{IsTerminal, Write};
+use std::str::FromStr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::runner::{self, SeedRun, Timed};
+use crate::scenario::Resolved;
+use crate::world::{FaultPlan, Mutant, SeedStats};
+
+/// Default seeds per sweep for `swarm`, the scenario that carries most of the search.
+pub const DEFAULT_SEEDS_SWARM: u64 = 200;
+/// Default seeds per sweep for every other scenario. Together with the swarm's, the
+/// default sweep of all shipped scenarios must finish in about a minute on 2 cores.
+pub const DEFAULT_SEEDS: u64 = 100;
+
+/// Failing seeds per scenario whose plan and trace are kept and written as failure files:
+/// the lowest seeds, so the choice does not depend on the number of jobs. A mutant sweep
+/// can fail every seed, and keeping every failing trace could take gigabytes; the others
+/// are still counted and listed with the command that reproduces them.
+pub const MAX_FAILURE_FILES_PER_SCENARIO: usize = 20;
+
+/// The invariant recorded for a seed that panicked.
+pub const PANIC_INVARIANT: &str = "panic";
+/// The invariant recorded for a seed whose re-run gave another trace.
+pub const DETERMINISM_INVARIANT: &str = "determinism";
+
+/// How many seeds a sweep of `scenario` runs when `--seeds` is not given.
+pub fn default_seeds(scenario: &str) -> u64 {
+    if scenario == "swarm" {
+        DEFAULT_SEEDS_SWARM
+    } else {
+        DEFAULT_SEEDS
+    }
+}
+
+/// A half-open range of seeds, `start..end`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SeedRange {
+    /// The first seed.
+    pub start: u64,
+    /// One past the last seed.
+    pub end: u64,
+}
+
+impl SeedRange {
+    /// Seeds `0..count`.
+    pub const fn first(count: u64) -> Self {
+        SeedRange {
+            start: 0,
+            end: count,
+        }
+    }
+
+    /// How many seeds.
+    pub const fn len(self) -> u64 {
+        self.end - self.start
+    }
+
+    /// Whether the range is empty (never, once parsed).
+    pub const fn is_empty(self) -> bool {
+        self.end == self.start
+    }
+}
+
+impl fmt::Display for SeedRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}..{}", self.start, self.end)
+    }
+}
+
+impl FromStr for SeedRange {
+    type Err = String;
+
+    /// `A..B` (B excluded) or `A..=B` (B included); A < B.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("bad seed range {s:?}: expected A..B (B excluded) or A..=B");
+        let (a, b, inclusive) = if let Some((a, b)) = s.split_once("..=") {
+            (a, b, true)
+        } else if let Some((a, b)) = s.split_once("..") {
+            (a, b, false)
+        } else {
+            return Err(bad());
+        };
+        let start: u64 = a.trim().parse().map_err(|_| bad())?;
+        let last: u64 = b.trim().parse().map_err(|_| bad())?;
+        let end = if inclusive {
+            last.checked_add(1).ok_or_else(bad)?
+        } else {
+            last
+        };
+        if end <= start {
+            return Err(format!(
+                "bad seed range {s:?}: it holds no seed (the end must be past the start)"
+            ));
+        }
+        Ok(SeedRange { start, end })
+    }
+}
+
+/// Shard `index` of `count`: the seeds at positions `p` with `p % count == index`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Shard {
+    /// This shard, from 0.
+    pub index: u64,
+    /// How many shards.
+    pub count: u64,
+}
+
+impl Shard {
+    /// Whether the seed at `position` in its range belongs to this shard.
+    pub const fn holds(self, position: u64) -> bool {
+        position % self.count == self.index
+    }
+}
+
+impl fmt::Display for Shard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
+impl FromStr for Shard {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("bad shard {s:?}: expected I/N with 0 <= I < N");
+        let (i, n) = s.split_once('/').ok_or_else(bad)?;
+        let index: u64 = i.trim().parse().map_err(|_| bad())?;
+        let count: u64 = n.trim().parse().map_err(|_| bad())?;
+        if count == 0 || index >= count {
+            return Err(bad());
+        }
+        Ok(Shard { index, count })
+    }
+}
+
+/// Parses `--check-determinism F`: a fraction in (0, 1].
+pub fn parse_fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f > 0.0 && f <= 1.0 => Ok(f),
+        _ => Err(format!(
+            "bad fraction {s:?}: expected a number in (0, 1], e.g. 0.1"
+        )),
+    }
+}
+
+/// What a sweep is asked to do.
+#[derive(Debug)]
+pub struct SweepConfig {
+    /// The scenarios, in order.
+    pub scenarios: Vec<Resolved>,
+    /// The seed range of each scenario (same order).
+    pub ranges: Vec<SeedRange>,
+    /// Only this shard's seeds.
+    pub shard: Option<Shard>,
+    /// Worker threads.
+    pub jobs: usize,
+    /// The mutant switched on in the core, if any.
+    pub mutant: Option<Mutant>,
+    /// Re-run this fraction of seeds and compare traces.
+    pub check_determinism: Option<f64>,
+    /// Show a progress line on stderr (only if it is a terminal).
+    pub progress: bool,
+}
+
+/// Why a seed failed, with what it takes to write its failure file.
+#[derive(Clone, Debug)]
+pub struct SeedFailure {
+    /// The rule that broke (`panic` and `determinism` are the sweep's own).
+    pub invariant: String,
+    /// What happened.
+    pub message: String,
+    /// Indices of the trace events involved.
+    pub events: Vec<u64>,
+    /// The plan the seed ran (absent when it panicked before reporting one).
+    pub plan: Option<FaultPlan>,
+    /// The whole trace (empty when it panicked).
+    pub trace: Vec<String>,
+    /// The plan and trace were dropped (past [`MAX_FAILURE_FILES_PER_SCENARIO`]): no
+    /// failure file is written for this seed.
+    pub detail_dropped: bool,
+}
+
+impl SeedFailure {
+    fn drop_detail(&mut self) {
+        self.plan = None;
+        self.trace = Vec::new();
+        self.detail_dropped = true;
+    }
+}
+
+/// One seed's result.
+#[derive(Clone, Debug)]
+pub struct SeedRecord {
+    /// Index into [`SweepConfig::scenarios`].
+    pub scenario: usize,
+    /// The seed.
+    pub seed: u64,
+    /// The trace's rolling hash (absent when it panicked).
+    pub trace_hash: Option<u64>,
+    /// Figures.
+    pub stats: SeedStats,
+    /// Coverage marks hit.
+    pub marks: BTreeMap<String, u64>,
+    /// Wall-clock time of the seed's thread.
+    pub wall_nanos: u64,
+    /// Why it failed, if it did.
+    pub failure: Option<SeedFailure>,
+}
+
+/// A seed whose re-run did not give the same trace.
+#[derive(Clone, Debug)]
+pub struct Divergence {
+    /// Index into [`SweepConfig::scenarios`].
+    pub scenario: usize,
+    /// The seed.
+    pub seed: u64,
+    /// The first differing trace line, both versions.
+    pub message: String,
+}
+
+/// Everything a sweep produced.
+#[derive(Debug)]
+pub struct SweepResult {
+    /// One record per seed run, ordered by scenario then seed.
+    pub records: Vec<SeedRecord>,
+    /// Seeds re-run for `--check-determinism`.
+    pub determinism_checked: u64,
+    /// The re-runs that differed.
+    pub divergences: Vec<Divergence>,
+    /// Wall-clock time of the whole sweep.
+    pub wall: Duration,
+}
+
+impl SweepResult {
+    /// How many seeds failed (a divergence counts once per seed).
+    pub fn failed(&self) -> u64 {
+        let mut failed = self.records.iter().filter(|r| r.failure.is_some()).count() as u64;
+        for d in &self.divergences {
+            let already = self
+                .records
+                .iter()
+                .any(|r| r.scenario == d.scenario && r.seed == d.seed && r.failure.is_some());
+            if !already {
+                failed += 1;
+            }
+        }
+        failed
+    }
+}
+
+/// One unit of work.
+#[derive(Clone, Copy, Debug)]
+struct Job {
+    scenario: usize,
+    seed: u64,
+    keep_trace: bool,
+}
+
+/// Converts a run into a record; returns the trace separately when it is to be kept.
+pub fn record(
+    scenario: usize,
+    seed: u64,
+    timed: Timed,
+    keep_trace: bool,
+) -> (SeedRecord, Option<Vec<String>>) {
+    match timed.run {
+        SeedRun::Done(outcome) => {
+            let failure = outcome.violation.map(|v| SeedFailure {
+                invariant: v.invariant,
+                message: v.message,
+                events: v.events,
+                plan: Some(outcome.plan),
+                trace: outcome.trace.lines.clone(),
+                detail_dropped: false,
+            });
+            let kept = keep_trace.then_some(outcome.trace.lines);
+            (
+                SeedRecord {
+                    scenario,
+                    seed,
+                    trace_hash: Some(outcome.trace.hash),
+                    stats: outcome.stats,
+                    marks: outcome.marks,
+                    wall_nanos: timed.wall_nanos,
+                    failure,
+                },
+                kept,
+            )
+        }
+        SeedRun::Panicked { message } => (
+            SeedRecord {
+                scenario,
+                seed,
+                trace_hash: None,
+                stats: SeedStats::default(),
+                marks: BTreeMap::new(),
+                wall_nanos: timed.wall_nanos,
+                failure: Some(SeedFailure {
+                    invariant: PANIC_INVARIANT.into(),
+                    message,
+                    events: Vec::new(),
+                    plan: None,
+                    trace: Vec::new(),
+                    detail_dropped: false,
+                }),
+            },
+            None,
+        ),
+    }
+}
+
+/// A well-mixed 64-bit hash (splitmix64's finaliser).
+pub const fn mix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+fn name_hash(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Whether `--check-determinism F` re-runs this seed: a fixed pseudo-random sample, the
+/// same in every shard and at every number of jobs.
+fn sampled(scenario: &str, seed: u64, fraction: f64) -> bool {
+    let draw = mix64(seed ^ name_hash(scenario)) >> 11; // 53 bits, exact in f64
+    (draw as f64) < fraction * (1u64 << 53) as f64
+}
+
+/// The index and both versions of the first line where two traces differ.
+pub fn first_difference(a: &[String], b: &[String]) -> Option<(usize, String, String)> {
+    let missing = || "<end of trace>".to_string();
+    (0..a.len().max(b.len())).find_map(|i| match (a.get(i), b.get(i)) {
+        (Some(x), Some(y)) if x == y => None,
+        (x, y) => Some((
+            i,
+            x.cloned().unwrap_or_else(missing),
+            y.cloned().unwrap_or_else(missing),
+        )),
+    })
+}
+
+/// Shortens a trace line for a one-line message.
+pub fn clip(line: &str, max_chars: usize) -> String {
+    if line.chars().count() <= max_chars {
+        line.to_string()
+    } else {
+        let head: String = line.chars().take(max_chars).collect();
+        format!("{head}…")
+    }
+}
+
+/// Runs a sweep.
+pub fn sweep(config: &SweepConfig) -> SweepResult {
+    let started = Instant::now();
+    let mut jobs = Vec::new();
+    for (i, (resolved, range)) in config.scenarios.iter().zip(&config.ranges).enumerate() {
+        for seed in range.start..range.end {
+            if config.shard.is_some_and(|s| !s.holds(seed - range.start)) {
+                continue;
+            }
+            let keep_trace = config
+                .check_determinism
+                .is_some_and(|f| sampled(&resolved.scenario.name, seed, f));
+            jobs.push(Job {
+                scenario: i,
+                seed,
+                keep_trace,
+            });
+        }
+    }
+    // At least one seed is re-checked when a check was asked for.
+    if config.check_determinism.is_some() && !jobs.iter().any(|j| j.keep_trace) {
+        if let Some(first) = jobs.first_mut() {
+            first.keep_trace = true;
+        }
+    }
+
+    // The lowest failing seeds of each scenario seen so far; a failure that falls out of
+    // this set drops its plan and trace at once, so memory stays bounded.
+    let retained = Mutex::new(vec![BTreeSet::<u64>::new(); config.scenarios.len()]);
+    let mut progress = Progress::new(config.progress, jobs.len() as u64, "sweep");
+    let results = runner::parallel_map(
+        &jobs,
+        config.jobs,
+        |job| {
+            let scenario = &config.scenarios[job.scenario].scenario;
+            let timed = runner::run_isolated(scenario, job.seed, None, config.mutant);
+            let (mut rec, kept) = record(job.scenario, job.seed, timed, job.keep_trace);
+            if let Some(failure) = rec.failure.as_mut() {
+                let mut sets = retained.lock().expect("no thread panics holding it");
+                let set = &mut sets[job.scenario];
+                set.insert(job.seed);
+                if set.len() > MAX_FAILURE_FILES_PER_SCENARIO && set.pop_last() == Some(job.seed) {
+                    failure.drop_detail();
+                }
+            }
+            (rec, kept)
+        },
+        None::<fn(&(SeedRecord, Option<Vec<String>>)) -> bool>,
+        |_, (rec, _)| progress.tick(rec.failure.is_some()),
+    );
+    progress.finish();
+
+    let retained = retained.into_inner().expect("no thread panics holding it");
+    let mut records = Vec::with_capacity(results.len());
+    let mut kept = Vec::new();
+    for (job, result) in jobs.iter().zip(results) {
+        let (mut rec, trace) = result.expect("nothing stops a sweep early");
+        if let Some(failure) = rec.failure.as_mut() {
+            if !retained[rec.scenario].contains(&rec.seed) {
+                failure.drop_detail();
+            }
+        }
+        if let Some(trace) = trace {
+            kept.push((*job, rec.trace_hash, trace));
+        }
+        records.push(rec);
+    }
+
+    let mut divergences = Vec::new();
+    let determinism_checked = kept.len() as u64;
+    if !kept.is_empty() {
+        let mut progress = Progress::new(config.progress, kept.len() as u64, "determinism");
+        let reruns = runner::parallel_map(
+            &kept,
+            config.jobs,
+            |(job, _, _)| {
+                let scenario = &config.scenarios[job.scenario].scenario;
+                let timed = runner::run_isolated(scenario, job.seed, None, config.mutant);
+                record(job.scenario, job.seed, timed, true)
+            },
+            None::<fn(&(SeedRecord, Option<Vec<String>>)) -> bool>,
+            |_, _| progress.tick(false),
+        );
+        progress.finish();
+        for ((job, first_hash, first_trace), rerun) in kept.iter().zip(reruns) {
+            let (rec, trace) = rerun.expect("nothing stops the check early");
+            let trace = trace.unwrap_or_default();
+            if rec.trace_hash == *first_hash && trace == *first_trace {
+                continue;
+            }
+            let message = match first_difference(first_trace, &trace) {
+                Some((i, a, b)) => format!(
+                    "re-running the seed gave another trace: line {i} was `{}`, then `{}`",
+                    clip(&a, 200),
+                    clip(&b, 200)
+                ),
+                None => format!(
+                    "re-running the seed gave the same lines but another hash ({} vs {})",
+                    hex(*first_hash),
+                    hex(rec.trace_hash)
+                ),
+            };
+            divergences.push(Divergence {
+                scenario: job.scenario,
+                seed: job.seed,
+                message,
+            });
+        }
+    }
+
+    SweepResult {
+        records,
+        determinism_checked,
+        divergences,
+        wall: started.elapsed(),
+    }
+}
+
+/// A trace hash as 16 hex digits, or `none` for a seed that panicked.
+pub fn hex(hash: Option<u64>) -> String {
+    match hash {
+        Some(h) => format!("{h:016x}"),
+        None => "none".into(),
+    }
+}
+
+/// A one-line progress display on stderr, shown only when stderr is a terminal.
+#[derive(Debug)]
+pub struct Progress {
+    enabled: bool,
+    label: &'static str,
+    total: u64,
+    done: u64,
+    failed: u64,
+    started: Instant,
+    last_drawn: Option<Instant>,
+}
+
+/// Redraw at most this often: a terminal is slower than a sweep.
+const PROGRESS_REDRAW: Duration = Duration::from_millis(100);
+
+impl Progress {
+    /// A progress line for `total` items; inert unless `wanted` and stderr is a terminal.
+    pub fn new(wanted: bool, total: u64, label: &'static str) -> Self {
+        Progress {
+            enabled: wanted && std::io::stderr().is_terminal(),
+            label,
+            total,
+            done: 0,
+            failed: 0,
+            started: Instant::now(),
+            last_drawn: None,
+        }
+    }
+
+    /// One more item done.
+    pub fn tick(&mut self, failed: bool) {
+        self.done += 1;
+        self.failed += u64::from(failed);
+        if !self.enabled {
+            return;
+        }
+        let now = Instant::now();
+        if self
+            .last_drawn
+            .is_some_and(|t| now.duration_since(t) < PROGRESS_REDRAW)
+            && self.done < self.total
+        {
+            return;
+        }
+        self.last_drawn = Some(now);
+        let rate = self.done as f64 / self.started.elapsed().as_secs_f64().max(1e-9);
+        let mut err = std::io::stderr().lock();
+        let _ = write!(
+            err,
+            "\r{}: {}/{} seeds, {} failed, {:.0} seeds/s   ",
+            self.label, self.done, self.total, self.failed, rate
+        );
+        let _ = err.flush();
+    }
+
+    /// Clears the line.
+    pub fn finish(&mut self) {
+        if self.enabled && self.last_drawn.is_some() {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r{:70}\r", "");
+            let _ = err.flush();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seed_ranges_parse() {
+        assert_eq!("3..7".parse(), Ok(SeedRange { start: 3, end: 7 }));
+        assert_eq!("3..=7".parse(), Ok(SeedRange { start: 3, end: 8 }));
+        assert!("7..3".parse::<SeedRange>().is_err());
+        assert!("5..5".parse::<SeedRange>().is_err());
+        assert!("a..b".parse::<SeedRange>().is_err());
+        assert!("12".parse::<SeedRange>().is_err());
+    }
+
+    #[test]
+    fn shards_parse_and_partition() {
+        assert_eq!("1/3".parse(), Ok(Shard { index: 1, count: 3 }));
+        for bad in ["3/3", "0/0", "x/2", "1", "-1/2"] {
+            assert!(bad.parse::<Shard>().is_err(), "{bad}");
+        }
+        let shards: Vec<Shard> = (0..3).map(|i| Shard { index: i, count: 3 }).collect();
+        for p in 0..30 {
+            assert_eq!(shards.iter().filter(|s| s.holds(p)).count(), 1);
+        }
+    }
+
+    #[test]
+    fn determinism_sample_has_about_the_asked_size() {
+        let n = (0..10_000).filter(|&s| sampled("swarm", s, 0.1)).count();
+        assert!((800..1200).contains(&n), "{n}");
+        assert!((0..100).all(|s| sampled("swarm", s, 1.0)));
+    }
+
+    #[test]
+    fn first_difference_names_the_line() {
+        let a = vec!["x".to_string(), "y".to_string()];
+        let b = vec!["x".to_string(), "z".to_string()];
+        assert_eq!(first_difference(&a, &b), Some((1, "y".into(), "z".into())));
+        assert_eq!(first_difference(&a, &a), None);
+        assert_eq!(first_difference(&a, &a[..1]).map(|d| d.0), Some(1));
+    }
+}

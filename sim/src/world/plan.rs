@@ -1,0 +1,307 @@
+//! Seed → fault plan. A seed first draws its own fault probabilities from the scenario's
+//! ranges (swarm testing), then an explicit, serializable list of faults, from a ChaCha
+//! stream separate from madsim's scheduler. Replay runs `(seed, plan)`; minimisation
+//! removes faults from the list. Each fault names its session and time, so removing one
+//! does not move another.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use crate::scenario::{Action, Bounds, Scenario};
+
+/// Salt that separates the plan stream from every other use of the seed.
+const PLAN_SALT: u64 = 0x9a1a_5ade_f417_0001;
+/// Each session's fault window is cut into slots of this length; each slot draws each
+/// fault class once with the seed's probability.
+const SLOT_MS: u64 = 500;
+/// Message-jitter windows per session, so the minimiser can drop jitter piecewise.
+const JITTER_WINDOWS: u64 = 2;
+
+/// How a `session/load` is made to fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadErrorClass {
+    /// The provider lost the conversation: the agent's real unknown-session answer.
+    UnknownSession,
+    /// −32603 with a generic message; the conversation still exists.
+    Internal,
+    /// −32603 whose message contains "not found" without proving anything.
+    NotFoundSubstring,
+    /// −32000 authentication required.
+    AuthRequired,
+}
+
+/// What a fault does.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "fault", rename_all = "snake_case")]
+pub enum FaultKind {
+    /// The client sends a prompt (a fixed step).
+    Prompt,
+    /// The client resumes the session.
+    Resume,
+    /// The client retries (resumes) after a failure or cancellation.
+    Retry,
+    /// The user cancels.
+    Cancel,
+    /// The session's agent process exits.
+    ProviderExit,
+    /// The orchestrator crashes and restarts from its durable snapshot.
+    CrashRestart,
+    /// The session's next prompt streams `count` notifications at once.
+    Burst {
+        /// Notifications.
+        count: u32,
+    },
+    /// A held-back callback of the session's first attempt arrives `delay_ms` later.
+    LateCallback {
+        /// Extra delay.
+        delay_ms: u64,
+    },
+    /// The session's next teardown hangs.
+    HangTeardown,
+    /// The session's next `session/load` fails.
+    LoadError {
+        /// How.
+        class: LoadErrorClass,
+    },
+    /// The session's next `session/load` never answers (the controller times it out).
+    LoadTimeout,
+    /// The orchestrator's clock jumps by `ms` (negative: backwards).
+    ClockJump {
+        /// Milliseconds.
+        ms: i64,
+    },
+    /// Callbacks of the session are delayed, duplicated and reordered until `until_ms`.
+    Jitter {
+        /// End of the window.
+        until_ms: u64,
+        /// Probability a message is delayed.
+        delay_p: f64,
+        /// Probability a message is duplicated.
+        duplicate_p: f64,
+        /// Probability a lifecycle message may overtake earlier ones.
+        reorder_p: f64,
+        /// Largest extra delay.
+        max_delay_ms: u64,
+    },
+}
+
+/// One planned fault.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Fault {
+    /// Simulated time it fires.
+    pub at_ms: u64,
+    /// The session it concerns (1-based).
+    pub session: u32,
+    /// What it does.
+    #[serde(flatten)]
+    pub kind: FaultKind,
+}
+
+/// The explicit, serializable list of faults a seed runs with.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FaultPlan {
+    /// The probabilities this seed drew (swarm testing); informational.
+    #[serde(default)]
+    pub swarm: BTreeMap<String, f64>,
+    /// The faults, in time order. The scenario's fixed steps are part of the plan.
+    pub faults: Vec<Fault>,
+}
+
+fn draw_p(rng: &mut ChaCha8Rng, b: Bounds<f64>) -> f64 {
+    if b.hi <= b.lo {
+        b.lo
+    } else {
+        rng.gen_range(b.lo..=b.hi)
+    }
+}
+
+fn draw_u(rng: &mut ChaCha8Rng, b: Bounds<u32>) -> u32 {
+    if b.hi <= b.lo {
+        b.lo
+    } else {
+        rng.gen_range(b.lo..=b.hi)
+    }
+}
+
+/// Draws the plan of `seed` for `scenario`.
+pub fn draw(scenario: &Scenario, seed: u64) -> FaultPlan {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ PLAN_SALT);
+    let f = &scenario.faults;
+    let mut swarm = BTreeMap::new();
+    let mut p = |name: &str, b: Bounds<f64>, rng: &mut ChaCha8Rng| {
+        let v = draw_p(rng, b);
+        swarm.insert(name.to_owned(), (v * 1e6).round() / 1e6);
+        v
+    };
+    let delay = p("delay", f.delay, &mut rng);
+    let duplicate = p("duplicate", f.duplicate, &mut rng);
+    let reorder = p("reorder", f.reorder, &mut rng);
+    let cancel = p("cancel", f.cancel, &mut rng);
+    let provider_exit = p("provider_exit", f.provider_exit, &mut rng);
+    let burst = p("burst", f.burst, &mut rng);
+    let load_error = p("load_error", f.load_error, &mut rng);
+    let load_timeout = p("load_timeout", f.load_timeout, &mut rng);
+    let crash_restart = p("crash_restart", f.crash_restart, &mut rng);
+    let hang_teardown = p("hang_teardown", f.hang_teardown, &mut rng);
+    let clock_jump = p("clock_jump", f.clock_jump, &mut rng);
+
+    let mut faults = Vec::new();
+    for step in &scenario.steps {
+        let kind = match step.action {
+            Action::Resume => FaultKind::Resume,
+            Action::Prompt => FaultKind::Prompt,
+            Action::Cancel => FaultKind::Cancel,
+            Action::Retry => FaultKind::Retry,
+            Action::ProviderExit => FaultKind::ProviderExit,
+            Action::CrashRestart => FaultKind::CrashRestart,
+            Action::Burst => FaultKind::Burst {
+                count: step.count.unwrap_or(1_100),
+            },
+            Action::LateCallback => FaultKind::LateCallback {
+                delay_ms: step.delay_ms.unwrap_or(0),
+            },
+            Action::HangTeardown => FaultKind::HangTeardown,
+        };
+        let repeat = match step.action {
+            Action::ProviderExit | Action::Cancel => step.count.unwrap_or(1).max(1),
+            _ => 1,
+        };
+        for k in 0..repeat {
+            // A repeated exit or cancel hits each successive runtime: spread them out.
+            faults.push(Fault {
+                at_ms: step.at_ms + u64::from(k) * 1_500,
+                session: step.session,
+                kind,
+            });
+        }
+    }
+
+    let window = scenario.limits.fault_window_ms;
+    let slots = window.div_ceil(SLOT_MS).max(1);
+    for session in 1..=scenario.workload.sessions {
+        for w in 0..JITTER_WINDOWS {
+            if delay + duplicate + reorder > 0.0 {
+                faults.push(Fault {
+                    at_ms: window * w / JITTER_WINDOWS,
+                    session,
+                    kind: FaultKind::Jitter {
+                        until_ms: window * (w + 1) / JITTER_WINDOWS,
+                        delay_p: delay,
+                        duplicate_p: duplicate,
+                        reorder_p: reorder,
+                        max_delay_ms: f.max_delay_ms,
+                    },
+                });
+            }
+        }
+        for slot in 0..slots {
+            let base = slot * SLOT_MS;
+            let at = |rng: &mut ChaCha8Rng| base + rng.gen_range(0..SLOT_MS);
+            if rng.gen_bool(cancel.clamp(0.0, 1.0)) {
+                faults.push(Fault {
+                    at_ms: at(&mut rng),
+                    session,
+                    kind: FaultKind::Cancel,
+                });
+                if rng.gen_bool(0.5) {
+                    let t = at(&mut rng);
+                    faults.push(Fault {
+                        at_ms: t,
+                        session,
+                        kind: FaultKind::Retry,
+                    });
+                }
+            }
+            if rng.gen_bool(provider_exit.clamp(0.0, 1.0)) {
+                faults.push(Fault {
+                    at_ms: at(&mut rng),
+                    session,
+                    kind: FaultKind::ProviderExit,
+                });
+            }
+            if rng.gen_bool(burst.clamp(0.0, 1.0)) {
+                let count = draw_u(&mut rng, f.burst_size);
+                faults.push(Fault {
+                    at_ms: at(&mut rng),
+                    session,
+                    kind: FaultKind::Burst { count },
+                });
+            }
+            if rng.gen_bool(load_error.clamp(0.0, 1.0)) {
+                let class = match rng.gen_range(0..4) {
+                    0 => LoadErrorClass::UnknownSession,
+                    1 => LoadErrorClass::Internal,
+                    2 => LoadErrorClass::NotFoundSubstring,
+                    _ => LoadErrorClass::AuthRequired,
+                };
+                faults.push(Fault {
+                    at_ms: at(&mut rng),
+                    session,
+                    kind: FaultKind::LoadError { class },
+                });
+            }
+            if rng.gen_bool(load_timeout.clamp(0.0, 1.0)) {
+                faults.push(Fault {
+                    at_ms: at(&mut rng),
+                    session,
+                    kind: FaultKind::LoadTimeout,
+                });
+            }
+            if rng.gen_bool(hang_teardown.clamp(0.0, 1.0)) {
+                faults.push(Fault {
+                    at_ms: at(&mut rng),
+                    session,
+                    kind: FaultKind::HangTeardown,
+                });
+            }
+            if session == 1 {
+                if rng.gen_bool(crash_restart.clamp(0.0, 1.0)) {
+                    faults.push(Fault {
+                        at_ms: at(&mut rng),
+                        session,
+                        kind: FaultKind::CrashRestart,
+                    });
+                }
+                if rng.gen_bool(clock_jump.clamp(0.0, 1.0)) {
+                    let ms = rng.gen_range(-5_000i64..=20_000);
+                    faults.push(Fault {
+                        at_ms: at(&mut rng),
+                        session,
+                        kind: FaultKind::ClockJump { ms },
+                    });
+                }
+            }
+        }
+    }
+    faults.sort_by_key(|f| f.at_ms);
+    FaultPlan { swarm, faults }
+}
+
+/// A cheap deterministic mix (splitmix64) for workload and per-message decisions: keyed by
+/// what they concern, so removing a fault does not shift them.
+pub fn mix(seed: u64, a: u64, b: u64, c: u64) -> u64 {
+    let mut z = seed
+        ^ a.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ b.wrapping_mul(0xc2b2_ae3d_27d4_eb4f)
+        ^ c.wrapping_mul(0x1656_67b1_9e37_79f9);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A value in `b` from a mixed key.
+pub fn pick(key: u64, lo: u64, hi: u64) -> u64 {
+    if hi <= lo {
+        lo
+    } else {
+        lo + key % (hi - lo + 1)
+    }
+}
+
+/// A probability test from a mixed key.
+pub fn chance(key: u64, p: f64) -> bool {
+    ((key >> 11) as f64 / (1u64 << 53) as f64) < p
+}
