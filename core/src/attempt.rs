@@ -82,11 +82,24 @@ pub(crate) struct Tombstone {
     pub(crate) outcome: Retired,
 }
 
-/// The bounded ring of tombstones: an inline array, outcomes packed two bits per slot so a
-/// full ring costs 16 × 16 bytes + 8.
+/// One ring slot: a retired attempt and the execution it had; `None` never written.
+type Slot = Option<(AttemptId, Option<ExecutionId>)>;
+
+/// The bounded ring of tombstones, outcomes packed two bits per slot.
+///
+/// The slots live in a `Vec` that grows with the ring (1, 2, 4, 8, then
+/// [`TOMBSTONES_PER_SESSION`] slots of 16 bytes) and never beyond: most sessions retire a
+/// few attempts, and a session at rest should pay for the tombstones it has, not for
+/// sixteen (issue 2: at most 512 bytes per session at rest). Indexing is exactly that of
+/// a fixed array of [`TOMBSTONES_PER_SESSION`] slots, of which `slots` holds the prefix up
+/// to the last one ever written; the ring serializes as that array (see [`RingWire`]), so
+/// snapshots are byte-for-byte what they were with an inline array.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "RingWire", into = "RingWire")]
 pub(crate) struct Ring {
-    slots: [Option<(AttemptId, Option<ExecutionId>)>; TOMBSTONES_PER_SESSION],
+    /// Slots `0..slots.len()` of the array; never ends with `None`, so equal rings are
+    /// equal `Vec`s.
+    slots: Vec<Slot>,
     outcomes: u32,
     /// Index of the oldest entry.
     head: u8,
@@ -98,13 +111,63 @@ const _: () = assert!(
     "outcomes are 2 bits per slot in a u32"
 );
 
+/// The ring as snapshots encode it: the fixed array it used to be.
+#[derive(Serialize, Deserialize)]
+#[serde(rename = "Ring")]
+struct RingWire {
+    slots: [Slot; TOMBSTONES_PER_SESSION],
+    outcomes: u32,
+    head: u8,
+    len: u8,
+}
+
+impl From<RingWire> for Ring {
+    fn from(w: RingWire) -> Ring {
+        let used = w
+            .slots
+            .iter()
+            .rposition(Option::is_some)
+            .map_or(0, |p| p + 1);
+        let mut slots = Vec::with_capacity(ring_capacity(used));
+        slots.extend_from_slice(&w.slots[..used]);
+        Ring {
+            slots,
+            outcomes: w.outcomes,
+            head: w.head,
+            len: w.len,
+        }
+    }
+}
+
+impl From<Ring> for RingWire {
+    fn from(r: Ring) -> RingWire {
+        let mut slots = [None; TOMBSTONES_PER_SESSION];
+        slots[..r.slots.len()].copy_from_slice(&r.slots);
+        RingWire {
+            slots,
+            outcomes: r.outcomes,
+            head: r.head,
+            len: r.len,
+        }
+    }
+}
+
+/// Storage for `used` slots: the next power of two, at most [`TOMBSTONES_PER_SESSION`].
+fn ring_capacity(used: usize) -> usize {
+    if used == 0 {
+        0
+    } else {
+        used.next_power_of_two().min(TOMBSTONES_PER_SESSION)
+    }
+}
+
 impl Ring {
     pub(crate) fn len(&self) -> usize {
         usize::from(self.len)
     }
 
     fn slot(&self, i: usize) -> Option<Tombstone> {
-        let (attempt, execution) = self.slots[i]?;
+        let (attempt, execution) = self.slots.get(i).copied().flatten()?;
         let outcome = Retired::from_bits((self.outcomes >> (2 * i)) & 0b11)?;
         Some(Tombstone {
             attempt,
@@ -141,6 +204,13 @@ impl Ring {
             self.len -= 1;
         }
         let i = (usize::from(self.head) + self.len()) % TOMBSTONES_PER_SESSION;
+        if i >= self.slots.len() {
+            let want = ring_capacity(i + 1);
+            if self.slots.capacity() < want {
+                self.slots.reserve_exact(want - self.slots.len());
+            }
+            self.slots.resize(i + 1, None);
+        }
         self.slots[i] = Some((t.attempt, t.execution));
         self.outcomes = (self.outcomes & !(0b11 << (2 * i))) | ((t.outcome as u32) << (2 * i));
         self.len += 1;
@@ -213,5 +283,70 @@ mod tests {
         assert_eq!(remember(&ring, Some(id(5)), id(3)), Remembered::Evicted);
         assert_eq!(remember(&ring, Some(id(5)), id(6)), Remembered::Unknown);
         assert_eq!(remember(&ring, None, id(1)), Remembered::Unknown);
+    }
+
+    #[test]
+    fn ring_storage_grows_with_its_tombstones_and_stops_at_the_bound() {
+        let mut ring = Ring::default();
+        assert_eq!(
+            ring.slots.capacity(),
+            0,
+            "a session that never retired pays nothing"
+        );
+        let mut caps = Vec::new();
+        for n in 1..=40 {
+            ring.push(Tombstone {
+                attempt: id(n),
+                execution: None,
+                outcome: Retired::Cancelled,
+            });
+            caps.push(ring.slots.capacity());
+        }
+        assert_eq!(&caps[..5], &[1, 2, 4, 4, 8]);
+        assert!(caps[15..].iter().all(|&c| c == TOMBSTONES_PER_SESSION));
+    }
+
+    #[test]
+    fn ring_encodes_as_the_fixed_array_it_replaced() {
+        // The array an inline ring of 16 slots holds after `pushes` pushes.
+        fn inline(pushes: u64) -> RingWire {
+            let mut w = RingWire {
+                slots: [None; TOMBSTONES_PER_SESSION],
+                outcomes: 0,
+                head: 0,
+                len: 0,
+            };
+            for n in 1..=pushes {
+                if usize::from(w.len) == TOMBSTONES_PER_SESSION {
+                    w.head = (w.head + 1) % TOMBSTONES_PER_SESSION as u8;
+                    w.len -= 1;
+                }
+                let i = (usize::from(w.head) + usize::from(w.len)) % TOMBSTONES_PER_SESSION;
+                w.slots[i] = Some((id(n), ExecutionId::new(n % 3)));
+                let bits = if n % 2 == 0 { 3 } else { 1 };
+                w.outcomes = (w.outcomes & !(0b11 << (2 * i))) | (bits << (2 * i));
+                w.len += 1;
+            }
+            w
+        }
+        let mut ring = Ring::default();
+        for pushes in 0..=40 {
+            if pushes > 0 {
+                let n = pushes;
+                ring.push(Tombstone {
+                    attempt: id(n),
+                    execution: ExecutionId::new(n % 3),
+                    outcome: if n % 2 == 0 {
+                        Retired::Finished
+                    } else {
+                        Retired::Cancelled
+                    },
+                });
+            }
+            let bytes = postcard::to_allocvec(&ring).unwrap();
+            assert_eq!(bytes, postcard::to_allocvec(&inline(pushes)).unwrap());
+            let back: Ring = postcard::from_bytes(&bytes).unwrap();
+            assert_eq!(back, ring, "after {pushes} pushes");
+        }
     }
 }

@@ -252,7 +252,9 @@ impl Auditor {
                         .last_load_failure = Some(verdict);
                 }
                 if let RuntimeEvent::Exited { .. } = cb.event {
+                    // The process is gone: nothing runs under that ID until it is bound again.
                     self.stopping.remove(&cb.execution);
+                    self.bindings.remove(&cb.execution);
                 }
             }
             (Input::Perform { lease }, Verdict::Accepted) => {

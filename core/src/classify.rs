@@ -48,7 +48,7 @@ use serde::{Deserialize, Serialize};
 use crate::mutants::{mutant_on, ActiveMutant};
 
 /// What came back from one failed `session/load`, as the embedder observed it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct LoadOutcome {
     /// The agent's `agentCapabilities.loadSession` from `initialize`: `None` when the field
     /// was absent.
@@ -63,7 +63,7 @@ pub struct LoadOutcome {
 }
 
 /// How a `session/load` request failed.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum LoadFailure {
     /// The agent answered with a JSON-RPC error.
     Rpc(RpcError),
@@ -74,7 +74,7 @@ pub enum LoadFailure {
 }
 
 /// A JSON-RPC error response, reduced to what classification may look at.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct RpcError {
     /// The `code` member.
     pub code: i64,

@@ -21,16 +21,28 @@ pub(crate) enum StopState {
     },
 }
 
+/// One (generation, attempt) binding; `None` never written.
+type Binding = Option<(Generation, AttemptId)>;
+
 /// One execution (runtime process) the core knows.
+///
+/// The binding history lives in a `Vec` that grows with it (1, 2, 4, then
+/// [`GENERATIONS_PER_EXECUTION`] entries) and never beyond, so the usual execution, bound
+/// once, costs one entry rather than eight (issue 2: at most 512 bytes per session at
+/// rest). Indexing is exactly that of the fixed array it replaced, of which `history`
+/// holds the prefix up to the last entry written; it serializes as that array (see
+/// [`ExecutionWire`]), so snapshots are unchanged.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "ExecutionWire", into = "ExecutionWire")]
 pub(crate) struct Execution {
     pub(crate) session: SessionId,
     /// The current startup generation.
     pub(crate) generation: Generation,
     /// The newest attempt that claimed this execution; it owns the cleanup.
     pub(crate) owner: AttemptId,
-    /// (generation, attempt) bindings, oldest first; at most [`GENERATIONS_PER_EXECUTION`].
-    history: [Option<(Generation, AttemptId)>; GENERATIONS_PER_EXECUTION],
+    /// (generation, attempt) bindings, oldest first, in `history[..hist_len]`; at most
+    /// [`GENERATIONS_PER_EXECUTION`]. Never ends with `None`.
+    history: Vec<Binding>,
     hist_len: u8,
     /// A callback of the current generation was published: its binding is frozen.
     pub(crate) published: bool,
@@ -40,13 +52,91 @@ pub(crate) struct Execution {
     pub(crate) orphan: bool,
 }
 
+/// An execution as snapshots encode it: with the fixed history array it used to have.
+#[derive(Serialize, Deserialize)]
+#[serde(rename = "Execution")]
+struct ExecutionWire {
+    session: SessionId,
+    generation: Generation,
+    owner: AttemptId,
+    history: [Binding; GENERATIONS_PER_EXECUTION],
+    hist_len: u8,
+    published: bool,
+    stop: StopState,
+    orphan: bool,
+}
+
+impl From<ExecutionWire> for Execution {
+    fn from(w: ExecutionWire) -> Execution {
+        let ExecutionWire {
+            session,
+            generation,
+            owner,
+            history: array,
+            hist_len,
+            published,
+            stop,
+            orphan,
+        } = w;
+        let used = array.iter().rposition(Option::is_some).map_or(0, |p| p + 1);
+        let mut history = Vec::with_capacity(history_capacity(used));
+        history.extend_from_slice(&array[..used]);
+        Execution {
+            session,
+            generation,
+            owner,
+            history,
+            hist_len,
+            published,
+            stop,
+            orphan,
+        }
+    }
+}
+
+impl From<Execution> for ExecutionWire {
+    fn from(e: Execution) -> ExecutionWire {
+        let Execution {
+            session,
+            generation,
+            owner,
+            history: used,
+            hist_len,
+            published,
+            stop,
+            orphan,
+        } = e;
+        let mut history = [None; GENERATIONS_PER_EXECUTION];
+        history[..used.len()].copy_from_slice(&used);
+        ExecutionWire {
+            session,
+            generation,
+            owner,
+            history,
+            hist_len,
+            published,
+            stop,
+            orphan,
+        }
+    }
+}
+
+/// Storage for `used` entries: the next power of two, at most [`GENERATIONS_PER_EXECUTION`].
+fn history_capacity(used: usize) -> usize {
+    if used == 0 {
+        0
+    } else {
+        used.next_power_of_two().min(GENERATIONS_PER_EXECUTION)
+    }
+}
+
 impl Execution {
     pub(crate) fn new(session: SessionId, generation: Generation, owner: AttemptId) -> Self {
         let mut e = Execution {
             session,
             generation,
             owner,
-            history: [None; GENERATIONS_PER_EXECUTION],
+            history: Vec::new(),
             hist_len: 0,
             published: false,
             stop: StopState::Running,
@@ -67,11 +157,24 @@ impl Execution {
 
     fn push_history(&mut self, generation: Generation, attempt: AttemptId) {
         if usize::from(self.hist_len) == GENERATIONS_PER_EXECUTION {
+            // As the full array did: everything moves one slot towards the front.
+            self.history.resize(GENERATIONS_PER_EXECUTION, None);
             self.history.rotate_left(1);
             self.hist_len -= 1;
         }
-        self.history[usize::from(self.hist_len)] = Some((generation, attempt));
+        let i = usize::from(self.hist_len);
+        if i >= self.history.len() {
+            let want = history_capacity(i + 1);
+            if self.history.capacity() < want {
+                self.history.reserve_exact(want - self.history.len());
+            }
+            self.history.resize(i + 1, None);
+        }
+        self.history[i] = Some((generation, attempt));
         self.hist_len += 1;
+        while self.history.last() == Some(&None) {
+            self.history.pop();
+        }
     }
 
     /// The attempt bound to `generation`, if still in the history.
@@ -83,8 +186,9 @@ impl Execution {
 
     /// Bindings oldest first.
     pub(crate) fn history(&self) -> impl Iterator<Item = (Generation, AttemptId)> + '_ {
-        self.history[..usize::from(self.hist_len)]
+        self.history
             .iter()
+            .take(usize::from(self.hist_len))
             .flatten()
             .copied()
     }
@@ -123,6 +227,38 @@ mod tests {
         assert_eq!(gens, (5..=12).collect::<Vec<_>>());
         assert_eq!(e.bound_attempt(g(12)), Some(a(12)));
         assert_eq!(e.bound_attempt(g(4)), None);
+    }
+
+    #[test]
+    fn history_storage_grows_with_its_bindings_and_encodes_as_the_fixed_array() {
+        let s = SessionId::new(1).unwrap();
+        let mut e = Execution::new(s, g(1), a(1));
+        assert_eq!(
+            e.history.capacity(),
+            1,
+            "an execution bound once pays for one entry"
+        );
+        // The fixed array's content after binding generations 1..=n.
+        let inline = |n: u64| {
+            let mut arr = [None; GENERATIONS_PER_EXECUTION];
+            let first = n.saturating_sub(GENERATIONS_PER_EXECUTION as u64) + 1;
+            for (i, k) in (first..=n).enumerate() {
+                arr[i] = Some((g(k), a(k)));
+            }
+            arr
+        };
+        for n in 1..=20 {
+            if n > 1 {
+                e.rebind(g(n), a(n));
+            }
+            assert!(e.history.capacity() <= GENERATIONS_PER_EXECUTION);
+            let wire = ExecutionWire::from(e.clone());
+            assert_eq!(wire.history, inline(n), "after {n} bindings");
+            let bytes = postcard::to_allocvec(&e).unwrap();
+            assert_eq!(bytes, postcard::to_allocvec(&wire).unwrap());
+            let back: Execution = postcard::from_bytes(&bytes).unwrap();
+            assert_eq!(back, e);
+        }
     }
 
     #[test]

@@ -90,6 +90,18 @@ enum Who {
     Unfenced,
 }
 
+/// Whether `t` is turn `turn` running on `execution` (and accepted, if `accepted`).
+fn runs_on(t: &Turn, turn: TurnId, execution: ExecutionId, accepted: bool) -> bool {
+    t.id == turn
+        && match t.phase {
+            TurnPhase::Accepted { execution: e } => e == execution,
+            TurnPhase::Dispatched { execution: e, .. } | TurnPhase::Performed { execution: e } => {
+                !accepted && e == execution
+            }
+            _ => false,
+        }
+}
+
 /// The sans-IO fence for resumable agent sessions.
 ///
 /// Call order, after quinn-proto: feed every input with [`Core::handle`] and every due
@@ -852,9 +864,7 @@ impl Core {
             Ok(who) => who,
             Err(reason) => return Verdict::Reject(reason),
         };
-        if let Some(e) = self.executions.get_mut(&cb.execution) {
-            e.published = true;
-        }
+        // `admit` marked the execution's generation published (rule 4) as it admitted.
         match who {
             Who::Live(live) => self.apply_live(now, cb, live),
             Who::Owner(owner) => self.apply_owner(now, cb, owner),
@@ -914,9 +924,11 @@ impl Core {
                 }
             }
         };
+        // Mutable so that admission marks the generation published without a second
+        // lookup; nothing below changes it unless the callback is admitted.
         let exec = self
             .executions
-            .get(&cb.execution)
+            .get_mut(&cb.execution)
             .ok_or(RejectReason::UnknownExecution)?;
         if exec.session != cb.session {
             return Err(RejectReason::ForeignExecution);
@@ -934,6 +946,7 @@ impl Core {
             // Unfenced traffic is what the fence exists to refuse; only a mutant or a session
             // that never had an attempt gets here, and both act without a generation check,
             // as the legacy path did.
+            exec.published = true;
             return Ok(who);
         }
         if cb.generation < exec.generation {
@@ -942,6 +955,7 @@ impl Core {
         if cb.generation > exec.generation {
             return Err(RejectReason::FutureGeneration);
         }
+        exec.published = true;
         Ok(who)
     }
 
@@ -1138,16 +1152,10 @@ impl Core {
         execution: ExecutionId,
         accepted: bool,
     ) -> bool {
-        let Some(t) = self.sessions.get(&session).and_then(|s| s.turn) else {
-            return false;
-        };
-        t.id == turn
-            && match t.phase {
-                TurnPhase::Accepted { execution: e } => e == execution,
-                TurnPhase::Dispatched { execution: e, .. }
-                | TurnPhase::Performed { execution: e } => !accepted && e == execution,
-                _ => false,
-            }
+        self.sessions
+            .get(&session)
+            .and_then(|s| s.turn)
+            .is_some_and(|t| runs_on(&t, turn, execution, accepted))
     }
 
     fn mark_accepted(&mut self, session: SessionId, execution: ExecutionId) {
@@ -1173,10 +1181,15 @@ impl Core {
                 Verdict::Accepted
             }
             RuntimeEvent::Stream { turn, seq, bytes } => {
-                if !self.turn_on(session, turn, cb.execution, true) {
+                // The hot path of a streaming turn: one session lookup, as `turn_on` would.
+                let Some(t) = self
+                    .sessions
+                    .get_mut(&session)
+                    .and_then(|s| s.turn.as_mut())
+                    .filter(|t| runs_on(t, turn, cb.execution, true))
+                else {
                     return Verdict::Reject(RejectReason::WrongTurn);
-                }
-                let t = self.sess(session).turn.as_mut().expect("turn_on checked");
+                };
                 if seq < t.runtime_next {
                     return Verdict::Reject(RejectReason::DuplicateEvent);
                 }

@@ -44,49 +44,54 @@ impl Core {
             "bounds",
             "recovery schedule too long"
         );
-        let mut keys: Vec<_> = self.sessions.keys().copied().collect();
-        keys.sort_unstable();
-        for id in keys {
-            let s = &self.sessions[&id];
+        // One pass over executions for the per-session teardown counts, so the whole check
+        // stays linear in the state (it runs after every simulated step).
+        let mut stopping: std::collections::BTreeMap<crate::ids::SessionId, usize> =
+            std::collections::BTreeMap::new();
+        for e in self.executions.values().filter(|e| e.is_stopping()) {
+            *stopping.entry(e.session).or_insert(0) += 1;
+        }
+        for (&id, s) in &self.sessions {
             ensure!(
                 s.ring.len() <= TOMBSTONES_PER_SESSION,
                 "R2-bounded-ring",
                 "session {id}: ring {}",
                 s.ring.len()
             );
+            // Strictly increasing tombstones: then only the newest needs the "minted" check
+            // and only the oldest the watermark check, and a live attempt newer than the
+            // newest tombstone cannot also be retired (rule 3).
             let mut prev: Option<AttemptId> = None;
+            let mut oldest: Option<AttemptId> = None;
             for t in s.ring.iter() {
-                ensure!(
-                    minted(t.attempt),
-                    "R2-monotonic-ids",
-                    "session {id}: tombstone {} never minted",
-                    t.attempt
-                );
                 ensure!(
                     prev.is_none_or(|p| p < t.attempt),
                     "R3-one-tombstone",
                     "session {id}: tombstones out of order at {}",
                     t.attempt
                 );
-                ensure!(
-                    s.watermark.is_none_or(|w| w < t.attempt),
-                    "R2-watermark",
-                    "session {id}: tombstone {} at or below the watermark",
-                    t.attempt
-                );
+                oldest = oldest.or(Some(t.attempt));
                 prev = Some(t.attempt);
+            }
+            if let Some(newest) = prev {
+                ensure!(
+                    minted(newest),
+                    "R2-monotonic-ids",
+                    "session {id}: tombstone {newest} never minted"
+                );
+            }
+            if let (Some(w), Some(o)) = (s.watermark, oldest) {
+                ensure!(
+                    w < o,
+                    "R2-watermark",
+                    "session {id}: tombstone {o} at or below the watermark {w}"
+                );
             }
             if let Some(live) = s.live {
                 ensure!(
                     minted(live.id),
                     "R2-monotonic-ids",
                     "session {id}: live {} never minted",
-                    live.id
-                );
-                ensure!(
-                    s.ring.find(live.id).is_none(),
-                    "R3-one-tombstone",
-                    "session {id}: live attempt {} also retired",
                     live.id
                 );
                 ensure!(
@@ -196,18 +201,20 @@ impl Core {
                     turn.phase
                 );
             }
-            let stopping = self
-                .executions
-                .values()
-                .filter(|e| e.session == id && e.is_stopping())
-                .count();
+            let counted = stopping.remove(&id).unwrap_or(0);
             ensure!(
-                usize::from(s.stopping) == stopping,
+                usize::from(s.stopping) == counted,
                 "R5-stop-count",
                 "session {id}: counts {} stopping, {} are",
                 s.stopping,
-                stopping
+                counted
             );
+        }
+        if let Some((id, n)) = stopping.first_key_value() {
+            return Err(InvariantViolation {
+                rule: "R5-stop-count",
+                detail: format!("{n} executions stopping for unknown session {id}"),
+            });
         }
         for (eid, e) in &self.executions {
             ensure!(

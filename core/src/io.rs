@@ -10,7 +10,7 @@ use crate::ids::{
 use crate::time::Timestamp;
 
 /// One input. Feed it with [`crate::Core::handle`], then drain [`crate::Core::poll_effect`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Input {
     /// A client asks to resume the session's runtime (rule 1: begin or join).
     Resume {
@@ -60,7 +60,7 @@ pub enum Input {
 }
 
 /// A runtime callback: who says it, and what.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Callback {
     /// The session the runtime serves.
     pub session: SessionId,
@@ -75,7 +75,7 @@ pub struct Callback {
 }
 
 /// What a runtime can report.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum RuntimeEvent {
     /// The controller process is up.
     BootReady,
@@ -161,7 +161,7 @@ impl RuntimeEvent {
 }
 
 /// The core's answer to one input. Rejections are values a test can match.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Verdict {
     /// Accepted and applied.
     Accepted,
@@ -265,7 +265,7 @@ pub enum RejectReason {
 }
 
 /// Something the embedder must do. Drain after every input and timeout.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Effect {
     /// Start (or reuse) a runtime for the attempt, then report [`Input::Bound`].
     StartRuntime {
@@ -428,7 +428,7 @@ impl Effect {
 }
 
 /// Why `session/new` is sent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum NewConversationReason {
     /// The session never had a conversation.
     First,
@@ -437,7 +437,7 @@ pub enum NewConversationReason {
 }
 
 /// The prompt as the provider receives it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct PromptRequest {
     /// Resume-replay blocks wrapped around the user's text: 0 for a first dispatch,
     /// exactly 1 for a recovery re-prompt.
@@ -449,7 +449,7 @@ pub struct PromptRequest {
 }
 
 /// How an attempt settled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum AttemptOutcome {
     /// The runtime is ready.
     Ready,
@@ -460,7 +460,7 @@ pub enum AttemptOutcome {
 }
 
 /// How a turn ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum TurnOutcome {
     /// The provider completed it.
     Completed,
@@ -473,7 +473,7 @@ pub enum TurnOutcome {
 }
 
 /// The identity of a recovery failure (rule 10).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct RecoveryFailure {
     /// The attempt that failed.
     pub attempt: AttemptId,

@@ -273,6 +273,10 @@ fn prepare_report_dir(dir: &Path) -> Result<(), Fail> {
 }
 
 fn cmd_sweep(args: SweepArgs) -> Result<u8, Fail> {
+    if args.check_determinism.is_some() {
+        // The determinism check names the first differing line, so it needs the lines.
+        crate::world::capture_all_traces(true);
+    }
     let scenarios = resolve(&args.scenario)?;
     let ranges: Vec<SeedRange> = scenarios
         .iter()
@@ -410,6 +414,7 @@ fn print_tail(out: &mut impl std::io::Write, summary: &Summary) {
 }
 
 fn cmd_run(args: RunArgs) -> Result<u8, Fail> {
+    crate::world::capture_all_traces(true);
     let resolved = scenario::resolve_one(&args.scenario).map_err(|e| bad_input(e.to_string()))?;
     if let Some(path) = &args.trace {
         if path.is_dir() {
@@ -470,6 +475,7 @@ fn load_failure(path: &Path) -> Result<failure::Loaded, Fail> {
 }
 
 fn cmd_replay(path: &Path) -> Result<u8, Fail> {
+    crate::world::capture_all_traces(true);
     let loaded = load_failure(path)?;
     let file = &loaded.file;
     let timed = runner::run_isolated(

@@ -217,6 +217,8 @@ pub struct Workload {
     pub load_delay_ms: Bounds<u64>,
     /// A client's pause between its actions.
     pub think_ms: Bounds<u64>,
+    /// How long an agent process takes from spawn to `agent_ready`.
+    pub boot_delay_ms: Bounds<u64>,
 }
 
 impl Default for Workload {
@@ -229,6 +231,7 @@ impl Default for Workload {
             notification_bytes: Bounds::new(16, 256),
             load_delay_ms: Bounds::new(1, 50),
             think_ms: Bounds::new(1, 100),
+            boot_delay_ms: Bounds::new(1, 3),
         }
     }
 }
@@ -598,6 +601,7 @@ impl Scenario {
         check_range(&at("notification_bytes"), w.notification_bytes)?;
         check_range(&at("load_delay_ms"), w.load_delay_ms)?;
         check_range(&at("think_ms"), w.think_ms)?;
+        check_range(&at("boot_delay_ms"), w.boot_delay_ms)?;
 
         for (name, range) in self.faults.probabilities() {
             let path = [Field("faults"), Field(name)];

@@ -10,6 +10,7 @@ mod trace;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::scenario::Scenario;
 pub use oracle::MARKS;
@@ -67,8 +68,35 @@ pub struct SeedOutcome {
     pub marks: BTreeMap<String, u64>,
 }
 
+/// When set, every seed keeps its trace lines (for `run`, `replay`, determinism checks);
+/// otherwise only failing seeds do, by re-running with capture on.
+static CAPTURE_ALL: AtomicBool = AtomicBool::new(false);
+
+/// Keep the trace lines of every seed from now on (process-wide).
+pub fn capture_all_traces(on: bool) {
+    CAPTURE_ALL.store(on, Ordering::Relaxed);
+}
+
+fn run_once(
+    scenario: &Scenario,
+    seed: u64,
+    plan: &FaultPlan,
+    mutant: Option<Mutant>,
+    capture: bool,
+) -> run::Finished {
+    let rt = madsim::runtime::Runtime::with_seed_and_config(seed, madsim::Config::default());
+    rt.block_on(run::run(
+        Rc::new(scenario.clone()),
+        seed,
+        plan.clone(),
+        mutant,
+        capture,
+    ))
+}
+
 /// Runs one seed on the current thread (the caller gives each seed a fresh thread).
 /// `plan = None` draws the plan from the seed; `Some` replays or shrinks an explicit plan.
+/// A failing seed is run a second time with its trace captured; both runs must hash alike.
 pub fn run_seed(
     scenario: &Scenario,
     seed: u64,
@@ -76,15 +104,30 @@ pub fn run_seed(
     mutant: Option<Mutant>,
 ) -> SeedOutcome {
     let plan = plan.unwrap_or_else(|| plan::draw(scenario, seed));
-    let rt = madsim::runtime::Runtime::with_seed_and_config(seed, madsim::Config::default());
-    let scenario_rc = Rc::new(scenario.clone());
-    let p = plan.clone();
-    let world = rt.block_on(run::run(scenario_rc, seed, p, mutant));
+    let capture = CAPTURE_ALL.load(Ordering::Relaxed);
+    let mut world = run_once(scenario, seed, &plan, mutant, capture);
+    if world.violation.is_some() && !capture {
+        let again = run_once(scenario, seed, &plan, mutant, true);
+        if again.tracer.hash != world.tracer.hash {
+            let mut again = again;
+            again.violation = Some(Violation {
+                invariant: "determinism".into(),
+                message: format!(
+                    "the same seed and plan gave trace hash {:016x}, then {:016x}",
+                    world.tracer.hash, again.tracer.hash
+                ),
+                events: vec![],
+            });
+            world = again;
+        } else {
+            world = again;
+        }
+    }
     let sim_millis = scenario.limits.fault_window_ms + scenario.limits.quiesce_ms;
     SeedOutcome {
         plan,
         stats: SeedStats {
-            events: world.tracer.lines.len() as u64,
+            events: world.tracer.len() as u64,
             sim_millis,
             sessions: scenario.workload.sessions,
             turns: world.turns,

@@ -52,22 +52,30 @@ impl Provider {
         palisade_core::ErrorStamp::new(self.next_stamp).expect("counter starts at one")
     }
 
-    /// Picks the execution for a new runtime of `session`: the session's last ID when its
-    /// process is gone and `reuse` says so (a managed-runtime restart), else a fresh one.
+    /// Picks the execution for a new runtime of `session`. Like a managed runtime, the
+    /// executor keeps one execution per session: with `reuse` it restarts the agent inside
+    /// the session's current execution (a new generation of the same ID), or re-creates a
+    /// dead one under its old ID; otherwise, or when that execution is being torn down, it
+    /// makes a fresh one.
     pub(crate) fn allocate(&mut self, session: u32, reuse: bool, fresh_only: bool) -> ExecutionId {
         if let Some(&last) = self.last_exec.get(&session) {
-            let free = self.containers.get(&last).is_none_or(|c| !c.alive);
-            if reuse && free && !fresh_only {
-                self.containers.insert(
-                    last,
-                    Container {
-                        session,
-                        alive: true,
-                        stopping: false,
-                        agent: None,
-                    },
-                );
-                return last;
+            if reuse && !fresh_only {
+                match self.containers.get(&last) {
+                    Some(c) if c.alive && !c.stopping => return last,
+                    Some(c) if c.alive => {}
+                    _ => {
+                        self.containers.insert(
+                            last,
+                            Container {
+                                session,
+                                alive: true,
+                                stopping: false,
+                                agent: None,
+                            },
+                        );
+                        return last;
+                    }
+                }
             }
         }
         self.next_exec += 1;

@@ -32,6 +32,8 @@ use crate::scenario::{Agent, Scenario};
 const CONTROLLER_LOAD_TIMEOUT_MS: u64 = 5_000;
 /// Prompts a client retries after a roll-back or failure.
 const CLIENT_RETRIES: u32 = 2;
+/// How long a user waits before resending a prompt the session refused as busy.
+const CLIENT_BUSY_RETRY_MS: u64 = 100;
 /// Notifications the controller forwards per millisecond of simulated time.
 const DRAIN_PER_MS: usize = 64;
 
@@ -45,6 +47,8 @@ enum Msg {
     Perform(LeaseId, u32),
     /// A planned fault fires.
     Fault(Fault),
+    /// Agents whose startup delay ended report `agent_ready`.
+    AgentReady,
 }
 
 /// What a client hears about its prompt.
@@ -68,12 +72,17 @@ struct SessionFaults {
     first_callback: Option<Input>,
 }
 
+/// An agent starting up: (session, execution, attempt, generation, loadSession capability).
+type Starting = (u32, ExecutionId, AttemptId, Generation, bool);
+
 /// The world of one seed.
 pub(crate) struct World {
     scenario: Rc<Scenario>,
     seed: u64,
     mutant: Option<Mutant>,
     start: Instant,
+    /// The clock, read once per task wake-up (reading madsim's clock is not free).
+    now: u64,
     core: Core,
     incarnation: u32,
     skew_ms: i64,
@@ -86,6 +95,8 @@ pub(crate) struct World {
     clients: BTreeMap<u32, UnboundedSender<ClientEvent>>,
     provider: Provider,
     sessions: BTreeMap<u32, SessionFaults>,
+    /// Agents starting up: (ready at ms, exec, generation) → who.
+    pending_ready: BTreeMap<(u64, u64, u64), Starting>,
     /// Leased effects waiting for the orchestrator's async work.
     leased: BTreeMap<LeaseId, Effect>,
     /// Order-preserving delivery per agent connection: the last scheduled arrival.
@@ -97,13 +108,21 @@ pub(crate) struct World {
 
 type Shared = Rc<RefCell<World>>;
 
+/// Borrows the world after a wake-up and brings its clock up to date.
+fn enter(w: &Shared) -> std::cell::RefMut<'_, World> {
+    let mut me = w.borrow_mut();
+    me.now = Instant::now().duration_since(me.start).as_millis() as u64;
+    me
+}
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
 impl World {
+    /// Simulated milliseconds since the start, as of the last [`enter`].
     fn now_ms(&self) -> u64 {
-        Instant::now().duration_since(self.start).as_millis() as u64
+        self.now
     }
 
     fn core_now(&self) -> Timestamp {
@@ -255,12 +274,12 @@ impl World {
             } => {
                 let s = session.get() as u32;
                 let delay = 1 + self.key(attempt.raw(), 7, 0) % 5;
-                let reuse = self.key(attempt.raw(), 8, 0) % 10 < 7;
+                let reuse = self.key(attempt.raw(), 8, 0) % 10 < 6;
                 let w2 = w.clone();
                 spawn_local(async move {
                     sleep(ms(delay)).await;
-                    let mut me = w2.borrow_mut();
-                    me.start_runtime(&w2, s, attempt, reuse, false);
+                    let mut me = enter(&w2);
+                    me.start_runtime(s, attempt, reuse, false);
                 });
             }
             Effect::LoadConversation { lease, .. }
@@ -321,7 +340,7 @@ impl World {
                     let w2 = w.clone();
                     spawn_local(async move {
                         sleep(ms(delay)).await;
-                        let mut me = w2.borrow_mut();
+                        let mut me = enter(&w2);
                         me.provider.kill(execution);
                         me.post(1, Msg::Input("executor", Input::Stopped { execution }));
                     });
@@ -347,51 +366,70 @@ impl World {
     }
 
     /// The executor starts (or re-uses) a runtime for `attempt` and reports the binding.
-    fn start_runtime(
-        &mut self,
-        w: &Shared,
-        session: u32,
-        attempt: AttemptId,
-        reuse: bool,
-        fresh_only: bool,
-    ) {
+    /// The executor starts (or re-uses) a runtime for `attempt`; its report of the
+    /// binding travels to the orchestrator like any message (and may be late).
+    fn start_runtime(&mut self, session: u32, attempt: AttemptId, reuse: bool, fresh_only: bool) {
         let exec = self.provider.allocate(session, reuse, fresh_only);
         let input = Input::Bound {
             session: SessionId::new(u64::from(session)).expect("1-based"),
             attempt,
             execution: exec,
         };
-        let verdict = self.step(w, "executor", input);
+        let delay = self.message_delay(session, attempt.raw() ^ exec.get());
+        self.post(delay, Msg::Input("executor", input));
+    }
+
+    /// Latency of a message of `session`, stretched by its jitter fault.
+    fn message_delay(&self, session: u32, key: u64) -> u64 {
+        let now = self.now_ms();
+        let mut delay = 1 + self.key(key, 41, 0) % 3;
+        let jitter = self
+            .sessions
+            .get(&session)
+            .and_then(|sf| sf.jitter.iter().find(|j| j.0 <= now && now < j.1).copied());
+        if let Some((_, _, dp, _, _, max)) = jitter {
+            if chance(self.key(key, 42, 0), dp) {
+                delay += pick(self.key(key, 43, 0), 1, max.max(1));
+            }
+        }
+        delay
+    }
+
+    /// The orchestrator answered a binding report.
+    fn bound(&mut self, session: u32, attempt: AttemptId, exec: ExecutionId, verdict: &Verdict) {
         match verdict {
-            Verdict::Bound { generation } => self.boot(w, session, exec, attempt, generation),
+            Verdict::Bound { generation } => self.boot(session, exec, attempt, *generation),
             Verdict::Reject(RejectReason::ExecutionStopping) => {
-                self.provider.kill(exec);
-                self.start_runtime(w, session, attempt, false, true);
-            }
-            _ => {
-                // The attempt is gone: the process stays up until the core decides who
-                // stops it (its cleanup ownership rules).
-                if let Some(c) = self.provider.containers.get_mut(&exec) {
-                    c.agent = Some(AgentProc {
-                        attempt,
-                        generation: Generation::new(u64::MAX).expect("non-zero"),
-                        alive: true,
-                        cancel_requested: false,
-                    });
+                // The executor re-created an ID the core is still tearing down: what it
+                // just started under that ID is its own to kill; start a fresh one.
+                if self
+                    .provider
+                    .containers
+                    .get(&exec)
+                    .is_some_and(|c| c.agent.is_none())
+                {
+                    self.provider.kill(exec);
                 }
+                self.start_runtime(session, attempt, false, true)
             }
+            // The attempt is gone: the process stays up until the core's cleanup ownership
+            // decides who stops it (the oracle's leak check holds it to that).
+            _ => {}
         }
     }
 
     fn boot(
         &mut self,
-        _w: &Shared,
         session: u32,
         exec: ExecutionId,
         attempt: AttemptId,
         generation: Generation,
     ) {
         if let Some(c) = self.provider.containers.get_mut(&exec) {
+            // The executor starts the agent it was asked for, even if the previous process
+            // under this ID died in the meantime (a managed-runtime restart).
+            c.alive = true;
+            c.stopping = false;
             if let Some(old) = c.agent.as_mut() {
                 old.alive = false;
             }
@@ -404,15 +442,25 @@ impl World {
         }
         let cap = self.scenario.workload.agent != Agent::NoLoad;
         self.send_callback(session, exec, attempt, generation, RuntimeEvent::BootReady);
-        self.send_callback(
-            session,
-            exec,
-            attempt,
-            generation,
-            RuntimeEvent::AgentReady {
-                load_capability: Some(cap),
-            },
-        );
+        let b = self.scenario.workload.boot_delay_ms;
+        let delay = pick(self.key(attempt.raw(), generation.get(), 44), b.lo, b.hi);
+        if delay <= 1 {
+            self.send_callback(
+                session,
+                exec,
+                attempt,
+                generation,
+                RuntimeEvent::AgentReady {
+                    load_capability: Some(cap),
+                },
+            );
+        } else {
+            self.pending_ready.insert(
+                (self.now_ms() + delay, exec.get(), generation.get()),
+                (session, exec, attempt, generation, cap),
+            );
+            self.post(delay, Msg::AgentReady);
+        }
     }
 
     /// Carries out a leased effect whose lease the core just confirmed.
@@ -453,7 +501,7 @@ impl World {
                     } else {
                         sleep(ms(delay.max(1))).await;
                     }
-                    let mut me = w2.borrow_mut();
+                    let mut me = enter(&w2);
                     if me.provider.agent(execution, generation).is_none() {
                         return;
                     }
@@ -597,8 +645,17 @@ impl World {
                 sf.next_turn += 1;
                 let turn = TurnId::new(sf.next_turn).expect("non-zero");
                 let v = self.step(w, "client", Input::Prompt { session: sid, turn });
-                if let (Verdict::Reject(r), Some(tx)) = (v, self.clients.get(&s)) {
-                    let _ = tx.unbounded_send(ClientEvent::Rejected(turn, r));
+                if v == Verdict::Reject(RejectReason::SessionBusy)
+                    && now < self.scenario.limits.fault_window_ms
+                {
+                    // The user sees "busy" and sends it again a little later.
+                    self.post(
+                        CLIENT_BUSY_RETRY_MS,
+                        Msg::Fault(Fault {
+                            at_ms: now + CLIENT_BUSY_RETRY_MS,
+                            ..f
+                        }),
+                    );
                 }
             }
             FaultKind::Resume | FaultKind::Retry => {
@@ -707,7 +764,18 @@ impl World {
                     Input::Prompt { session, turn } => Some((session.get() as u32, *turn)),
                     _ => None,
                 };
+                let bound = match &input {
+                    Input::Bound {
+                        session,
+                        attempt,
+                        execution,
+                    } => Some((session.get() as u32, *attempt, *execution)),
+                    _ => None,
+                };
                 let v = self.step(w, actor, input);
+                if let Some((s, attempt, exec)) = bound {
+                    self.bound(s, attempt, exec, &v);
+                }
                 if let (Some((s, turn)), Verdict::Reject(r)) = (prompt, v) {
                     if let Some(tx) = self.clients.get(&s) {
                         let _ = tx.unbounded_send(ClientEvent::Rejected(turn, r));
@@ -726,6 +794,27 @@ impl World {
                 }
             }
             Msg::Fault(f) => self.fault(w, f),
+            Msg::AgentReady => {
+                let now = self.now_ms();
+                while let Some((&key, _)) = self.pending_ready.first_key_value() {
+                    if key.0 > now {
+                        break;
+                    }
+                    let (session, exec, attempt, generation, cap) =
+                        self.pending_ready.remove(&key).expect("just seen");
+                    if self.provider.agent(exec, generation).is_some() {
+                        self.send_callback(
+                            session,
+                            exec,
+                            attempt,
+                            generation,
+                            RuntimeEvent::AgentReady {
+                                load_capability: Some(cap),
+                            },
+                        );
+                    }
+                }
+            }
         }
     }
 
@@ -768,7 +857,7 @@ async fn stream(
     if w.borrow().provider.agent(exec, agent.generation).is_none() {
         return;
     }
-    w.borrow_mut().send_callback(
+    enter(&w).send_callback(
         session,
         exec,
         agent.attempt,
@@ -784,7 +873,7 @@ async fn stream(
     };
     let drain =
         |w: &Shared, queue: &mut NotificationQueue<u32>, max: usize, runtime_seq: &mut u64| {
-            let mut me = w.borrow_mut();
+            let mut me = enter(w);
             for _ in 0..max {
                 let Some((_, b)) = queue.pop() else { break };
                 *runtime_seq += 1;
@@ -812,7 +901,7 @@ async fn stream(
                 Err(PushError::Backpressure(back)) => {
                     item = back;
                     {
-                        let mut me = w.borrow_mut();
+                        let mut me = enter(&w);
                         me.provider.backpressure += 1;
                         if recovering {
                             me.oracle.mark("queue-full-during-recovery");
@@ -827,7 +916,7 @@ async fn stream(
                 Err(PushError::Closed(_)) => {
                     // The connection closed because the queue was full: the agent is gone.
                     drain(&w, &mut queue, usize::MAX, &mut runtime_seq);
-                    let mut me = w.borrow_mut();
+                    let mut me = enter(&w);
                     me.provider.closed_on_full += 1;
                     me.provider.kill(exec);
                     let stamp = me.provider.stamp();
@@ -851,7 +940,7 @@ async fn stream(
         drain(&w, &mut queue, DRAIN_PER_MS, &mut runtime_seq);
         sleep(ms(1)).await;
     }
-    let mut me = w.borrow_mut();
+    let mut me = enter(&w);
     if me.provider.agent(exec, agent.generation).is_some() {
         me.send_callback(
             session,
@@ -885,11 +974,11 @@ async fn client(
         sleep(ms(think.max(1))).await;
         let mut tries = 0;
         loop {
-            if w.borrow().now_ms() >= until_ms {
+            if enter(&w).now_ms() >= until_ms {
                 return;
             }
             let turn = {
-                let mut me = w.borrow_mut();
+                let mut me = enter(&w);
                 let sf = me.sessions.entry(session).or_default();
                 sf.next_turn += 1;
                 let turn = TurnId::new(sf.next_turn).expect("non-zero");
@@ -950,6 +1039,7 @@ pub(crate) async fn run(
     seed: u64,
     plan: FaultPlan,
     mutant: Option<Mutant>,
+    capture: bool,
 ) -> Finished {
     let config = core_config(&scenario);
     let mut core = Core::new(config.clone(), Epoch::FIRST)
@@ -971,6 +1061,7 @@ pub(crate) async fn run(
         seed,
         mutant,
         start: Instant::now(),
+        now: 0,
         core,
         incarnation: 0,
         skew_ms: 0,
@@ -981,12 +1072,13 @@ pub(crate) async fn run(
         provider: Provider::default(),
         sessions: BTreeMap::new(),
         leased: BTreeMap::new(),
+        pending_ready: BTreeMap::new(),
         fifo: BTreeMap::new(),
-        tracer: Tracer::new(),
+        tracer: Tracer::new(capture),
         violation: None,
     }));
     for f in &plan.faults {
-        world.borrow_mut().post(f.at_ms, Msg::Fault(*f));
+        enter(&world).post(f.at_ms, Msg::Fault(*f));
     }
     for (s, crx) in client_rx {
         spawn_local(client(
@@ -1004,7 +1096,7 @@ pub(crate) async fn run(
         // Deliver everything due, in (arrival, send order), then fire due core timers.
         loop {
             let due = {
-                let mut me = world.borrow_mut();
+                let mut me = enter(&world);
                 let now = me.now_ms();
                 match me.agenda.first_key_value() {
                     Some((&(at, _), _)) if at <= now => me.agenda.pop_first().map(|(_, m)| m),
@@ -1013,14 +1105,14 @@ pub(crate) async fn run(
             };
             let Some(msg) = due else { break };
             let w2 = world.clone();
-            world.borrow_mut().handle(&w2, msg);
+            enter(&world).handle(&w2, msg);
             if world.borrow().violation.is_some() {
                 break;
             }
         }
         {
             let w2 = world.clone();
-            let mut me = world.borrow_mut();
+            let mut me = enter(&world);
             if me.next_wake().is_some_and(|t| t <= me.now_ms()) {
                 me.handle_timeout(&w2);
             }
@@ -1059,7 +1151,7 @@ pub(crate) async fn run(
             _ = timer.fuse() => {}
         }
     }
-    let mut me = world.borrow_mut();
+    let mut me = enter(&world);
     if me.violation.is_none() {
         let t = me.now_ms();
         let idx = me.tracer.line(t, "oracle", "liveness", &[]);

@@ -1,105 +1,180 @@
 //! The JSONL trace of a seed and its rolling hash. Lines hold simulated time, actor,
 //! input / verdict / effect — never wall time or madsim task IDs — so the same seed gives
-//! the same bytes on any thread count.
+//! the same trace on any thread count.
+//!
+//! The hash is taken over the structured events (their derived `Hash`), not over the JSON
+//! text, so a passing seed never formats a line: lines are built only when `capture` is on
+//! (failing seeds are re-run with it; `run`, `replay` and determinism checks turn it on).
 
-use std::fmt::Write as _;
+use std::hash::{Hash, Hasher};
+use std::io::Write as _;
 
 use palisade_core::{Effect, Input, Verdict};
 
-/// FNV-1a offset basis.
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-/// FNV-1a prime.
-const FNV_PRIME: u64 = 0x0100_0000_01b3;
+/// The rolling hash's start value.
+const HASH_SEED: u64 = 0xcbf2_9ce4_8422_2325;
 
-/// Trace lines and their rolling hash.
+/// A fast, fixed (unseeded) mixing hasher: the same events give the same hash in every
+/// process and on every thread.
+struct Mix(u64);
+
+impl Hasher for Mix {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(b));
+        }
+    }
+
+    fn write_u8(&mut self, n: u8) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+
+    fn write_isize(&mut self, n: isize) {
+        self.write_u64(n as u64);
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(23) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// Trace lines (when captured) and the rolling hash of every event.
 #[derive(Debug)]
 pub(crate) struct Tracer {
     pub(crate) lines: Vec<String>,
     pub(crate) hash: u64,
+    capture: bool,
+    count: u64,
+    buf: Vec<u8>,
 }
 
 impl Default for Tracer {
     fn default() -> Self {
-        Tracer::new()
+        Tracer::new(false)
     }
 }
 
-fn escape(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| "\"?\"".into())
+fn input_name(input: &Input) -> &'static str {
+    match input {
+        Input::Resume { .. } => "resume",
+        Input::Prompt { .. } => "prompt",
+        Input::Cancel { .. } => "cancel",
+        Input::Bound { .. } => "bound",
+        Input::Callback(cb) => cb.event.name(),
+        Input::Perform { .. } => "perform",
+        Input::Stopped { .. } => "stopped",
+        Input::DismissFailure { .. } => "dismiss_failure",
+    }
+}
+
+fn effect_to(effect: &Effect) -> &'static str {
+    match effect {
+        Effect::TurnEnded { .. }
+        | Effect::Deliver { .. }
+        | Effect::AttemptSettled { .. }
+        | Effect::JoinTimedOut { .. }
+        | Effect::RecoveryStarted { .. }
+        | Effect::RecoveryExhausted { .. }
+        | Effect::FailureReported { .. } => "client",
+        _ => "provider",
+    }
 }
 
 impl Tracer {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(capture: bool) -> Self {
         Tracer {
-            lines: Vec::with_capacity(1024),
-            hash: FNV_OFFSET,
+            lines: Vec::new(),
+            hash: HASH_SEED,
+            capture,
+            count: 0,
+            buf: Vec::new(),
         }
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.lines.len()
+        self.count as usize
     }
 
-    fn push(&mut self, line: String) -> u64 {
-        for b in line.bytes().chain(std::iter::once(b'\n')) {
-            self.hash ^= u64::from(b);
-            self.hash = self.hash.wrapping_mul(FNV_PRIME);
+    fn event(&mut self, hash_it: impl FnOnce(&mut Mix)) -> u64 {
+        let mut h = Mix(self.hash);
+        hash_it(&mut h);
+        self.hash = h.finish();
+        self.count += 1;
+        self.count - 1
+    }
+
+    fn keep(&mut self) {
+        self.lines
+            .push(String::from_utf8_lossy(&self.buf).into_owned());
+    }
+
+    fn head(&mut self, t: u64, actor: &str, to: Option<&str>, kind: &str) {
+        self.buf.clear();
+        let _ = write!(self.buf, "{{\"t\":{t},\"actor\":\"{actor}\"");
+        if let Some(to) = to {
+            let _ = write!(self.buf, ",\"to\":\"{to}\"");
         }
-        self.lines.push(line);
-        self.lines.len() as u64 - 1
+        let _ = write!(self.buf, ",\"kind\":\"{kind}\"");
     }
 
-    /// A free-form line: `fields` are (key, already-a-string value).
+    /// A free-form line: `fields` are (key, string value).
     pub(crate) fn line(&mut self, t: u64, actor: &str, kind: &str, fields: &[(&str, &str)]) -> u64 {
-        let mut s = format!("{{\"t\":{t},\"actor\":\"{actor}\",\"kind\":\"{kind}\"");
-        for (k, v) in fields {
-            let _ = write!(s, ",\"{k}\":{}", escape(v));
+        if self.capture {
+            self.head(t, actor, None, kind);
+            for (k, v) in fields {
+                let _ = write!(self.buf, ",\"{k}\":");
+                let _ = serde_json::to_writer(&mut self.buf, v);
+            }
+            self.buf.push(b'}');
+            self.keep();
         }
-        s.push('}');
-        self.push(s)
+        self.event(|h| (t, actor, kind, fields).hash(h))
     }
 
     /// An input and the core's verdict.
     pub(crate) fn input(&mut self, t: u64, actor: &str, input: &Input, verdict: &Verdict) -> u64 {
-        let name = match input {
-            Input::Resume { .. } => "resume",
-            Input::Prompt { .. } => "prompt",
-            Input::Cancel { .. } => "cancel",
-            Input::Bound { .. } => "bound",
-            Input::Callback(cb) => cb.event.name(),
-            Input::Perform { .. } => "perform",
-            Input::Stopped { .. } => "stopped",
-            Input::DismissFailure { .. } => "dismiss_failure",
-        };
-        let verdict_s = match verdict {
-            Verdict::Reject(r) => format!("reject:{r:?}"),
-            v => serde_json::to_string(v).unwrap_or_default(),
-        };
-        let input_json = serde_json::to_string(input).unwrap_or_default();
-        let s = format!(
-            "{{\"t\":{t},\"actor\":\"{actor}\",\"to\":\"core\",\"kind\":\"{name}\",\"input\":{input_json},\"verdict\":{}}}",
-            escape(&verdict_s)
-        );
-        self.push(s)
+        if self.capture {
+            self.head(t, actor, Some("core"), input_name(input));
+            self.buf.extend_from_slice(b",\"input\":");
+            let _ = serde_json::to_writer(&mut self.buf, input);
+            self.buf.extend_from_slice(b",\"verdict\":");
+            match verdict {
+                Verdict::Reject(r) => {
+                    let _ = write!(self.buf, "\"reject:{r:?}\"");
+                }
+                v => {
+                    let _ = serde_json::to_writer(&mut self.buf, v);
+                }
+            }
+            self.buf.push(b'}');
+            self.keep();
+        }
+        self.event(|h| (t, actor, input, verdict).hash(h))
     }
 
     /// An effect of the core.
     pub(crate) fn effect(&mut self, t: u64, effect: &Effect) -> u64 {
-        let to = match effect {
-            Effect::TurnEnded { .. }
-            | Effect::Deliver { .. }
-            | Effect::AttemptSettled { .. }
-            | Effect::JoinTimedOut { .. }
-            | Effect::RecoveryStarted { .. }
-            | Effect::RecoveryExhausted { .. }
-            | Effect::FailureReported { .. } => "client",
-            _ => "provider",
-        };
-        let json = serde_json::to_string(effect).unwrap_or_default();
-        let s = format!(
-            "{{\"t\":{t},\"actor\":\"core\",\"to\":\"{to}\",\"kind\":\"{}\",\"effect\":{json}}}",
-            effect.name()
-        );
-        self.push(s)
+        if self.capture {
+            self.head(t, "core", Some(effect_to(effect)), effect.name());
+            self.buf.extend_from_slice(b",\"effect\":");
+            let _ = serde_json::to_writer(&mut self.buf, effect);
+            self.buf.push(b'}');
+            self.keep();
+        }
+        self.event(|h| (t, effect).hash(h))
     }
 }
