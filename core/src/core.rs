@@ -79,6 +79,8 @@ pub(crate) enum Timer {
     Stop(ExecutionId),
     Lease(LeaseId),
     Recovery(SessionId, TurnId),
+    /// A performed prompt the provider has not accepted yet.
+    Accept(SessionId, TurnId),
 }
 
 /// Who a callback speaks for, once admitted.
@@ -95,9 +97,8 @@ fn runs_on(t: &Turn, turn: TurnId, execution: ExecutionId, accepted: bool) -> bo
     t.id == turn
         && match t.phase {
             TurnPhase::Accepted { execution: e } => e == execution,
-            TurnPhase::Dispatched { execution: e, .. } | TurnPhase::Performed { execution: e } => {
-                !accepted && e == execution
-            }
+            TurnPhase::Dispatched { execution: e, .. }
+            | TurnPhase::Performed { execution: e, .. } => !accepted && e == execution,
             _ => false,
         }
 }
@@ -526,8 +527,15 @@ impl Core {
     fn end_turn(&mut self, session: SessionId, outcome: TurnOutcome) {
         let s = self.sess(session);
         let Some(turn) = s.turn.take() else { return };
-        if let TurnPhase::Recovering { at } = turn.phase {
-            self.timers.remove(&(at, Timer::Recovery(session, turn.id)));
+        match turn.phase {
+            TurnPhase::Recovering { at } => {
+                self.timers.remove(&(at, Timer::Recovery(session, turn.id)));
+            }
+            TurnPhase::Performed { deadline, .. } => {
+                self.timers
+                    .remove(&(deadline, Timer::Accept(session, turn.id)));
+            }
+            _ => {}
         }
         self.push(Effect::TurnEnded {
             session,
@@ -635,7 +643,7 @@ impl Core {
                         }
                     }
                 }
-                TurnPhase::Performed { execution } => {
+                TurnPhase::Performed { execution, .. } => {
                     self.push(Effect::CancelPrompt {
                         session,
                         execution,
@@ -924,6 +932,15 @@ impl Core {
                 }
             }
         };
+        if matches!(who, Who::Unfenced) {
+            // Unfenced traffic is what the fence exists to refuse; only a mutant or a session
+            // that never had an attempt gets here, and both act as the legacy path did:
+            // without an execution or generation check.
+            if let Some(exec) = self.executions.get_mut(&cb.execution) {
+                exec.published = true;
+            }
+            return Ok(who);
+        }
         // Mutable so that admission marks the generation published without a second
         // lookup; nothing below changes it unless the callback is admitted.
         let exec = self
@@ -941,13 +958,6 @@ impl Core {
                 return Err(RejectReason::WrongExecution)
             }
             _ => {}
-        }
-        if matches!(who, Who::Unfenced) {
-            // Unfenced traffic is what the fence exists to refuse; only a mutant or a session
-            // that never had an attempt gets here, and both act without a generation check,
-            // as the legacy path did.
-            exec.published = true;
-            return Ok(who);
         }
         if cb.generation < exec.generation {
             return Err(RejectReason::StaleGeneration);
@@ -1159,14 +1169,17 @@ impl Core {
     }
 
     fn mark_accepted(&mut self, session: SessionId, execution: ExecutionId) {
+        let mut accept_timer = None;
         if let Some(t) = self.sess(session).turn.as_mut() {
-            if let TurnPhase::Dispatched { lease, .. } = t.phase {
-                // Accepted before the embedder confirmed the dispatch: the lease is moot.
-                let _ = lease;
+            if let TurnPhase::Performed { deadline, .. } = t.phase {
+                accept_timer = Some((deadline, Timer::Accept(session, t.id)));
             }
             t.phase = TurnPhase::Accepted { execution };
             t.accepted_once = true;
             t.runtime_next = 1;
+        }
+        if let Some(timer) = accept_timer {
+            self.timers.remove(&timer);
         }
     }
 
@@ -1342,9 +1355,13 @@ impl Core {
                 if t.id == turn
                     && matches!(t.phase, TurnPhase::Dispatched { lease: l, .. } if l == id)
                 {
+                    let deadline = now.plus_millis(self.config.start_deadline_ms);
                     t.phase = TurnPhase::Performed {
                         execution: lease.execution,
+                        deadline,
                     };
+                    self.timers
+                        .insert((deadline, Timer::Accept(lease.session, turn)));
                 }
             }
         }
@@ -1439,6 +1456,35 @@ impl Core {
             Timer::Lease(id) => {
                 if let Some(lease) = self.leases.remove(&id) {
                     self.lease_lost(now, id, lease);
+                }
+            }
+            Timer::Accept(session, turn) => {
+                let performed = self
+                    .sessions
+                    .get(&session)
+                    .and_then(|s| s.turn)
+                    .filter(|t| t.id == turn)
+                    .and_then(|t| match t.phase {
+                        TurnPhase::Performed { execution, .. } => Some(execution),
+                        _ => None,
+                    });
+                let Some(execution) = performed else { return };
+                // The provider never took the prompt: tell it to drop it, and treat the
+                // runtime as lost for this turn (roll the claim back, or recover).
+                self.push(Effect::CancelPrompt {
+                    session,
+                    execution,
+                    turn,
+                });
+                let live = self.sessions.get(&session).and_then(|s| s.live);
+                if live.is_some_and(|l| l.execution == Some(execution)) {
+                    let stamp = self.mint_stamp();
+                    self.fail_attempt(now, session, stamp);
+                } else {
+                    if let Some(t) = self.sess(session).turn.as_mut() {
+                        t.phase = TurnPhase::WaitingRuntime;
+                    }
+                    self.turn_lost_runtime(now, session);
                 }
             }
             Timer::Recovery(session, turn) => {

@@ -186,9 +186,16 @@ impl Core {
                     TurnPhase::Dispatched { lease, execution } => {
                         self.leases.contains_key(&lease) && self.executions.contains_key(&execution)
                     }
-                    TurnPhase::Performed { execution } | TurnPhase::Accepted { execution } => {
+                    TurnPhase::Performed {
+                        execution,
+                        deadline,
+                    } => {
                         self.executions.contains_key(&execution)
+                            && self
+                                .timers
+                                .contains(&(deadline, Timer::Accept(id, turn.id)))
                     }
+                    TurnPhase::Accepted { execution } => self.executions.contains_key(&execution),
                     TurnPhase::Recovering { at } => {
                         self.timers.contains(&(at, Timer::Recovery(id, turn.id)))
                     }

@@ -182,11 +182,18 @@ impl Core {
                     TurnPhase::Recovering { at } => {
                         self.timers.insert((at, Timer::Recovery(id, t.id)));
                     }
+                    TurnPhase::Performed { deadline, .. } => {
+                        self.timers.insert((deadline, Timer::Accept(id, t.id)));
+                    }
                     TurnPhase::Dispatched { .. } if !t.accepted_once => ended = Some(t.id),
                     TurnPhase::Dispatched { execution, .. } => {
                         // A re-prompt whose fate is unknown: treat the dispatch as performed;
                         // the provider either accepts it or the runtime's loss recovers it.
-                        t.phase = TurnPhase::Performed { execution };
+                        let deadline = self.last_now.plus_millis(self.config.start_deadline_ms);
+                        t.phase = TurnPhase::Performed {
+                            execution,
+                            deadline,
+                        };
                     }
                     _ => {}
                 }

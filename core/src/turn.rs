@@ -24,7 +24,11 @@ pub(crate) enum TurnPhase {
         execution: ExecutionId,
     },
     /// The embedder performed the dispatch; waiting for the provider to accept.
-    Performed { execution: ExecutionId },
+    Performed {
+        execution: ExecutionId,
+        /// The provider must accept it by then, or the claim is rolled back.
+        deadline: Timestamp,
+    },
     /// The provider accepted; streaming.
     Accepted { execution: ExecutionId },
     /// The runtime died after acceptance; a replacement starts at `at`.
@@ -71,7 +75,7 @@ impl Turn {
     pub(crate) fn execution(&self) -> Option<ExecutionId> {
         match self.phase {
             TurnPhase::Dispatched { execution, .. }
-            | TurnPhase::Performed { execution }
+            | TurnPhase::Performed { execution, .. }
             | TurnPhase::Accepted { execution } => Some(execution),
             TurnPhase::WaitingRuntime | TurnPhase::Recovering { .. } => None,
         }

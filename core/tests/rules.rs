@@ -1398,3 +1398,31 @@ fn restart_re_requests_a_conversation_whose_lease_died_with_the_process() {
     assert!(!h.core.session_busy(s(1)));
     h.assert_clean();
 }
+
+/// Found by the model test: a prompt performed on a ready runtime whose agent never
+/// accepts it must not keep the session busy forever.
+#[test]
+fn a_prompt_the_provider_never_accepts_is_rolled_back_at_its_deadline() {
+    let mut h = H::default();
+    h.resume(1);
+    h.ready(1, 1);
+    assert_eq!(h.core.runtime(s(1)), Some(e(1)));
+    assert_eq!(h.prompt(1, 1), Verdict::Claimed);
+    let lease = h.last_lease();
+    assert_eq!(h.perform(lease), Verdict::Accepted);
+    let deadline = h.core.config().start_deadline_ms;
+    h.advance(deadline + 1);
+    assert_eq!(h.count(|x| matches!(x, Effect::CancelPrompt { .. })), 1);
+    assert_eq!(
+        h.count(|x| matches!(
+            x,
+            Effect::TurnEnded {
+                outcome: TurnOutcome::RolledBack,
+                ..
+            }
+        )),
+        1
+    );
+    assert!(!h.core.session_busy(s(1)));
+    h.assert_clean();
+}

@@ -16,10 +16,10 @@ use crate::scenario::Resolved;
 use crate::world::{FaultPlan, Mutant, SeedStats};
 
 /// Default seeds per sweep for `swarm`, the scenario that carries most of the search.
-pub const DEFAULT_SEEDS_SWARM: u64 = 200;
+pub const DEFAULT_SEEDS_SWARM: u64 = 10_000;
 /// Default seeds per sweep for every other scenario. Together with the swarm's, the
 /// default sweep of all shipped scenarios must finish in about a minute on 2 cores.
-pub const DEFAULT_SEEDS: u64 = 100;
+pub const DEFAULT_SEEDS: u64 = 2_000;
 
 /// Failing seeds per scenario whose plan and trace are kept and written as failure files:
 /// the lowest seeds, so the choice does not depend on the number of jobs. A mutant sweep

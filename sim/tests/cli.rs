@@ -1,8 +1,11 @@
 //! The `palisade` command line as CI and people use it: exit codes, reports, replay,
 //! determinism, shards.
 //!
-//! Failing seeds come from the world itself: until the real oracle lands, the placeholder
-//! world fails every seed ending in 999; later, real failures come from mutants.
+//! With no mutant every shipped scenario holds, so failing seeds come from mutants of the
+//! core (`--mutant NAME`). The seeds below were measured against the real world:
+//! `exhausted-twice` fails swarm seed 44 and no other seed of any scenario in 0..60
+//! (the hardest mutant to catch); `double-replay-block` fails several scenarios within
+//! seeds 0..10; `stale-callback-dispatches` fails cancel-storm seed 0.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -81,6 +84,27 @@ fn comparable(mut summary: Value) -> Value {
         s.remove("oracle_seconds");
     }
     summary
+}
+
+/// The one seed of swarm that `exhausted-twice` fails among 40..50 (and among 0..60).
+const EXHAUSTED_TWICE_SEED: u64 = 44;
+
+/// The text of a shipped scenario file.
+fn shipped_scenario(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios")
+        .join(format!("{name}.toml"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The trace hash that `palisade run` prints on stderr (`... trace <16 hex digits>...`).
+fn run_hash(out: &Output) -> String {
+    let err = stderr(out);
+    err.split("trace ")
+        .nth(1)
+        .and_then(|rest| rest.get(..16))
+        .unwrap_or_else(|| panic!("no hash in {err}"))
+        .to_string()
 }
 
 #[test]
@@ -181,9 +205,13 @@ fn foreign_or_stale_failure_files_are_refused() {
         }
     }
 
-    // A failure recorded against a scenario whose version has since changed.
+    // A failure recorded against a scenario whose version has since changed: a copy of
+    // cancel-storm, whose seed 0 fails with `stale-callback-dispatches`.
+    let storm = shipped_scenario("cancel-storm");
+    assert!(storm.contains("\nname = \"cancel-storm\"\n") && storm.contains("\nversion = 1\n"));
+    let v1 = storm.replace("\nname = \"cancel-storm\"\n", "\nname = \"versioned\"\n");
     let scenario = dir.path("versioned.toml");
-    std::fs::write(&scenario, "name = \"versioned\"\nversion = 1\n").expect("write");
+    std::fs::write(&scenario, &v1).expect("write");
     let out = palisade(
         &dir.0,
         &[
@@ -191,17 +219,33 @@ fn foreign_or_stale_failure_files_are_refused() {
             "--scenario",
             "versioned.toml",
             "--seed-range",
-            "999..1000",
+            "0..1",
+            "--mutant",
+            "stale-callback-dispatches",
         ],
     );
     expect_code(&out, 1);
-    let failure = dir.path("reports/failures/versioned-999.json");
-    assert!(failure.is_file());
-    std::fs::write(&scenario, "name = \"versioned\"\nversion = 2\n").expect("write");
-    let out = palisade(&dir.0, &["replay", "reports/failures/versioned-999.json"]);
-    expect_code(&out, 2);
-    assert!(stderr(&out).contains("version 1"), "{}", stderr(&out));
-    assert!(stderr(&out).contains("refusing"), "{}", stderr(&out));
+    let file = "reports/failures/versioned-0.json";
+    assert!(dir.path(file).is_file());
+    // At the version it was recorded against, it replays.
+    let out = palisade(&dir.0, &["replay", file]);
+    expect_code(&out, 1);
+    assert!(stdout(&out).contains("reproduced "), "{}", stdout(&out));
+    std::fs::write(&scenario, v1.replace("\nversion = 1\n", "\nversion = 2\n")).expect("write");
+    for cmd in ["replay", "minimize"] {
+        let out = palisade(&dir.0, &[cmd, file]);
+        expect_code(&out, 2);
+        assert!(
+            stderr(&out).contains("version 1"),
+            "{cmd}: {}",
+            stderr(&out)
+        );
+        assert!(stderr(&out).contains("refusing"), "{cmd}: {}", stderr(&out));
+    }
+    assert!(
+        !dir.path("reports/failures/versioned-0.min.json").exists(),
+        "a refused minimize writes nothing"
+    );
 }
 
 #[test]
@@ -214,9 +258,11 @@ fn sweep_writes_reports_and_ends_with_one_sweep_line() {
             "--scenario",
             "swarm",
             "--seed-range",
-            "990..1000",
+            "40..50",
             "--jobs",
             "2",
+            "--mutant",
+            "exhausted-twice",
         ],
     );
     expect_code(&out, 1);
@@ -244,9 +290,12 @@ fn sweep_writes_reports_and_ends_with_one_sweep_line() {
     let summary = read_json(&dir.path("reports/summary.json"));
     assert_eq!(summary["seeds"], 10);
     assert_eq!(summary["failed"], 1);
-    assert_eq!(summary["failures"][0]["file"], "failures/swarm-999.json");
+    assert_eq!(summary["mutant"], "exhausted-twice");
+    assert_eq!(summary["failures"][0]["seed"], EXHAUSTED_TWICE_SEED);
+    assert_eq!(summary["failures"][0]["invariant"], "R8-exhausted-once");
+    assert_eq!(summary["failures"][0]["file"], "failures/swarm-44.json");
 
-    let failure = read_json(&dir.path("reports/failures/swarm-999.json"));
+    let failure = read_json(&dir.path("reports/failures/swarm-44.json"));
     for field in [
         "scenario",
         "scenario_version",
@@ -262,12 +311,18 @@ fn sweep_writes_reports_and_ends_with_one_sweep_line() {
     ] {
         assert!(failure.get(field).is_some(), "failure file lacks {field}");
     }
-    assert_eq!(failure["repro"], "palisade run --scenario swarm --seed 999");
+    assert_eq!(
+        failure["repro"],
+        "palisade run --scenario swarm --seed 44 --mutant exhausted-twice"
+    );
+    assert_eq!(failure["mutant"], "exhausted-twice");
+    assert_eq!(failure["invariant"], "R8-exhausted-once");
+    assert_eq!(failure["trace_hash"], summary["failures"][0]["trace_hash"]);
 
     let md = std::fs::read_to_string(dir.path("reports/summary.md")).expect("summary.md");
     assert!(md.contains("| swarm | 1 | 10 |"), "{md}");
     assert!(
-        md.contains("palisade replay reports/failures/swarm-999.json"),
+        md.contains("palisade replay reports/failures/swarm-44.json"),
         "{md}"
     );
     assert!(md.contains("```mermaid\nsequenceDiagram"), "{md}");
@@ -297,15 +352,22 @@ fn replay_reproduces_a_failure_and_minimize_and_diagram_work_on_it() {
             "--scenario",
             "swarm",
             "--seed-range",
-            "995..1000",
+            "40..45",
+            "--mutant",
+            "exhausted-twice",
             "--report-dir",
             "out",
         ],
     );
     expect_code(&out, 1);
-    let file = "out/failures/swarm-999.json";
+    let file = "out/failures/swarm-44.json";
     let recorded = read_json(&dir.path(file));
     let hash = recorded["trace_hash"].as_str().expect("hash").to_string();
+    let invariant = recorded["invariant"]
+        .as_str()
+        .expect("invariant")
+        .to_string();
+    assert_eq!(invariant, "R8-exhausted-once");
 
     let out = palisade(&dir.0, &["replay", file]);
     expect_code(&out, 1);
@@ -325,13 +387,16 @@ fn replay_reproduces_a_failure_and_minimize_and_diagram_work_on_it() {
             "--scenario",
             "swarm",
             "--seed",
-            "999",
+            "44",
+            "--mutant",
+            "exhausted-twice",
             "--trace",
             "t.jsonl",
         ],
     );
     expect_code(&out, 1);
-    assert!(stderr(&out).contains(&hash), "{}", stderr(&out));
+    assert_eq!(run_hash(&out), hash, "{}", stderr(&out));
+    assert!(stderr(&out).contains(&invariant), "{}", stderr(&out));
     let trace = std::fs::read_to_string(dir.path("t.jsonl")).expect("trace file");
     let lines: Vec<&str> = trace.lines().collect();
     assert_eq!(
@@ -344,6 +409,7 @@ fn replay_reproduces_a_failure_and_minimize_and_diagram_work_on_it() {
             .collect::<Vec<_>>()
     );
 
+    // Minimising keeps the invariant, shrinks the plan, and the result replays.
     let out = palisade(&dir.0, &["minimize", file, "-o", "min.json"]);
     expect_code(&out, 0);
     assert!(
@@ -351,18 +417,41 @@ fn replay_reproduces_a_failure_and_minimize_and_diagram_work_on_it() {
         "{}",
         stdout(&out)
     );
+    let min = read_json(&dir.path("min.json"));
+    assert_eq!(min["invariant"], recorded["invariant"]);
+    assert_eq!(min["mutant"], "exhausted-twice");
+    assert_eq!(min["seed"], recorded["seed"]);
+    let faults = |v: &Value| v["plan"]["faults"].as_array().expect("faults").len();
+    assert!(
+        faults(&min) < faults(&recorded),
+        "{} faults, was {}",
+        faults(&min),
+        faults(&recorded)
+    );
+    assert_eq!(min["minimized"]["original_faults"], faults(&recorded));
+    assert_eq!(min["minimized"]["faults"], faults(&min));
+    let min_hash = min["trace_hash"].as_str().expect("hash");
     let out = palisade(&dir.0, &["replay", "min.json"]);
     expect_code(&out, 1);
-    assert!(stdout(&out).contains("reproduced "), "{}", stdout(&out));
-
-    let out = palisade(&dir.0, &["diagram", file]);
-    expect_code(&out, 0);
     assert!(
-        stdout(&out).starts_with("sequenceDiagram\n"),
+        stdout(&out)
+            .lines()
+            .any(|l| l == format!("reproduced {min_hash}")),
         "{}",
         stdout(&out)
     );
-    assert!(stdout(&out).contains("VIOLATION"), "{}", stdout(&out));
+    assert!(stdout(&out).contains(&invariant), "{}", stdout(&out));
+
+    for f in [file, "min.json"] {
+        let out = palisade(&dir.0, &["diagram", f]);
+        expect_code(&out, 0);
+        assert!(
+            stdout(&out).starts_with("sequenceDiagram\n"),
+            "{f}: {}",
+            stdout(&out)
+        );
+        assert!(stdout(&out).contains("VIOLATION"), "{f}: {}", stdout(&out));
+    }
     let out = palisade(&dir.0, &["diagram", "t.jsonl", "--markdown"]);
     expect_code(&out, 0);
     assert!(
@@ -379,9 +468,9 @@ fn replay_reproduces_a_failure_and_minimize_and_diagram_work_on_it() {
     expect_code(&out, 1);
     assert!(stdout(&out).starts_with("diverged"), "{}", stdout(&out));
 
-    // A seed that holds: passed, exit 0.
+    // Without the mutant the same seed and plan hold: passed, exit 0.
     let mut fixed = recorded;
-    fixed["seed"] = Value::from(5u64);
+    fixed["mutant"] = Value::Null;
     std::fs::write(dir.path("fixed.json"), fixed.to_string()).expect("write");
     let out = palisade(&dir.0, &["replay", "fixed.json"]);
     expect_code(&out, 0);
@@ -407,7 +496,7 @@ fn hashes_do_not_depend_on_jobs_and_match_single_runs() {
                 "--report-dir",
                 &report,
                 "--check-determinism",
-                "0.5",
+                "1.0",
             ],
         );
         expect_code(&out, 0);
@@ -427,13 +516,7 @@ fn hashes_do_not_depend_on_jobs_and_match_single_runs() {
             &["run", "--scenario", "swarm", "--seed", &seed.to_string()],
         );
         expect_code(&out, 0);
-        let err = stderr(&out);
-        let hash = err
-            .split("trace ")
-            .nth(1)
-            .and_then(|rest| rest.get(..16))
-            .unwrap_or_else(|| panic!("no hash in {err}"));
-        let hash = u64::from_str_radix(hash, 16).expect("hex hash");
+        let hash = u64::from_str_radix(&run_hash(&out), 16).expect("hex hash");
         digest = digest.wrapping_add(palisade_sim::report::digest_term(seed, Some(hash)));
     }
     assert_eq!(
@@ -443,10 +526,87 @@ fn hashes_do_not_depend_on_jobs_and_match_single_runs() {
 }
 
 #[test]
+fn failing_hashes_do_not_depend_on_jobs_and_match_single_runs() {
+    // With a mutant on, every failing seed records its own trace hash: the same at any
+    // number of jobs, on a determinism re-run, and when the seed runs alone.
+    let dir = Scratch::new("determinism-mutant");
+    let mutant = "double-replay-block";
+    let mut summaries = Vec::new();
+    for jobs in ["1", "2"] {
+        let report = format!("r{jobs}");
+        let out = palisade(
+            &dir.0,
+            &[
+                "sweep",
+                "--scenario",
+                "all",
+                "--seed-range",
+                "0..10",
+                "--mutant",
+                mutant,
+                "--jobs",
+                jobs,
+                "--report-dir",
+                &report,
+                "--check-determinism",
+                "1.0",
+            ],
+        );
+        expect_code(&out, 1);
+        assert!(
+            stdout(&out).contains("determinism: 100 seeds re-run, 0 differed"),
+            "{}",
+            stdout(&out)
+        );
+        summaries.push(comparable(read_json(
+            &dir.path(&format!("{report}/summary.json")),
+        )));
+    }
+    assert_eq!(summaries[0], summaries[1]);
+
+    let failures = summaries[0]["failures"].as_array().expect("failures");
+    let scenarios: std::collections::BTreeSet<&str> = failures
+        .iter()
+        .map(|f| f["scenario"].as_str().expect("scenario"))
+        .collect();
+    assert!(
+        failures.len() >= 3 && scenarios.len() >= 2,
+        "{mutant} should fail several seeds of several scenarios: {failures:?}"
+    );
+    for f in failures {
+        let scenario = f["scenario"].as_str().expect("scenario");
+        let seed = f["seed"].as_u64().expect("seed").to_string();
+        let hash = f["trace_hash"].as_str().expect("hash");
+        let file =
+            read_json(&dir.path(&format!("r1/{}", f["file"].as_str().expect("failure file"))));
+        assert_eq!(file["trace_hash"], hash);
+        let out = palisade(
+            &dir.0,
+            &[
+                "run",
+                "--scenario",
+                scenario,
+                "--seed",
+                &seed,
+                "--mutant",
+                mutant,
+            ],
+        );
+        expect_code(&out, 1);
+        assert_eq!(run_hash(&out), hash, "{scenario} seed {seed}");
+        assert!(
+            stderr(&out).contains(f["invariant"].as_str().expect("invariant")),
+            "{}",
+            stderr(&out)
+        );
+    }
+}
+
+#[test]
 fn shards_merge_into_the_unsharded_sweep() {
     let dir = Scratch::new("shards");
-    let range = ["--seed-range", "990..1000"];
-    let scenarios = ["--scenario", "all"];
+    let range = ["--seed-range", "0..10"];
+    let scenarios = ["--scenario", "all", "--mutant", "double-replay-block"];
     let out = palisade(
         &dir.0,
         &[&["sweep", "--report-dir", "whole"][..], &scenarios, &range].concat(),
@@ -485,7 +645,17 @@ fn shards_merge_into_the_unsharded_sweep() {
     let whole = comparable(read_json(&dir.path("whole/summary.json")));
     let merged = comparable(read_json(&dir.path("merged/summary.json")));
     assert_eq!(whole, merged);
-    assert!(dir.path("merged/failures/swarm-999.json").is_file());
+    let failures = whole["failures"].as_array().expect("failures");
+    assert!(failures.len() >= 3, "{failures:?}");
+    for f in failures {
+        let rel = f["file"].as_str().expect("failure file");
+        let (a, b) = (
+            read_json(&dir.path(&format!("whole/{rel}"))),
+            read_json(&dir.path(&format!("merged/{rel}"))),
+        );
+        assert_eq!(a["trace_hash"], b["trace_hash"], "{rel}");
+        assert_eq!(b["trace_hash"], f["trace_hash"], "{rel}");
+    }
     assert!(dir.path("merged/junit.xml").is_file());
     assert!(dir.path("merged/summary.md").is_file());
 
@@ -569,35 +739,42 @@ fn scenarios_lists_every_shipped_scenario() {
 
 #[test]
 fn mutants_scoreboard_is_written_and_exit_code_matches_it() {
+    // Seeds 0..60 of every scenario, interleaved, catch all 14 mutants; the slowest,
+    // `exhausted-twice`, falls on swarm seed 44 (about 450 seed runs).
     let dir = Scratch::new("mutants");
     let out = palisade(
         &dir.0,
         &[
             "mutants",
-            "--scenario",
-            "swarm",
             "--seeds",
-            "2",
+            "60",
             "--jobs",
             "2",
             "--minimize-runs",
-            "20",
+            "30",
         ],
     );
     let md = std::fs::read_to_string(dir.path("reports/mutants.md")).expect("mutants.md");
-    let survived = md.contains("survived |");
-    assert_eq!(
-        code(&out),
-        if survived { 1 } else { 0 },
-        "{}\n{md}",
-        stdout(&out)
+    expect_code(&out, 0);
+    assert!(!md.contains("survived |"), "{md}");
+    assert!(md.contains("**14 of 14 caught**"), "{md}");
+    let rows: Vec<&str> = md.lines().filter(|l| l.starts_with("| `")).collect();
+    assert_eq!(rows.len(), 14, "{md}");
+    assert!(rows.iter().all(|r| r.contains(" | ✅ | ")), "{md}");
+    let last = stdout(&out);
+    let last = last.lines().last().expect("line");
+    assert!(
+        last.starts_with("mutants: 14 mutants, 14 caught, 0 survived;"),
+        "{last}"
     );
-    assert_eq!(md.matches("\n| `").count(), 14, "{md}");
-    assert!(stdout(&out)
-        .lines()
-        .last()
-        .expect("line")
-        .starts_with("mutants: 14 mutants"));
+    // Every caught line points at a failure file that exists.
+    for line in stdout(&out).lines().filter(|l| l.starts_with("caught ")) {
+        let file = line
+            .rsplit_once('(')
+            .and_then(|(_, f)| f.strip_suffix(')'))
+            .unwrap_or_else(|| panic!("no file in {line}"));
+        assert!(dir.0.join(file).is_file(), "{line}");
+    }
 }
 
 #[test]

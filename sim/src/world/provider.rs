@@ -37,6 +37,8 @@ pub(crate) struct Provider {
     /// The last execution ID each session used, reused by replacements.
     pub(crate) last_exec: BTreeMap<u32, ExecutionId>,
     pub(crate) next_exec: u64,
+    /// IDs the core asked to stop whose teardown has not finished: never reused until then.
+    pub(crate) stop_pending: std::collections::BTreeSet<ExecutionId>,
     pub(crate) conversations: BTreeSet<u64>,
     pub(crate) next_conversation: u64,
     pub(crate) next_stamp: u64,
@@ -59,7 +61,7 @@ impl Provider {
     /// makes a fresh one.
     pub(crate) fn allocate(&mut self, session: u32, reuse: bool, fresh_only: bool) -> ExecutionId {
         if let Some(&last) = self.last_exec.get(&session) {
-            if reuse && !fresh_only {
+            if reuse && !fresh_only && !self.stop_pending.contains(&last) {
                 match self.containers.get(&last) {
                     Some(c) if c.alive && !c.stopping => return last,
                     Some(c) if c.alive => {}

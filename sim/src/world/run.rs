@@ -98,7 +98,7 @@ pub(crate) struct World {
     /// Agents starting up: (ready at ms, exec, generation) → who.
     pending_ready: BTreeMap<(u64, u64, u64), Starting>,
     /// Leased effects waiting for the orchestrator's async work.
-    leased: BTreeMap<LeaseId, Effect>,
+    leased: BTreeMap<LeaseId, (Effect, u64)>,
     /// Order-preserving delivery per agent connection: the last scheduled arrival.
     fifo: BTreeMap<(ExecutionId, Generation), u64>,
     pub(crate) tracer: Tracer,
@@ -304,7 +304,7 @@ impl World {
                         delay += pick(self.key(n, 13, 0), 1, max.max(1));
                     }
                 }
-                self.leased.insert(lease, effect);
+                self.leased.insert(lease, (effect, now));
                 self.post(delay, Msg::Perform(lease, self.incarnation));
             }
             Effect::CancelPrompt { execution, .. } => {
@@ -325,6 +325,7 @@ impl World {
                     .sessions
                     .get_mut(&s)
                     .is_some_and(|sf| std::mem::take(&mut sf.hang_teardown));
+                self.provider.stop_pending.insert(execution);
                 if let Some(c) = self.provider.containers.get_mut(&execution) {
                     c.stopping = true;
                 }
@@ -342,11 +343,15 @@ impl World {
                         sleep(ms(delay)).await;
                         let mut me = enter(&w2);
                         me.provider.kill(execution);
+                        me.provider.stop_pending.remove(&execution);
                         me.post(1, Msg::Input("executor", Input::Stopped { execution }));
                     });
                 }
             }
-            Effect::KillExecution { execution, .. } => self.provider.kill(execution),
+            Effect::KillExecution { execution, .. } => {
+                self.provider.kill(execution);
+                self.provider.stop_pending.remove(&execution);
+            }
             Effect::TurnEnded {
                 session,
                 turn,
@@ -786,11 +791,18 @@ impl World {
                 if incarnation != self.incarnation {
                     return; // The orchestrator that started this work crashed.
                 }
-                let Some(effect) = self.leased.remove(&lease) else {
+                let Some((effect, issued)) = self.leased.remove(&lease) else {
                     return;
                 };
-                if self.step(w, "orchestrator", Input::Perform { lease }) == Verdict::Accepted {
-                    self.perform(w, effect);
+                match self.step(w, "orchestrator", Input::Perform { lease }) {
+                    Verdict::Accepted => self.perform(w, effect),
+                    Verdict::Reject(RejectReason::LeaseExpired | RejectReason::UnknownLease)
+                        if self.now_ms().saturating_sub(issued) >= self.core.config().lease_ms =>
+                    {
+                        // The work outlived its lease: the core dropped the late effect.
+                        self.oracle.mark("lease-expired");
+                    }
+                    _ => {}
                 }
             }
             Msg::Fault(f) => self.fault(w, f),
