@@ -293,6 +293,12 @@ impl Auditor {
         self.effects(now, effects)
     }
 
+    /// The embedder handed the core a time without anything else happening (a timeout that
+    /// fired nothing): the model keeps the same monotonic clock as the core.
+    pub fn observe_time(&mut self, now: Timestamp) {
+        self.last_now = self.last_now.max(now);
+    }
+
     /// Effects drained after a timeout.
     pub fn observe_timeout(
         &mut self,

@@ -1331,13 +1331,24 @@ impl Core {
                 .executions
                 .get(&lease.execution)
                 .is_some_and(|e| e.generation == lease.generation);
-            let attempt_ok = self
-                .sessions
-                .get(&lease.session)
-                .is_some_and(|s| match s.live {
-                    Some(l) => l.id == lease.attempt,
-                    None => s.owner == Some(lease.attempt),
-                });
+            // The attempt must still speak for the session, and the effect must still be
+            // awaited: a `session/new` whose conversation was created meanwhile (say by a
+            // request re-issued after a restart) would replace it.
+            let attempt_ok =
+                self.sessions
+                    .get(&lease.session)
+                    .is_some_and(|s| match (s.live, lease.action) {
+                        (Some(l), LeaseAction::Load) => {
+                            l.id == lease.attempt && l.conversation == ConvPhase::Loading
+                        }
+                        (Some(l), LeaseAction::New) => {
+                            l.id == lease.attempt
+                                && matches!(l.conversation, ConvPhase::Creating(_))
+                        }
+                        (Some(l), LeaseAction::Prompt(_)) => l.id == lease.attempt,
+                        (None, LeaseAction::Prompt(_)) => s.owner == Some(lease.attempt),
+                        (None, _) => false,
+                    });
             (!current || !attempt_ok).then_some(RejectReason::LeaseRevoked)
         };
         self.leases.remove(&id);
@@ -1389,7 +1400,14 @@ impl Core {
                 }
             }
             LeaseAction::Load | LeaseAction::New => {
-                if s.live.is_some_and(|l| l.id == lease.attempt) {
+                let awaited = s.live.is_some_and(|l| {
+                    l.id == lease.attempt
+                        && match lease.action {
+                            LeaseAction::Load => l.conversation == ConvPhase::Loading,
+                            _ => matches!(l.conversation, ConvPhase::Creating(_)),
+                        }
+                });
+                if awaited {
                     let stamp = self.mint_stamp();
                     self.fail_attempt(now, lease.session, stamp);
                 }

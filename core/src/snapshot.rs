@@ -194,6 +194,7 @@ impl Core {
                             execution,
                             deadline,
                         };
+                        self.timers.insert((deadline, Timer::Accept(id, t.id)));
                     }
                     _ => {}
                 }

@@ -1426,3 +1426,48 @@ fn a_prompt_the_provider_never_accepts_is_rolled_back_at_its_deadline() {
     assert!(!h.core.session_busy(s(1)));
     h.assert_clean();
 }
+
+/// Sim swarm seed 12749 (before the fix): after a restart re-issued `session/new`, the
+/// first request's conversation arrived; performing the re-issued request then would have
+/// replaced it. A conversation effect is revoked once it is no longer awaited.
+#[test]
+fn a_conversation_request_no_longer_awaited_is_revoked() {
+    let mut h = H::default();
+    h.resume(1);
+    let a = h.started(1);
+    let Verdict::Bound { generation: g } = h.bind(1, a, 1) else {
+        panic!()
+    };
+    h.cb(
+        1,
+        1,
+        Some(a),
+        g,
+        RuntimeEvent::AgentReady {
+            load_capability: Some(true),
+        },
+    );
+    let first = h.last_lease();
+    assert_eq!(h.perform(first), Verdict::Accepted);
+    h.restart();
+    let reissued = h.last_lease();
+    assert_ne!(reissued, first);
+    // The old incarnation's request is answered first.
+    assert_eq!(
+        h.cb(
+            1,
+            1,
+            Some(a),
+            g,
+            RuntimeEvent::ConversationCreated { token: token(8) }
+        ),
+        Verdict::Accepted
+    );
+    assert_eq!(
+        h.perform(reissued),
+        Verdict::Reject(RejectReason::LeaseRevoked)
+    );
+    assert_eq!(h.core.conversation(s(1)), Some(token(8)));
+    assert!(!h.core.session_busy(s(1)));
+    h.assert_clean();
+}

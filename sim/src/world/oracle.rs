@@ -137,6 +137,11 @@ impl Oracle {
             .map_err(|e| v(e.rule, format!("core invariant: {}", e.detail), idx))
     }
 
+    /// The core saw this time, with nothing else happening.
+    pub(crate) fn tick(&mut self, now: Timestamp) {
+        self.audit.observe_time(now);
+    }
+
     /// After timers fired.
     pub(crate) fn timeout(
         &mut self,

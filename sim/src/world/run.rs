@@ -183,6 +183,7 @@ impl World {
             effects.push(e);
         }
         if effects.is_empty() {
+            self.oracle.tick(now);
             return;
         }
         let idx = self.tracer.line(self.now_ms(), "core", "timeout", &[]);
@@ -1028,7 +1029,13 @@ pub(crate) fn core_config(scenario: &Scenario) -> Config {
     let d = Config::default();
     Config {
         join_wait_ms: c.join_wait_ms.unwrap_or(d.join_wait_ms),
-        start_deadline_ms: c.start_deadline_ms.unwrap_or(d.start_deadline_ms),
+        // Unless a scenario says otherwise, the core's start (and prompt acceptance)
+        // deadline fits three times in the liveness window, so a stalled attempt is
+        // resolved by the core, not cut off by the end of the run.
+        start_deadline_ms: c.start_deadline_ms.unwrap_or(
+            d.start_deadline_ms
+                .min((scenario.limits.quiesce_ms / 3).max(1)),
+        ),
         lease_ms: c.lease_ms.unwrap_or(d.lease_ms),
         stop_deadline_ms: c.stop_deadline_ms.unwrap_or(d.stop_deadline_ms),
         recovery_delays_ms: c.recovery_delays_ms.clone().unwrap_or(d.recovery_delays_ms),
