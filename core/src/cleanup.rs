@@ -184,6 +184,13 @@ impl Execution {
             .map(|(_, a)| a)
     }
 
+    /// Whether the history's length is within its bound and matches its entries (a
+    /// decoded snapshot may claim anything).
+    pub(crate) fn history_is_well_formed(&self) -> bool {
+        let n = usize::from(self.hist_len);
+        (1..=GENERATIONS_PER_EXECUTION).contains(&n) && self.history().count() == n
+    }
+
     /// Bindings oldest first.
     pub(crate) fn history(&self) -> impl Iterator<Item = (Generation, AttemptId)> + '_ {
         self.history

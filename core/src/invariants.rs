@@ -3,7 +3,7 @@
 
 use crate::attempt::{AttemptState, ConvPhase};
 use crate::cleanup::StopState;
-use crate::config::{MAX_RECOVERY_STEPS, TOMBSTONES_PER_SESSION};
+use crate::config::{GENERATIONS_PER_EXECUTION, MAX_RECOVERY_STEPS, TOMBSTONES_PER_SESSION};
 use crate::core::{Core, Timer};
 use crate::ids::AttemptId;
 use crate::turn::TurnPhase;
@@ -224,6 +224,11 @@ impl Core {
             });
         }
         for (eid, e) in &self.executions {
+            ensure!(
+                e.history_is_well_formed(),
+                "R4-bounded-history",
+                "execution {eid}: generation history malformed or longer than {GENERATIONS_PER_EXECUTION}"
+            );
             ensure!(
                 self.sessions.contains_key(&e.session),
                 "R5-ownership",

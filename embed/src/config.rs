@@ -81,6 +81,8 @@ pub enum SupervisorConfigError {
     ZeroTimeout(&'static str),
     /// A capacity out of its range.
     Capacity(&'static str),
+    /// `cwd` is relative; ACP wants an absolute working directory.
+    RelativeCwd,
 }
 
 impl std::fmt::Display for SupervisorConfigError {
@@ -89,6 +91,7 @@ impl std::fmt::Display for SupervisorConfigError {
             SupervisorConfigError::Core(error) => write!(f, "core config: {error}"),
             SupervisorConfigError::ZeroTimeout(name) => write!(f, "{name} must be at least 1 ms"),
             SupervisorConfigError::Capacity(name) => write!(f, "{name} is out of range"),
+            SupervisorConfigError::RelativeCwd => f.write_str("cwd must be an absolute path"),
         }
     }
 }
@@ -115,6 +118,40 @@ impl SupervisorConfig {
         if self.event_capacity == 0 {
             return Err(SupervisorConfigError::Capacity("event_capacity"));
         }
+        if !self.cwd.is_absolute() {
+            return Err(SupervisorConfigError::RelativeCwd);
+        }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_configs_are_refused() {
+        assert_eq!(SupervisorConfig::default().validate(), Ok(()));
+        let with = |change: fn(&mut SupervisorConfig)| {
+            let mut config = SupervisorConfig::default();
+            change(&mut config);
+            config.validate()
+        };
+        assert_eq!(
+            with(|c| c.load_timeout_ms = 0),
+            Err(SupervisorConfigError::ZeroTimeout("load_timeout_ms"))
+        );
+        assert_eq!(
+            with(|c| c.delivery_queue_capacity = 0),
+            Err(SupervisorConfigError::Capacity("delivery_queue_capacity"))
+        );
+        assert_eq!(
+            with(|c| c.cwd = "relative".into()),
+            Err(SupervisorConfigError::RelativeCwd)
+        );
+        assert!(matches!(
+            with(|c| c.core.recovery_delays_ms = vec![1; 9]),
+            Err(SupervisorConfigError::Core(_))
+        ));
     }
 }

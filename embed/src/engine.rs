@@ -12,8 +12,10 @@
 //!    [`Engine::take_dirty`] says the state changed;
 //! 3. carry out [`Engine::poll_action`] until `None` (spawn, send a request, stop a
 //!    process, ...); results come back as inputs;
-//! 4. hand [`Engine::pop_event`] to the caller while it has room; read more agent
-//!    notifications only while [`Engine::can_accept`].
+//! 4. hand [`Engine::pop_event`] to the caller while it has room, calling
+//!    [`Engine::pump_outlets`] again whenever the events run out (output may still wait
+//!    in a delivery queue); read more agent notifications only while
+//!    [`Engine::can_accept`].
 //!
 //! # How core effects become ACP traffic
 //!
@@ -112,6 +114,9 @@ pub enum Op {
     Prompt {
         /// The turn.
         turn: TurnId,
+        /// Which dispatch of it: a recovery may dispatch the same turn to the same
+        /// runtime again while the earlier prompt's answer is still due.
+        dispatch: u64,
     },
 }
 
@@ -255,6 +260,7 @@ struct PendingOutput {
 #[derive(Debug, Clone, Copy)]
 struct PromptState {
     turn: TurnId,
+    dispatch: u64,
     next_seq: u64,
     accepted: bool,
     idle_deadline: Timestamp,
@@ -337,6 +343,8 @@ pub struct Engine {
     pending_output: Option<PendingOutput>,
     causes: VecDeque<CauseEntry>,
     counters: Counters,
+    /// Dispatches so far; numbers `Op::Prompt` so an answer finds its own dispatch.
+    dispatches: u64,
     stats: EngineStats,
     auditor: Option<Auditor>,
     /// The audited input and its verdict, between `handle` and `finish_input`.
@@ -427,6 +435,7 @@ impl Engine {
                 next_stamp: 1,
                 next_token: 1,
             },
+            dispatches: 0,
             stats: EngineStats::default(),
             auditor,
             pending_audit: None,
@@ -469,10 +478,13 @@ impl Engine {
                 },
             );
         }
-        // Effects the restore itself queued (turns whose dispatch was unconfirmed).
-        engine.drain_core(now);
+        // The runtimes died with the previous incarnation: say so before anything the
+        // restore queued is carried out (a conversation request it re-issued for a dead
+        // runtime then finds its lease revoked, instead of being sent nowhere).
+        for record in &header.executions {
+            engine.bury(*record);
+        }
         for record in header.executions {
-            engine.bury(record);
             let stamp = engine.stamp(record.attempt, FailureCause::SupervisorRestarted);
             engine.stats.exits_reported += 1;
             let _ = engine.input(
@@ -493,6 +505,9 @@ impl Engine {
                 },
             );
         }
+        // Effects the restore itself queued (turns whose dispatch was unconfirmed), if no
+        // input above carried them out already.
+        engine.drain_core(now);
         let sessions: Vec<SessionId> = engine.books.keys().copied().collect();
         for session in sessions {
             if let Some(attempt) = engine.core.live_attempt(session) {
@@ -546,6 +561,18 @@ impl Engine {
             .and_then(|b| b.conversation.as_ref())
             .filter(|(t, _)| *t == token)
             .map(|(_, id)| id.clone())
+    }
+
+    /// Output admitted and not yet handed out (in delivery queues and coalescers), and
+    /// events waiting for the caller.
+    #[must_use]
+    pub fn backlog(&self) -> (usize, usize) {
+        let queued = self
+            .outlets
+            .values()
+            .map(|o| o.queue.len() + o.coalescer.pending_len())
+            .sum();
+        (queued, self.ready.len())
     }
 
     /// Agent processes the engine still tracks (started and not yet reaped).
@@ -760,7 +787,9 @@ impl Engine {
             },
             Op::Load { .. } => self.load_answer(now, execution, result),
             Op::New { reason } => self.new_answer(now, execution, reason, result),
-            Op::Prompt { turn } => self.prompt_answer(now, execution, turn, result),
+            Op::Prompt { turn, dispatch } => {
+                self.prompt_answer(now, execution, turn, dispatch, result);
+            }
         }
     }
 
@@ -834,7 +863,8 @@ impl Engine {
 
     /// Moves admitted output towards the caller: queue → coalescer → events, while fewer
     /// than [`READY_EVENTS`] wait; emits batches that are due. Call before
-    /// [`Engine::poll_timeout`] and before persisting.
+    /// [`Engine::poll_timeout`], and again whenever the caller took every waiting event:
+    /// a full delivery queue stops [`Engine::can_accept`], and only this drains it.
     pub fn pump_outlets(&mut self, now: Timestamp) {
         let Engine { outlets, ready, .. } = self;
         for (session, outlet) in outlets.iter_mut() {
@@ -867,6 +897,14 @@ impl Engine {
                 self.gated_since = None;
             }
             _ => {}
+        }
+    }
+
+    /// Moves every admitted output to the caller's events now, due or not (shutdown).
+    pub fn flush_output(&mut self, now: Timestamp) {
+        let sessions: Vec<SessionId> = self.outlets.keys().copied().collect();
+        for session in sessions {
+            self.flush_outlet(now, session);
         }
     }
 
@@ -1200,9 +1238,12 @@ impl Engine {
                     return;
                 };
                 let idle_deadline = now.plus_millis(self.config.prompt_idle_timeout_ms);
+                self.dispatches += 1;
+                let dispatch = self.dispatches;
                 if let Some(runtime) = self.runtimes.get_mut(&execution) {
                     runtime.prompt = Some(PromptState {
                         turn,
+                        dispatch,
                         next_seq: 1,
                         accepted: false,
                         idle_deadline,
@@ -1210,7 +1251,7 @@ impl Engine {
                 }
                 self.actions.push_back(Action::Request {
                     execution,
-                    op: Op::Prompt { turn },
+                    op: Op::Prompt { turn, dispatch },
                     method: acp::SESSION_PROMPT,
                     params: acp::prompt_params(&conversation, &text),
                     deadline: now.plus_millis(PROMPT_REQUEST_DEADLINE_MS),
@@ -1544,13 +1585,18 @@ impl Engine {
         now: Timestamp,
         execution: ExecutionId,
         turn: TurnId,
+        dispatch: u64,
         result: Result<Value, RpcFailure>,
     ) {
         let Some(runtime) = self.runtimes.get_mut(&execution) else {
             return;
         };
-        // An answer to an earlier prompt (one a cancel ended) changes nothing.
-        let Some(prompt) = runtime.prompt.filter(|p| p.turn == turn) else {
+        // An answer to an earlier dispatch (one a cancel or a missed acceptance deadline
+        // ended, possibly of this same turn) changes nothing.
+        let Some(prompt) = runtime
+            .prompt
+            .filter(|p| p.turn == turn && p.dispatch == dispatch)
+        else {
             return;
         };
         let session = runtime.session;
@@ -1701,5 +1747,357 @@ fn output_event(session: SessionId, turn: TurnId, batch: Batch<OutputItem>) -> S
                 update: e.payload.update,
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> SupervisorConfig {
+        let mut config = SupervisorConfig {
+            cwd: "/tmp".into(),
+            audit: true,
+            ..SupervisorConfig::default()
+        };
+        config.core.recovery_delays_ms = vec![50];
+        config
+    }
+
+    fn session(n: u64) -> SessionId {
+        SessionId::new(n).unwrap()
+    }
+
+    /// The next spawn (kills and other chores before it are skipped).
+    fn spawn_action(engine: &mut Engine) -> (SessionId, AttemptId) {
+        loop {
+            match engine.poll_action() {
+                Some(Action::Spawn { session, attempt }) => return (session, attempt),
+                Some(Action::Kill { .. } | Action::Notify { .. }) => {}
+                other => panic!("expected a spawn, got {other:?}"),
+            }
+        }
+    }
+
+    /// Answers the next request, which must be `method`.
+    fn answer(
+        engine: &mut Engine,
+        now: Timestamp,
+        execution: ExecutionId,
+        method: &str,
+        result: Value,
+    ) {
+        match engine.poll_action() {
+            Some(Action::Request { op, method: m, .. }) if m == method => {
+                engine.reply(now, execution, op, Ok(result));
+            }
+            other => panic!("expected {method}, got {other:?}"),
+        }
+    }
+
+    fn chunk(text: &str) -> AgentEvent {
+        let params = json!({
+            "sessionId": "c1",
+            "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}},
+        });
+        AgentEvent::Notification {
+            method: acp::SESSION_UPDATE.to_owned(),
+            wire_bytes: params.to_string().len(),
+            params,
+        }
+    }
+
+    fn events(engine: &mut Engine) -> Vec<SessionEvent> {
+        std::iter::from_fn(|| engine.pop_event()).collect()
+    }
+
+    #[test]
+    fn restore_reports_bound_runtimes_exited_and_restarts_unbound_attempts() {
+        let now = Timestamp::from_millis(1_000);
+        let mut engine = Engine::new(config()).unwrap();
+        // Session 1 streams on a ready runtime.
+        let turn = engine.prompt(now, session(1), "hello".into()).unwrap();
+        let (s, attempt) = spawn_action(&mut engine);
+        let execution = engine.spawned(now, s, attempt, Ok(Some(42)));
+        answer(
+            &mut engine,
+            now,
+            execution,
+            acp::INITIALIZE,
+            json!({"agentCapabilities": {"loadSession": true}}),
+        );
+        answer(
+            &mut engine,
+            now,
+            execution,
+            acp::SESSION_NEW,
+            json!({"sessionId": "c1"}),
+        );
+        assert!(matches!(
+            engine.poll_action(),
+            Some(Action::Request {
+                op: Op::Prompt { .. },
+                ..
+            })
+        ));
+        engine.agent_event(now, execution, chunk("one"));
+        engine.pump_outlets(now);
+        // Session 2's runtime is being started when the process dies.
+        engine.prompt(now, session(2), "other".into()).unwrap();
+        let (_, unbound) = spawn_action(&mut engine);
+        assert!(
+            engine.audit_violations().is_empty(),
+            "{:?}",
+            engine.audit_violations()
+        );
+        let bytes = engine.encode_state(now);
+
+        let later = now.plus_millis(10);
+        let mut restored = Engine::restore(config(), &bytes, later).unwrap();
+        assert_eq!(restored.epoch().get(), 2);
+        assert_eq!(restored.conversation(session(1)).as_deref(), Some("c1"));
+        // The unbound attempt gets its runtime now; the bound one's runtime is gone, and
+        // the turn it carried is recovered.
+        assert_eq!(
+            restored.poll_action(),
+            Some(Action::Spawn {
+                session: session(2),
+                attempt: unbound
+            })
+        );
+        let after = events(&mut restored);
+        assert!(after.iter().any(|e| matches!(
+            e,
+            SessionEvent::RecoveryStarted { session: s, turn: t, step: 1, .. } if *s == session(1) && *t == turn
+        )), "{after:?}");
+        let due = restored.poll_timeout().unwrap();
+        restored.handle_timeout(due);
+        let (s, attempt) = spawn_action(&mut restored);
+        assert_eq!((s, attempt.epoch().get()), (session(1), 2));
+        // The replacement loads the conversation and re-prompts with one replay block.
+        let execution = restored.spawned(due, s, attempt, Ok(Some(43)));
+        answer(
+            &mut restored,
+            due,
+            execution,
+            acp::INITIALIZE,
+            json!({"agentCapabilities": {"loadSession": true}}),
+        );
+        answer(&mut restored, due, execution, acp::SESSION_LOAD, json!({}));
+        match restored.poll_action() {
+            Some(Action::Request {
+                op: Op::Prompt { turn: t, .. },
+                params,
+                ..
+            }) => {
+                assert_eq!(t, turn);
+                let text = params["prompt"][0]["text"].as_str().unwrap();
+                assert_eq!(text.matches(crate::replay::REPLAY_BLOCK_TAG).count(), 1);
+                assert!(text.contains("delivered-through=\"1\""));
+                assert!(text.ends_with("hello"));
+            }
+            other => panic!("expected the re-prompt, got {other:?}"),
+        }
+        restored.core().check_invariants().unwrap();
+    }
+
+    #[test]
+    fn an_answer_from_a_runtime_that_died_changes_nothing() {
+        let now = Timestamp::from_millis(1);
+        let mut engine = Engine::new(config()).unwrap();
+        engine.prompt(now, session(1), "hello".into()).unwrap();
+        let (s, attempt) = spawn_action(&mut engine);
+        let execution = engine.spawned(now, s, attempt, Ok(Some(7)));
+        engine.agent_event(
+            now,
+            execution,
+            AgentEvent::Closed(CloseReason::StdoutClosed),
+        );
+        // The close is reported (the turn rolls back) and the process is killed.
+        let events = events(&mut engine);
+        assert!(events.iter().any(|e| matches!(
+            e,
+            SessionEvent::TurnEnded {
+                outcome: palisade_core::TurnOutcome::RolledBack,
+                ..
+            }
+        )));
+        let actions: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
+        assert!(actions.contains(&Action::Kill { execution }), "{actions:?}");
+        // A late initialize answer is ignored; reaping ends the runtime.
+        engine.reply(now, execution, Op::Initialize, Ok(json!({})));
+        assert!(engine.poll_action().is_none());
+        engine.reaped(now, execution, Some(ProcessExit::Signal(9)));
+        assert_eq!(engine.runtime_count(), 0);
+        assert!(
+            engine.audit_violations().is_empty(),
+            "{:?}",
+            engine.audit_violations()
+        );
+        engine.core().check_invariants().unwrap();
+    }
+
+    /// The next prompt request; its op.
+    fn prompt_request(engine: &mut Engine) -> Op {
+        loop {
+            match engine.poll_action() {
+                Some(Action::Request {
+                    op: op @ Op::Prompt { .. },
+                    ..
+                }) => return op,
+                Some(_) => {}
+                None => panic!("no prompt dispatched"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_late_answer_to_an_abandoned_dispatch_does_not_end_the_redispatched_turn() {
+        let mut config = config();
+        config.core.recovery_delays_ms = vec![50, 100];
+        config.core.start_deadline_ms = 1_000;
+        let mut now = Timestamp::from_millis(1_000);
+        let mut engine = Engine::new(config).unwrap();
+        let turn = engine.prompt(now, session(1), "hello".into()).unwrap();
+        let (s, attempt) = spawn_action(&mut engine);
+        let first = engine.spawned(now, s, attempt, Ok(Some(1)));
+        answer(
+            &mut engine,
+            now,
+            first,
+            acp::INITIALIZE,
+            json!({"agentCapabilities": {"loadSession": true}}),
+        );
+        answer(
+            &mut engine,
+            now,
+            first,
+            acp::SESSION_NEW,
+            json!({"sessionId": "c1"}),
+        );
+        prompt_request(&mut engine);
+        engine.agent_event(now, first, chunk("one"));
+        // The runtime dies under the accepted turn: recovery is scheduled.
+        engine.agent_event(
+            now,
+            first,
+            AgentEvent::Closed(CloseReason::ProcessExited(ProcessExit::Code(1))),
+        );
+        // Meanwhile a resume brings up a runtime that becomes the session's owner.
+        assert!(matches!(
+            engine.resume(now, session(1)),
+            Verdict::Started { .. }
+        ));
+        let (s, attempt) = spawn_action(&mut engine);
+        let second = engine.spawned(now, s, attempt, Ok(Some(2)));
+        answer(
+            &mut engine,
+            now,
+            second,
+            acp::INITIALIZE,
+            json!({"agentCapabilities": {"loadSession": true}}),
+        );
+        answer(&mut engine, now, second, acp::SESSION_LOAD, json!({}));
+        // Recovery re-dispatches the turn to that runtime; the agent never takes it, so
+        // the core's acceptance deadline abandons that dispatch and dispatches again, to
+        // the same runtime.
+        now = engine.poll_timeout().unwrap();
+        engine.handle_timeout(now);
+        let abandoned = prompt_request(&mut engine);
+        while let Some(due) = engine.poll_timeout() {
+            now = due;
+            engine.handle_timeout(now);
+            if engine.actions.iter().any(|a| {
+                matches!(
+                    a,
+                    Action::Request {
+                        op: Op::Prompt { .. },
+                        ..
+                    }
+                )
+            }) {
+                break;
+            }
+        }
+        let current = prompt_request(&mut engine);
+        assert_ne!(abandoned, current);
+        // The abandoned prompt answers late: nothing ends.
+        engine.reply(
+            now,
+            second,
+            abandoned,
+            Ok(json!({"stopReason": "cancelled"})),
+        );
+        let before = events(&mut engine);
+        assert!(
+            !before
+                .iter()
+                .any(|e| matches!(e, SessionEvent::TurnEnded { .. })),
+            "{before:?}"
+        );
+        // The current one ends the turn, once.
+        engine.reply(now, second, current, Ok(json!({"stopReason": "end_turn"})));
+        let ended: Vec<_> = events(&mut engine)
+            .into_iter()
+            .filter_map(|e| match e {
+                SessionEvent::TurnEnded {
+                    turn: t, outcome, ..
+                } => Some((t, outcome)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ended, [(turn, palisade_core::TurnOutcome::Completed)]);
+        assert!(
+            engine.audit_violations().is_empty(),
+            "{:?}",
+            engine.audit_violations()
+        );
+        engine.core().check_invariants().unwrap();
+    }
+
+    #[test]
+    fn load_capability_is_absent_false_or_worth_a_try() {
+        let read = |v: Value| load_capability(&v);
+        assert_eq!(
+            read(json!({"agentCapabilities": {"loadSession": true}})),
+            Some(true)
+        );
+        assert_eq!(
+            read(json!({"agentCapabilities": {"loadSession": false}})),
+            Some(false)
+        );
+        assert_eq!(read(json!({"agentCapabilities": {}})), None);
+        assert_eq!(read(json!({})), None);
+        // Malformed proves nothing: try the load, and let its answer decide.
+        assert_eq!(
+            read(json!({"agentCapabilities": {"loadSession": "yes"}})),
+            Some(true)
+        );
+    }
+
+    #[test]
+    fn rpc_errors_reach_the_classifier_exactly() {
+        let error = RpcError::new(-32603, "Internal error")
+            .with_data(json!({"details": "Session not found"}));
+        let projected = classify_error(&error);
+        assert_eq!(projected.code, -32603);
+        assert_eq!(projected.message, "Internal error");
+        assert_eq!(projected.data_details.as_deref(), Some("Session not found"));
+        assert!(projected.data_present);
+        let bare = classify_error(&RpcError::new(-32002, "Resource not found"));
+        assert_eq!((bare.data_details, bare.data_present), (None, false));
+    }
+
+    #[test]
+    fn oversized_prompts_are_refused_before_the_core_sees_them() {
+        let mut engine = Engine::new(config()).unwrap();
+        let text = "x".repeat(MAX_PROMPT_BYTES + 1);
+        assert_eq!(
+            engine.prompt(Timestamp::ZERO, session(1), text),
+            Err(PromptError::TooLarge {
+                bytes: MAX_PROMPT_BYTES + 1
+            })
+        );
+        assert!(engine.poll_action().is_none());
     }
 }

@@ -55,6 +55,8 @@ pub const COMMAND_CAPACITY: usize = 64;
 pub const REAP_WITHIN: Duration = Duration::from_secs(10);
 /// How long writing a notification or a response to an agent may take.
 pub const WRITE_WITHIN: Duration = Duration::from_secs(10);
+/// How long a shutdown waits for the caller to take the output still queued for it.
+pub const SHUTDOWN_FLUSH_WITHIN: Duration = Duration::from_secs(1);
 /// The furthest a deadline is mapped into the future (keeps `Instant` arithmetic total).
 const FURTHEST: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
@@ -115,6 +117,12 @@ pub struct SupervisorStats {
     pub runtimes: usize,
     /// Events dropped because the caller dropped its [`SessionEvents`].
     pub events_dropped: u64,
+    /// Output admitted but still in the delivery queues and coalescers.
+    pub outputs_queued: usize,
+    /// Events waiting for room in the caller's channel.
+    pub events_waiting: usize,
+    /// Whether the supervisor reads from its agents now (false: backpressure).
+    pub reading: bool,
 }
 
 /// The caller's end of the event channel: every [`SessionEvent`], in order per session.
@@ -363,9 +371,9 @@ impl Supervisor {
         self.call(|reply| Command::Stats { reply }).await
     }
 
-    /// Kills and reaps every agent process and stops the driver. The state file keeps
-    /// the last step's state, exactly as after a crash: a supervisor started from it
-    /// recovers what was in flight.
+    /// Hands the caller the output already admitted, kills and reaps every agent process
+    /// and stops the driver. The state file keeps the last step's state, exactly as after
+    /// a crash: a supervisor started from it recovers what was in flight.
     pub async fn shutdown(&self) {
         let _ = self.call(|reply| Command::Shutdown { reply }).await;
     }
@@ -539,23 +547,34 @@ impl Driver {
         }
     }
 
-    /// Hands the caller every event it has room for.
+    /// Hands the caller every event it has room for, refilling from the delivery queues
+    /// as it goes. The caller drains concurrently, so this may hand over far more than the
+    /// channel holds; were the queues not refilled here, the driver could wait with
+    /// nothing to send and a full queue that stops it reading: a lost wakeup. On return,
+    /// either events wait (and `reserve` wakes the driver once the caller makes room), or
+    /// every queue is empty.
     fn flush_events(&mut self) {
-        while self.engine.has_events() {
-            if self.caller_gone {
-                while self.engine.pop_event().is_some() {
-                    self.stats.events_dropped += 1;
-                }
+        loop {
+            self.engine.pump_outlets(self.clock.now());
+            if !self.engine.has_events() {
                 return;
             }
-            match self.events.try_reserve() {
-                Ok(permit) => {
-                    if let Some(event) = self.engine.pop_event() {
-                        permit.send(event);
+            while self.engine.has_events() {
+                if self.caller_gone {
+                    while self.engine.pop_event().is_some() {
+                        self.stats.events_dropped += 1;
                     }
+                    break;
                 }
-                Err(mpsc::error::TrySendError::Full(())) => return,
-                Err(mpsc::error::TrySendError::Closed(())) => self.caller_gone = true,
+                match self.events.try_reserve() {
+                    Ok(permit) => {
+                        if let Some(event) = self.engine.pop_event() {
+                            permit.send(event);
+                        }
+                    }
+                    Err(mpsc::error::TrySendError::Full(())) => return,
+                    Err(mpsc::error::TrySendError::Closed(())) => self.caller_gone = true,
+                }
             }
         }
     }
@@ -613,6 +632,8 @@ impl Driver {
                 let mut stats = self.stats;
                 stats.engine = self.engine.stats();
                 stats.runtimes = self.engine.runtime_count();
+                (stats.outputs_queued, stats.events_waiting) = self.engine.backlog();
+                stats.reading = self.engine.can_accept();
                 let _ = reply.send(stats);
             }
             Command::Shutdown { reply } => {
@@ -624,9 +645,25 @@ impl Driver {
         Flow::Continue
     }
 
-    /// Kills and reaps every agent; tells the engine nothing (the state file keeps the
-    /// last step, as after a crash).
+    /// Hands the caller the output already admitted (the state file counts it as
+    /// delivered), then kills and reaps every agent; tells the engine nothing more (the
+    /// state file keeps the last step, as after a crash).
     async fn shutdown(&mut self) {
+        self.engine.flush_output(self.clock.now());
+        while let Some(event) = self.engine.pop_event() {
+            if self.caller_gone {
+                self.stats.events_dropped += 1;
+                continue;
+            }
+            // A caller that stops reading does not hold the shutdown up for long.
+            match tokio::time::timeout(SHUTDOWN_FLUSH_WITHIN, self.events.send(event)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => {
+                    self.stats.events_dropped += 1;
+                    self.caller_gone = true;
+                }
+            }
+        }
         let handles = std::mem::take(&mut self.handles);
         for handle in handles.values() {
             handle.conn.kill();
@@ -788,6 +825,39 @@ impl Driver {
     }
 }
 
+/// Forwards the answers still in flight, then the connection's close: answers the agent
+/// wrote before it closed come first (an agent may answer a prompt and exit at once).
+/// Every request is resolved by now, since the connection fails the unanswered ones before
+/// it reports the close. False if the driver is gone.
+async fn close_after_answers(
+    execution: palisade_core::ExecutionId,
+    in_flight: &mut JoinSet<(Op, Result<Value, RpcFailure>)>,
+    inbox: &mpsc::Sender<Inbox>,
+    close: AgentEvent,
+) -> bool {
+    while let Some(done) = in_flight.join_next().await {
+        let Ok((op, result)) = done else { continue };
+        if inbox
+            .send(Inbox::Reply {
+                execution,
+                op,
+                result,
+            })
+            .await
+            .is_err()
+        {
+            return false;
+        }
+    }
+    inbox
+        .send(Inbox::Agent {
+            execution,
+            event: close,
+        })
+        .await
+        .is_ok()
+}
+
 /// Forwards one agent's events and answers to the driver, in wire order: an answer after
 /// the notifications written before it, the close after every answer.
 async fn pump(
@@ -823,17 +893,10 @@ async fn pump(
                 };
                 if matches!(event, AgentEvent::Closed(_)) {
                     closed = true;
-                    // Answers the agent wrote before it closed come first (an agent may
-                    // answer a prompt and exit at once). Every request is resolved by now:
-                    // the connection fails the unanswered ones before it reports the close.
-                    while let Some(done) = in_flight.join_next().await {
-                        let Ok((op, result)) = done else { continue };
-                        if inbox.send(Inbox::Reply { execution, op, result }).await.is_err() {
-                            return;
-                        }
+                    if !close_after_answers(execution, &mut in_flight, &inbox, event).await {
+                        return;
                     }
-                }
-                if inbox.send(Inbox::Agent { execution, event }).await.is_err() {
+                } else if inbox.send(Inbox::Agent { execution, event }).await.is_err() {
                     return;
                 }
             }
@@ -841,16 +904,25 @@ async fn pump(
                 // A request task does not panic; a cancelled one has nothing to report.
                 let Ok((op, result)) = done else { continue };
                 // Everything the agent wrote before this answer is queued by now: send it
-                // first, so output is never reordered behind its prompt's end.
+                // first, so output is never reordered behind its prompt's end. A close
+                // found there came after the answer: it waits.
+                let mut close = None;
                 while !closed {
                     let Some(event) = events.try_recv() else { break };
-                    closed = matches!(event, AgentEvent::Closed(_));
-                    if inbox.send(Inbox::Agent { execution, event }).await.is_err() {
+                    if matches!(event, AgentEvent::Closed(_)) {
+                        closed = true;
+                        close = Some(event);
+                    } else if inbox.send(Inbox::Agent { execution, event }).await.is_err() {
                         return;
                     }
                 }
                 if inbox.send(Inbox::Reply { execution, op, result }).await.is_err() {
                     return;
+                }
+                if let Some(close) = close {
+                    if !close_after_answers(execution, &mut in_flight, &inbox, close).await {
+                        return;
+                    }
                 }
             }
             else => return,

@@ -429,6 +429,34 @@ async fn first_turn_then_idle_exit(h: &mut Harness) -> String {
         .expect("the first turn created a conversation")
 }
 
+/// An agent that answers a prompt and exits at once: the answer precedes the exit on the
+/// wire, so every turn completes; none is taken for a runtime lost mid-turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_followed_at_once_by_the_exit_completes_the_turn() {
+    let agent = test_agent(&["--chunks", "2", "--exit-after-prompts", "1"]);
+    let mut h = Harness::start(config(), agent, None);
+    for round in 0..15 {
+        let turn = h
+            .supervisor
+            .prompt(session(), format!("round {round}"))
+            .await
+            .unwrap();
+        let (execution, _, _, _) = h.runtime_started().await;
+        assert_eq!(
+            h.turn_end(turn).await.0,
+            TurnOutcome::Completed,
+            "round {round}"
+        );
+        assert_eq!(
+            h.runtime_exited(execution).await,
+            Some(ProcessExit::Code(0))
+        );
+        assert_eq!(h.output(turn), ["chunk 0", "chunk 1"], "round {round}");
+    }
+    assert_eq!(h.count("recovery_started"), 0, "{:#?}", h.seen);
+    h.finish(true).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_session_on_load_falls_back_to_session_new() {
     let log = temp_path("fallback", "log");
@@ -465,9 +493,16 @@ async fn unknown_session_on_load_falls_back_to_session_new() {
     assert_eq!(h.count("failure_reported"), 0);
 
     let entries = read_log(&log);
-    assert_eq!(requests_received(&entries, acp::SESSION_LOAD), 1);
-    assert_eq!(requests_received(&entries, acp::SESSION_NEW), 2);
-    assert_eq!(prompts_received(&entries), ["first", "second"]);
+    assert_eq!(
+        (
+            requests_received(&entries, acp::SESSION_LOAD),
+            requests_received(&entries, acp::SESSION_NEW),
+            prompts_received(&entries)
+        ),
+        (1, 2, vec!["first".to_owned(), "second".to_owned()]),
+        "log: {entries:#?}\nseen: {:#?}",
+        h.seen
+    );
     h.finish(true).await;
     let _ = std::fs::remove_file(log);
 }
@@ -539,10 +574,18 @@ async fn eleven_hundred_notifications_arrive_in_order_without_a_disconnect() {
     let turn = h.supervisor.prompt(session(), "flood").await.unwrap();
     let mut delivered = 0usize;
     loop {
-        let event = tokio::time::timeout(WITHIN, h.events.recv())
-            .await
-            .expect("the flood keeps flowing")
-            .expect("events do not end");
+        let Ok(event) = tokio::time::timeout(WITHIN, h.events.recv()).await else {
+            let stats = tokio::time::timeout(Duration::from_secs(5), h.supervisor.stats()).await;
+            let agent = h.pids().first().map(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default()
+            });
+            let last = &h.seen[h.seen.len().saturating_sub(3)..];
+            panic!(
+                "the flood stalled after {delivered} outputs; stats: {stats:?}; agent: \
+                 {agent:?}; last events: {last:#?}"
+            );
+        };
+        let event = event.expect("events do not end");
         if let SessionEvent::Output { events, .. } = &event {
             let before = delivered / 100;
             delivered += events.len();
@@ -565,6 +608,46 @@ async fn eleven_hundred_notifications_arrive_in_order_without_a_disconnect() {
     assert_eq!(stats.engine.exits_reported, 0, "no disconnect");
     assert_eq!(h.count("recovery_started"), 0);
     assert_eq!(h.count("runtime_exited"), 0);
+    h.finish(true).await;
+}
+
+/// A caller that drains as fast as the supervisor hands out, against tiny queues: the
+/// supervisor must never wait with output queued and nothing to send (a lost wakeup that
+/// once stalled delivery until the next command).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_caller_against_tiny_queues_never_stalls_delivery() {
+    let agent = test_agent(&["--chunks", "4000"]);
+    let mut config = config();
+    config.delivery_queue_capacity = 2;
+    config.event_capacity = 1;
+    config.connection.event_capacity = 2;
+    config.coalescer = CoalescerConfig {
+        max_delay_ms: 0,
+        max_events: 1,
+        max_bytes: 1 << 20,
+    };
+    let mut h = Harness::start(config, agent, None);
+    for _ in 0..3 {
+        let turn = h.supervisor.prompt(session(), "flood").await.unwrap();
+        let mut outputs = 0usize;
+        loop {
+            let Ok(event) = tokio::time::timeout(WITHIN, h.events.recv()).await else {
+                let stats = tokio::time::timeout(WITHIN, h.supervisor.stats()).await;
+                panic!("delivery stalled after {outputs} outputs; stats: {stats:?}");
+            };
+            match event.expect("events do not end") {
+                SessionEvent::Output { events, .. } => outputs += events.len(),
+                SessionEvent::TurnEnded {
+                    turn: t, outcome, ..
+                } if t == turn => {
+                    assert_eq!(outcome, TurnOutcome::Completed);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(outputs, 4000);
+    }
     h.finish(true).await;
 }
 
@@ -634,8 +717,8 @@ async fn restart_from_the_state_file_recovers_the_turn_and_rejects_old_epoch_cal
     })
     .await;
     a.finish(true).await;
-    // Events leave only after the step that made them was persisted, so what the caller
-    // got is what the state file says was delivered.
+    // Output leaves only after the step that admitted it was persisted, and a shutdown
+    // hands over all admitted output: what the caller got is what the state file counts.
     let delivered_before = a.output(turn).len();
     assert!(delivered_before >= 1);
 
@@ -730,7 +813,7 @@ async fn bad_agents_fail_with_a_typed_cause_and_leak_nothing() {
     // (agent args, initialize timeout, the cause expected). Agents that close their end are
     // found out by the connection itself, so their initialize timeout is long: the close,
     // not a deadline, must be what reports them.
-    let cases: [(&[&str], u64, Check); 5] = [
+    let cases: [(&[&str], u64, Check); 7] = [
         (
             &["--misbehave", "garbage", "--misbehave-on", "initialize"],
             20_000,
@@ -754,6 +837,21 @@ async fn bad_agents_fail_with_a_typed_cause_and_leak_nothing() {
         (&["--misbehave", "never-answer"], 500, |c| {
             *c == FailureCause::Initialize(RpcFailure::TimedOut)
         }),
+        (
+            &[
+                "--misbehave",
+                "never-answer",
+                "--misbehave-on",
+                "session/new",
+            ],
+            20_000,
+            |c| *c == FailureCause::NewSession(RpcFailure::TimedOut),
+        ),
+        (
+            &["--misbehave", "garbage", "--misbehave-on", "session/prompt"],
+            20_000,
+            |c| matches!(c, FailureCause::Connection(CloseReason::Garbage(_))),
+        ),
         (&["--chunks", "0", "--prompt-mode", "hang"], 20_000, |c| {
             *c == FailureCause::PromptIdle { idle_ms: 500 }
         }),
@@ -761,6 +859,7 @@ async fn bad_agents_fail_with_a_typed_cause_and_leak_nothing() {
     for (args, initialize_timeout_ms, check) in cases {
         let mut config = config();
         config.initialize_timeout_ms = initialize_timeout_ms;
+        config.new_session_timeout_ms = 500;
         config.prompt_idle_timeout_ms = 500;
         config.connection.stderr = StderrMode::Null;
         let mut h = Harness::start(config, test_agent(args), None);

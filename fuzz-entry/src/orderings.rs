@@ -409,10 +409,15 @@ pub enum Op {
     ClockBack(u8),
     /// Every pending teardown finishes.
     StopAll,
+    /// The embedder answers the session's oldest pending item well, `n % 8 + 1` times in
+    /// a row (fewer when the queue empties; `n / 8` is the first detail byte, e.g. the
+    /// execution a start binds): one operation takes a prompt from claim to a running
+    /// turn, so the fuzzer spends its bytes on the faults between the steps.
+    Drive(u8, u8),
 }
 
 impl Op {
-    const KINDS: u8 = 16;
+    const KINDS: u8 = 17;
 
     /// Writes the operation in the format [`Op::arbitrary`] reads.
     pub fn encode(self, w: &mut Writer) {
@@ -488,6 +493,9 @@ impl Op {
             Op::StopAll => {
                 w.byte(15);
             }
+            Op::Drive(s, n) => {
+                w.byte(16).byte(s).byte(n);
+            }
         }
     }
 }
@@ -526,7 +534,8 @@ impl<'a> Arbitrary<'a> for Op {
             12 => Op::Advance(Adv::decode(byte(u), byte(u))),
             13 => Op::Restart,
             14 => Op::ClockBack(byte(u)),
-            _ => Op::StopAll,
+            15 => Op::StopAll,
+            _ => Op::Drive(byte(u), byte(u)),
         };
         Ok(op)
     }
@@ -1203,6 +1212,15 @@ impl World {
                     Timestamp::from_millis(self.now.as_millis().saturating_sub(u64::from(ms) * 10));
             }
             Op::StopAll => self.answer_stops()?,
+            Op::Drive(s, n) => {
+                let session = sid(s);
+                for _ in 0..=(n % 8) {
+                    let Some(item) = self.queue(session).pop_front() else {
+                        break;
+                    };
+                    self.answer(session, item, How::Good, n / 8, 0, 0, None)?;
+                }
+            }
         }
         Ok(())
     }
@@ -1578,8 +1596,13 @@ impl World {
     }
 }
 
-/// Runs a whole input and returns the world after the liveness phase.
-pub(crate) fn run_world(data: &[u8], mutant: Option<Mutant>) -> Result<World, Finding> {
+/// Runs a whole input and returns the world after the liveness phase. `in_flight` sees
+/// the core after the last operation, before the liveness phase settles everything.
+pub(crate) fn run_world(
+    data: &[u8],
+    mutant: Option<Mutant>,
+    in_flight: &mut dyn FnMut(&Core) -> Result<(), Finding>,
+) -> Result<World, Finding> {
     let (header, ops) = decode(data);
     let mut world = World::new(header.config(), mutant);
     for (i, op) in ops.into_iter().enumerate() {
@@ -1589,13 +1612,14 @@ pub(crate) fn run_world(data: &[u8], mutant: Option<Mutant>) -> Result<World, Fi
         world.at_op(i);
         world.apply(op)?;
     }
+    in_flight(&world.core)?;
     world.settle()?;
     Ok(world)
 }
 
 /// The `callback_orderings` entry point.
 pub fn run(data: &[u8], mutant: Option<Mutant>) -> Result<(), Finding> {
-    run_world(data, mutant).map(|_| ())
+    run_world(data, mutant, &mut |_| Ok(())).map(|_| ())
 }
 
 #[cfg(test)]
@@ -1638,6 +1662,7 @@ mod tests {
             Op::Restart,
             Op::ClockBack(9),
             Op::StopAll,
+            Op::Drive(2, 7),
         ];
         let header = Header {
             schedule: Header::SCHEDULE_ONE,

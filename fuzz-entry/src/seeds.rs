@@ -669,11 +669,15 @@ fn snapshot_seeds() -> Vec<Seed> {
             .expect("a named orderings seed")
             .bytes
     };
+    // The state after the last operation, with its work in flight.
     let snapshot_of = |ops: &[u8]| {
-        orderings::run_world(ops, None)
-            .expect("orderings seeds pass")
-            .core
-            .snapshot()
+        let mut snap = Vec::new();
+        orderings::run_world(ops, None, &mut |core| {
+            snap = core.snapshot();
+            Ok(())
+        })
+        .expect("orderings seeds pass");
+        snap
     };
     let with_mode = |mode: u8, rest: &[u8]| {
         let mut v = vec![mode];
@@ -699,11 +703,22 @@ fn snapshot_seeds() -> Vec<Seed> {
             Op::Churn(S2, 17),
         ],
     );
+    // A restart while the first prompt is dispatched but not performed: the restore rolls
+    // the prompt back and settles the attempt that waited for it.
+    let dispatched = orderings::encode(
+        Header::default(),
+        &[Op::Prompt(S1), r(How::Good), r(How::Good), r(How::Good)],
+    );
     let mut mutated = vec![snapshot::MODE_MUTATED, in_flight.len() as u8];
     mutated.extend_from_slice(&in_flight);
-    for (at, xor) in [(6u16, 0x01u8), (40, 0x80), (90, 0xff)] {
+    for (at, kind, value) in [
+        (6u16, snapshot::EDIT_XOR, 0x01u8),
+        (40, snapshot::EDIT_SET, 0x80),
+        (90, snapshot::EDIT_MAX, 0),
+        (100, snapshot::EDIT_ADD, 1),
+    ] {
         mutated.extend_from_slice(&at.to_le_bytes());
-        mutated.push(xor);
+        mutated.extend([kind, value]);
     }
     let real = snapshot_of(&kandev);
     let mut truncated = real.clone();
@@ -720,6 +735,12 @@ fn snapshot_seeds() -> Vec<Seed> {
             target: Target::SnapshotRestore,
             name: "round-trip-running-turn",
             bytes: with_mode(snapshot::MODE_ROUND_TRIP, &running),
+            catches: &[],
+        },
+        Seed {
+            target: Target::SnapshotRestore,
+            name: "round-trip-dispatched-prompt",
+            bytes: with_mode(snapshot::MODE_ROUND_TRIP, &dispatched),
             catches: &[],
         },
         Seed {

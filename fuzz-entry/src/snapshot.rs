@@ -6,13 +6,15 @@
 //!   a core that passes `check_invariants` and keeps passing it while it takes further
 //!   inputs (a fixed script that resumes, prompts, cancels, answers teardowns and lets all
 //!   time pass), and whose own snapshot restores again. Never a panic, never a loop.
-//! - [`MODE_ROUND_TRIP`]: the rest is a `callback_orderings` input; the state it leaves is
-//!   snapshotted and restored twice: the epoch advances by one each time, and sessions,
-//!   live attempts and conversation tokens survive; equal states give equal bytes.
+//! - [`MODE_ROUND_TRIP`]: the rest is a `callback_orderings` input; the state after its
+//!   last operation (work in flight) and the state after its liveness phase are each
+//!   snapshotted and restored twice: the epoch advances by one each time; sessions and
+//!   conversation tokens survive, and so do live attempts unless the restore settles
+//!   them (with `AttemptSettled`); one snapshot always restores to the same state.
 //! - [`MODE_MUTATED`]: a length byte, that many bytes of a `callback_orderings` input, then
-//!   `(offset u16, xor u8)` edits applied to the snapshot of the resulting state before it
-//!   is restored as in [`MODE_RAW`]. Real snapshots with a few flipped bytes reach far
-//!   deeper into the decoder than random bytes do.
+//!   `(offset u16, kind u8, value u8)` edits (xor, set, set to 255, add) applied to the snapshot of the state after its last
+//!   operation (before the liveness phase), restored as in [`MODE_RAW`]. Real snapshots
+//!   with a few flipped bytes reach far deeper into the decoder than random bytes do.
 
 use arbitrary::Unstructured;
 use palisade_core::mutants::Mutant;
@@ -32,6 +34,14 @@ pub const MODE_ROUND_TRIP: u8 = 1;
 pub const MODE_MUTATED: u8 = 2;
 /// Byte edits applied to a snapshot, at most.
 pub const MAX_EDITS: usize = 32;
+/// Edit kinds (`kind % 4`): xor the byte with the value, set it, set it to 255, add.
+pub const EDIT_XOR: u8 = 0;
+/// See [`EDIT_XOR`].
+pub const EDIT_SET: u8 = 1;
+/// See [`EDIT_XOR`].
+pub const EDIT_MAX: u8 = 2;
+/// See [`EDIT_XOR`].
+pub const EDIT_ADD: u8 = 3;
 /// Sessions and executions the script addresses in a restored core of unknown content.
 const SCRIPT_IDS: u64 = 4;
 
@@ -41,9 +51,15 @@ fn finding(rule: &str, detail: String) -> Finding {
 
 /// Restores `bytes`; a valid core must stay valid under further inputs.
 fn restore_any(bytes: &[u8], mutant: Option<Mutant>) -> Result<(), Finding> {
+    let trace = crate::trace_enabled();
     let mut core = match Core::restore(bytes) {
         Ok(core) => core,
-        Err(_) => return Ok(()),
+        Err(e) => {
+            if trace {
+                eprintln!("restore: {e}");
+            }
+            return Ok(());
+        }
     };
     core.set_mutant(mutant);
     let check = |core: &Core, after: &str| {
@@ -55,31 +71,107 @@ fn restore_any(bytes: &[u8], mutant: Option<Mutant>) -> Result<(), Finding> {
         })
     };
     check(&core, "restore")?;
-    let drain = |core: &mut Core| while core.poll_effect().is_some() {};
+    let drain = |core: &mut Core| {
+        let mut effects = Vec::new();
+        while let Some(e) = core.poll_effect() {
+            effects.push(e);
+        }
+        effects
+    };
     drain(&mut core);
     let mut now = Timestamp::ZERO;
     let id = |n: u64| n.max(1);
+    let step = |core: &mut Core, now: Timestamp, input: Input| {
+        let v = core.handle(now, input.clone());
+        let effects = drain(core);
+        if trace {
+            eprintln!("  {input:?}\n    -> {v:?}");
+            for e in &effects {
+                eprintln!("    effect {e:?}");
+            }
+        }
+        check(core, &format!("{input:?}")).map(|()| (v, effects))
+    };
+    let lease = |effects: &[Effect]| {
+        effects.iter().find_map(|e| match e {
+            Effect::LoadConversation { lease, .. } => Some((*lease, true)),
+            Effect::NewConversation { lease, .. } | Effect::DispatchPrompt { lease, .. } => {
+                Some((*lease, false))
+            }
+            _ => None,
+        })
+    };
     for n in 1..=SCRIPT_IDS {
         let session = SessionId::new(id(n)).expect("non-zero");
         // A turn ID above any the snapshot can hold, so the prompt is new.
         let turn = TurnId::new(u64::MAX - SCRIPT_IDS + n).expect("non-zero");
-        for input in [
-            Input::Resume { session },
-            Input::Prompt { session, turn },
-            Input::DismissFailure { session },
-            Input::Cancel { session },
-        ] {
-            let _ = core.handle(now, input.clone());
-            drain(&mut core);
-            check(&core, &format!("{input:?}"))?;
+        step(&mut core, now, Input::Resume { session })?;
+        step(&mut core, now, Input::Prompt { session, turn })?;
+        // A healthy runtime on an execution the snapshot may know: rebinds restored
+        // execution records, then takes the turn to its end.
+        if let Some(attempt) = core.live_attempt(session) {
+            // The first execution ID that takes the bind: one the snapshot holds for this
+            // session (a rebind of a restored record) or a new one.
+            let mut bound = None;
+            for e in 0..SCRIPT_IDS {
+                let execution = ExecutionId::new((n - 1 + e) % SCRIPT_IDS + 1).expect("non-zero");
+                let bind = Input::Bound {
+                    session,
+                    attempt,
+                    execution,
+                };
+                if let (Verdict::Bound { generation }, _) = step(&mut core, now, bind)? {
+                    bound = Some((execution, generation));
+                    break;
+                }
+            }
+            if let Some((execution, generation)) = bound {
+                let cb = |event| {
+                    Input::Callback(Callback {
+                        session,
+                        execution,
+                        attempt: Some(attempt),
+                        generation,
+                        event,
+                    })
+                };
+                step(&mut core, now, cb(RuntimeEvent::BootReady))?;
+                let ready = RuntimeEvent::AgentReady {
+                    load_capability: Some(true),
+                };
+                let (_, mut effects) = step(&mut core, now, cb(ready))?;
+                // The conversation (load or new), then the prompt's dispatch.
+                if let Some((lease, load)) = lease(&effects) {
+                    step(&mut core, now, Input::Perform { lease })?;
+                    let token = ConversationToken::new(id(n)).expect("non-zero");
+                    let answer = if load {
+                        RuntimeEvent::ConversationLoaded
+                    } else {
+                        RuntimeEvent::ConversationCreated { token }
+                    };
+                    effects = step(&mut core, now, cb(answer))?.1;
+                }
+                if let Some((lease, _)) = lease(&effects) {
+                    step(&mut core, now, Input::Perform { lease })?;
+                    step(&mut core, now, cb(RuntimeEvent::PromptAccepted { turn }))?;
+                }
+                let seq = 1;
+                let bytes = 8;
+                step(
+                    &mut core,
+                    now,
+                    cb(RuntimeEvent::Stream { turn, seq, bytes }),
+                )?;
+                step(&mut core, now, cb(RuntimeEvent::PromptCompleted { turn }))?;
+            }
         }
+        step(&mut core, now, Input::DismissFailure { session })?;
+        step(&mut core, now, Input::Cancel { session })?;
     }
     for round in 0..3u64 {
         for n in 1..=SCRIPT_IDS {
             let execution = ExecutionId::new(id(n)).expect("non-zero");
-            let _ = core.handle(now, Input::Stopped { execution });
-            drain(&mut core);
-            check(&core, &format!("Stopped({execution})"))?;
+            step(&mut core, now, Input::Stopped { execution })?;
         }
         now = match round {
             0 => now.plus_millis(120_000),
@@ -111,25 +203,32 @@ fn view(core: &Core) -> Vec<(u64, Option<AttemptId>, Option<ConversationToken>)>
         .collect()
 }
 
+/// Restores `bytes` and drains what the restore queued.
+fn restore_drained(bytes: &[u8], what: &str) -> Result<(Core, Vec<Effect>), Finding> {
+    let mut core = Core::restore(bytes).map_err(|e| {
+        finding(
+            "restore-own-snapshot",
+            format!("{what}: the core's own snapshot does not restore: {e}"),
+        )
+    })?;
+    let mut effects = Vec::new();
+    while let Some(e) = core.poll_effect() {
+        effects.push(e);
+    }
+    Ok((core, effects))
+}
+
 fn round_trip(core: &Core) -> Result<(), Finding> {
     let snap = core.snapshot();
-    let restore = |bytes: &[u8], what: &str| {
-        Core::restore(bytes).map_err(|e| {
-            finding(
-                "restore-own-snapshot",
-                format!("{what}: the core's own snapshot does not restore: {e}"),
-            )
-        })
-    };
-    let r1 = restore(&snap, "first restart")?;
-    if restore(&snap, "first restart")?.snapshot() != r1.snapshot() {
+    let (r1, e1) = restore_drained(&snap, "first restart")?;
+    if restore_drained(&snap, "first restart")?.0.snapshot() != r1.snapshot() {
         return Err(finding(
             "snapshot-deterministic",
             "one snapshot restored twice gives different states".to_owned(),
         ));
     }
-    let r2 = restore(&r1.snapshot(), "second restart")?;
-    for (before, after, what) in [(core, &r1, "first"), (&r1, &r2, "second")] {
+    let (r2, e2) = restore_drained(&r1.snapshot(), "second restart")?;
+    for (before, after, effects, what) in [(core, &r1, e1, "first"), (&r1, &r2, e2, "second")] {
         after.check_invariants().map_err(|v| {
             finding(
                 &format!("invariant {}", v.rule),
@@ -146,11 +245,25 @@ fn round_trip(core: &Core) -> Result<(), Finding> {
                 ),
             ));
         }
-        if before.session_count() != after.session_count() || view(before) != view(after) {
+        // Sessions and conversation tokens survive. A live attempt survives too, unless
+        // the restart settles it (its only pending prompt was rolled back): then the
+        // restored core says so with `AttemptSettled`. It never becomes another attempt.
+        let settled = |a: AttemptId| {
+            effects
+                .iter()
+                .any(|e| matches!(e, Effect::AttemptSettled { attempt, .. } if *attempt == a))
+        };
+        let kept = view(before).into_iter().zip(view(after)).all(
+            |((_, live_b, token_b), (_, live_a, token_a))| {
+                token_b == token_a
+                    && (live_b == live_a || (live_a.is_none() && live_b.is_some_and(settled)))
+            },
+        );
+        if before.session_count() != after.session_count() || !kept {
             return Err(finding(
                 "restore-keeps-state",
                 format!(
-                    "{what} restart: {} sessions {:?} became {} sessions {:?}",
+                    "{what} restart: {} sessions {:?} became {} sessions {:?} (effects {effects:?})",
                     before.session_count(),
                     view(before),
                     after.session_count(),
@@ -182,14 +295,24 @@ pub fn restored_bytes(data: &[u8], mutant: Option<Mutant>) -> Result<Option<Vec<
             let mut u = Unstructured::new(rest);
             let len = usize::from(byte(&mut u));
             let ops = take(&mut u, len);
-            let world = orderings::run_world(ops, mutant)?;
-            let mut snap = world.core.snapshot();
+            let mut snap = Vec::new();
+            orderings::run_world(ops, mutant, &mut |core| {
+                snap = core.snapshot();
+                Ok(())
+            })?;
             for _ in 0..MAX_EDITS {
                 if u.is_empty() || snap.is_empty() {
                     break;
                 }
                 let at = usize::from(u16le(&mut u)) % snap.len();
-                snap[at] ^= byte(&mut u);
+                let (kind, value) = (byte(&mut u), byte(&mut u));
+                snap[at] = match kind % 4 {
+                    EDIT_XOR => snap[at] ^ value,
+                    EDIT_SET => value,
+                    // The extremes directly: a length or a counter at its top.
+                    EDIT_MAX => u8::MAX,
+                    _ => snap[at].wrapping_add(value),
+                };
             }
             Ok(Some(snap))
         }
@@ -202,7 +325,8 @@ pub fn run(data: &[u8], mutant: Option<Mutant>) -> Result<(), Finding> {
         Some(bytes) => restore_any(&bytes, mutant),
         None if data.is_empty() => Ok(()),
         None => {
-            let world = orderings::run_world(&data[1..], mutant)?;
+            // Mid-flight (live attempts, leases, timers), then settled.
+            let world = orderings::run_world(&data[1..], mutant, &mut |core| round_trip(core))?;
             round_trip(&world.core)
         }
     }

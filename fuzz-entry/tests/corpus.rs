@@ -87,12 +87,9 @@ fn every_mutant_is_caught_by_some_seed_of_its_target() {
 }
 
 /// Inputs with which the fuzzer found real bugs in the core, kept in
-/// `fuzz/regressions/<target>/` until the core is fixed; then they move into the corpus
-/// (renamed `seed-*`) and this test is un-ignored.
+/// `fuzz/regressions/<target>/`: each must now pass. (The first: `Core::restore` accepted a
+/// generation history longer than its bound; `check_invariants` now rejects it.)
 #[test]
-#[ignore = "open core bug: Core::restore panics (cleanup.rs Execution::history slices \
-            past GENERATIONS_PER_EXECUTION) on a snapshot whose generation history \
-            length is corrupted; un-ignore when restore rejects it"]
 fn known_findings_are_fixed() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions");
     let mut failures = Vec::new();

@@ -3,15 +3,24 @@
 //! invariant and trace hash, when replayed with its mutant, and must hold when replayed
 //! without it (so the failure is the mutant's, not the world's).
 //!
-//! Regenerate them with `palisade mutants --seeds 60` (from the repository root, with
-//! `--report-dir reports`) and copy each mutant's `failures/*-<mutant>.min.json` here as
-//! `<mutant>.json`, keeping the unminimised file instead when the minimised plan would no
-//! longer hold without the mutant.
+//! The files pin exact trace hashes, so a change to the core or the world that changes a
+//! trace makes them diverge. Check that the new traces are right, then regenerate them:
+//!
+//! ```text
+//! cargo test --release -p palisade-sim --test regressions -- --ignored regenerate
+//! ```
+//!
+//! That runs `palisade mutants` and copies each mutant's minimised first failure here as
+//! `<mutant>.json`, or its unminimised one when the minimised plan no longer holds without
+//! the mutant (minimisation keeps the invariant failing with the mutant on, but may drop
+//! workload steps a scenario's expectations rely on).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use palisade_sim::failure::FailureFile;
+use palisade_sim::report;
 use palisade_sim::world::Mutant;
 use serde_json::Value;
 
@@ -44,6 +53,23 @@ fn replay(path: &Path) -> Output {
         .arg(path)
         .output()
         .expect("run palisade replay")
+}
+
+/// Replays a copy of `path` (in `scratch`) with its mutant switched off.
+fn replay_without_mutant(path: &Path, scratch: &Path) -> Output {
+    let mut file = read_json(path);
+    file["mutant"] = Value::Null;
+    let copy = scratch.join(format!(
+        "no-mutant-{}",
+        path.file_name().expect("file name").to_string_lossy()
+    ));
+    std::fs::write(&copy, file.to_string()).expect("write copy");
+    replay(&copy)
+}
+
+/// Whether a replay said `passed` (exit 0).
+fn passed(out: &Output) -> bool {
+    out.status.code() == Some(0) && String::from_utf8_lossy(&out.stdout).starts_with("passed: ")
 }
 
 fn describe(out: &Output) -> String {
@@ -147,13 +173,8 @@ fn regressions_hold_without_their_mutant() {
     let scratch = Scratch::new("no-mutant");
     let mut broken = Vec::new();
     for path in &files {
-        let mut file = read_json(path);
-        file["mutant"] = Value::Null;
-        let copy = scratch.0.join(path.file_name().expect("file name"));
-        std::fs::write(&copy, file.to_string()).expect("write copy");
-        let out = replay(&copy);
-        let text = String::from_utf8_lossy(&out.stdout);
-        if out.status.code() != Some(0) || !text.starts_with("passed: ") {
+        let out = replay_without_mutant(path, &scratch.0);
+        if !passed(&out) {
             broken.push(format!(
                 "{} without its mutant: wanted `passed`, got {}",
                 path.display(),
@@ -162,4 +183,62 @@ fn regressions_hold_without_their_mutant() {
         }
     }
     assert!(broken.is_empty(), "{}", broken.join("\n\n"));
+}
+
+/// Rewrites `reports/regressions/` from a fresh `palisade mutants` run.
+#[test]
+#[ignore = "rewrites reports/regressions; run by hand after checking a change to the traces"]
+fn regenerate() {
+    let scratch = Scratch::new("regenerate");
+    let report_dir = scratch.0.join("reports");
+    let out = Command::new(BIN)
+        .args(["mutants", "--seeds", "300", "--minimize-runs", "2000"])
+        .arg("--report-dir")
+        .arg(&report_dir)
+        .output()
+        .expect("run palisade mutants");
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+
+    // Each mutant's first failure and, when minimisation worked, its minimised copy.
+    let mut recorded: Vec<(PathBuf, FailureFile)> = Vec::new();
+    for entry in std::fs::read_dir(report_dir.join("failures")).expect("failures dir") {
+        let path = entry.expect("entry").path();
+        let text = std::fs::read_to_string(&path).expect("read failure file");
+        let file: FailureFile =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        recorded.push((path, file));
+    }
+    let dir = regressions_dir();
+    std::fs::create_dir_all(&dir).expect("create regressions dir");
+    for mutant in Mutant::ALL {
+        let name = mutant.name();
+        let pick = |minimized: bool| {
+            recorded.iter().find(|(_, f)| {
+                f.mutant.as_deref() == Some(name) && f.minimized.is_some() == minimized
+            })
+        };
+        let original = pick(false).unwrap_or_else(|| panic!("{name}: no failure file"));
+        let chosen = match pick(true) {
+            Some(min) if passed(&replay_without_mutant(&min.0, &scratch.0)) => min,
+            _ => {
+                let out = replay_without_mutant(&original.0, &scratch.0);
+                assert!(
+                    passed(&out),
+                    "{name}: its first failure does not hold without the mutant: {}",
+                    describe(&out)
+                );
+                original
+            }
+        };
+        let mut file = chosen.1.clone();
+        file.replay = format!("palisade replay reports/regressions/{name}.json");
+        report::write_json(&dir.join(format!("{name}.json")), &file).expect("write regression");
+    }
+    // Files of mutants that no longer exist.
+    for path in regression_files() {
+        let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+        if Mutant::from_name(stem).is_none() {
+            std::fs::remove_file(&path).expect("remove stale regression file");
+        }
+    }
 }

@@ -59,7 +59,7 @@ struct Options {
     session: SessionId,
     cwd: Option<PathBuf>,
     recovery_delays_ms: Option<Vec<u64>>,
-    profile: AgentProfile,
+    profile: Option<AgentProfile>,
 }
 
 /// Splits a command line like a POSIX shell does for words: whitespace separates, single
@@ -148,7 +148,7 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
         session: SessionId::new(1).expect("1 is not zero"),
         cwd: None,
         recovery_delays_ms: None,
-        profile: AgentProfile::Generic,
+        profile: None,
     };
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
@@ -203,7 +203,7 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
                 }
                 options.recovery_delays_ms = Some(delays);
             }
-            "agent-profile" => options.profile = parse_profile(&value()?)?,
+            "agent-profile" => options.profile = Some(parse_profile(&value()?)?),
             other => return Err(format!("unknown option --{other}")),
         }
     }
@@ -274,10 +274,13 @@ async fn run(options: Options) -> Result<bool, (u8, String)> {
             .map_err(|e| (1, format!("no current directory: {e}")))?
             .join(&config.cwd);
     }
+    let asked_delays = options.recovery_delays_ms.clone();
     if let Some(delays) = options.recovery_delays_ms {
         config.core.recovery_delays_ms = delays;
     }
-    config.core.agent_profile = options.profile;
+    if let Some(profile) = options.profile {
+        config.core.agent_profile = profile;
+    }
     let mut words = options.agent.into_iter();
     let program = words.next().expect("parse_args refuses an empty command");
     let agent = AgentCommand::new(program).args(words);
@@ -286,6 +289,21 @@ async fn run(options: Options) -> Result<bool, (u8, String)> {
             StartError::Config(_) | StartError::State(_) => (2, error.to_string()),
             StartError::Persist(_) => (1, error.to_string()),
         })?;
+
+    // A restored core keeps the configuration it was saved with.
+    let in_force = supervisor.core_config();
+    if asked_delays.is_some_and(|asked| asked != in_force.recovery_delays_ms)
+        || options
+            .profile
+            .is_some_and(|asked| asked != in_force.agent_profile)
+    {
+        eprintln!(
+            "palisade-supervise: the state file's configuration is in force \
+             (recovery delays {:?} ms, agent profile {:?}); --recovery-delays-ms and \
+             --agent-profile apply to new state files only",
+            in_force.recovery_delays_ms, in_force.agent_profile
+        );
+    }
 
     let mut stdin = None;
     if options.prompts.is_empty() {
@@ -412,7 +430,7 @@ mod tests {
         assert_eq!(options.prompts, ["one", "two"]);
         assert_eq!(options.session.get(), 7);
         assert_eq!(options.recovery_delays_ms, Some(vec![50, 100]));
-        assert_eq!(options.profile, AgentProfile::CodexAcpTs);
+        assert_eq!(options.profile, Some(AgentProfile::CodexAcpTs));
         assert!(parse_args(&args(&["--help"])).unwrap().is_none());
         for bad in [
             &[][..],

@@ -321,8 +321,12 @@ impl Agent {
     fn record(&self, entry: Value) {
         if let Some(log) = &self.log {
             let mut file = log.lock().unwrap_or_else(PoisonError::into_inner);
+            // One write per line: several agents (a stopping one and its replacement) may
+            // append to the same log, and O_APPEND keeps a single write whole, where
+            // `writeln!` may split a line into several writes that interleave.
+            let line = format!("{entry}\n");
             // The log is best effort; a test that needs it fails on what is missing.
-            let _ = writeln!(file, "{entry}").and_then(|()| file.flush());
+            let _ = file.write_all(line.as_bytes()).and_then(|()| file.flush());
         }
     }
 

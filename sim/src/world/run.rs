@@ -62,6 +62,8 @@ enum ClientEvent {
 #[derive(Debug, Default)]
 struct SessionFaults {
     burst: Option<u32>,
+    /// Exits that found no running agent: the next agent to take a prompt dies mid-turn.
+    exits_armed: u32,
     load_error: Option<LoadErrorClass>,
     load_timeout: bool,
     hang_teardown: bool,
@@ -681,6 +683,10 @@ impl World {
                         agent.generation,
                         RuntimeEvent::Exited { stamp },
                     );
+                } else {
+                    // Nothing runs right now (a replacement is starting): the exit hits the
+                    // next agent that takes a prompt, mid-turn.
+                    self.sessions.entry(s).or_default().exits_armed += 1;
                 }
             }
             FaultKind::CrashRestart => {
@@ -946,6 +952,32 @@ async fn stream(
         }
         if !burst {
             drain(&w, &mut queue, usize::MAX, &mut runtime_seq);
+            let died = {
+                let mut me = enter(&w);
+                let armed = me
+                    .sessions
+                    .get(&session)
+                    .is_some_and(|sf| sf.exits_armed > 0);
+                if armed && runtime_seq >= 1 {
+                    // An armed exit: the agent dies after its first notifications.
+                    if let Some(sf) = me.sessions.get_mut(&session) {
+                        sf.exits_armed -= 1;
+                    }
+                    me.provider.kill(exec);
+                    let stamp = me.provider.stamp();
+                    me.send_callback(
+                        session,
+                        exec,
+                        agent.attempt,
+                        agent.generation,
+                        RuntimeEvent::Exited { stamp },
+                    );
+                }
+                armed && runtime_seq >= 1
+            };
+            if died {
+                return;
+            }
             sleep(ms(pace)).await;
         }
     }
