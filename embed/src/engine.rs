@@ -1902,6 +1902,91 @@ mod tests {
     }
 
     #[test]
+    fn restore_during_a_load_fails_the_attempt_instead_of_loading_on_a_dead_runtime() {
+        let now = Timestamp::from_millis(1_000);
+        let mut engine = Engine::new(config()).unwrap();
+        let first = engine.prompt(now, session(1), "first".into()).unwrap();
+        let (s, attempt) = spawn_action(&mut engine);
+        let execution = engine.spawned(now, s, attempt, Ok(Some(1)));
+        answer(
+            &mut engine,
+            now,
+            execution,
+            acp::INITIALIZE,
+            json!({"agentCapabilities": {"loadSession": true}}),
+        );
+        answer(
+            &mut engine,
+            now,
+            execution,
+            acp::SESSION_NEW,
+            json!({"sessionId": "c1"}),
+        );
+        let op = prompt_request(&mut engine);
+        engine.reply(now, execution, op, Ok(json!({"stopReason": "end_turn"})));
+        engine.agent_event(
+            now,
+            execution,
+            AgentEvent::Closed(CloseReason::ProcessExited(ProcessExit::Code(0))),
+        );
+        engine.reaped(now, execution, Some(ProcessExit::Code(0)));
+        // The next turn needs a runtime that loads the conversation; the supervisor dies
+        // while the load is in flight.
+        let second = engine.prompt(now, session(1), "second".into()).unwrap();
+        let (s, attempt) = spawn_action(&mut engine);
+        let loading = engine.spawned(now, s, attempt, Ok(Some(2)));
+        answer(
+            &mut engine,
+            now,
+            loading,
+            acp::INITIALIZE,
+            json!({"agentCapabilities": {"loadSession": true}}),
+        );
+        assert!(matches!(
+            engine.poll_action(),
+            Some(Action::Request {
+                op: Op::Load { .. },
+                ..
+            })
+        ));
+        let ended: Vec<_> = events(&mut engine)
+            .into_iter()
+            .filter_map(|e| match e {
+                SessionEvent::TurnEnded { turn, .. } => Some(turn),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ended, [first]);
+        let bytes = engine.encode_state(now);
+
+        let mut restored = Engine::restore(config(), &bytes, now.plus_millis(5)).unwrap();
+        let actions: Vec<Action> = std::iter::from_fn(|| restored.poll_action()).collect();
+        assert!(
+            actions.is_empty(),
+            "nothing is sent to the dead runtime: {actions:?}"
+        );
+        let after = events(&mut restored);
+        assert!(
+            after.iter().any(|e| matches!(
+                e,
+                SessionEvent::FailureReported {
+                    cause: FailureCause::SupervisorRestarted,
+                    ..
+                }
+            )),
+            "{after:?}"
+        );
+        assert!(after.iter().any(|e| matches!(
+            e,
+            SessionEvent::TurnEnded { turn, outcome: palisade_core::TurnOutcome::RolledBack, .. }
+                if *turn == second
+        )), "{after:?}");
+        assert_eq!(restored.conversation(session(1)).as_deref(), Some("c1"));
+        assert!(!restored.core().session_busy(session(1)));
+        restored.core().check_invariants().unwrap();
+    }
+
+    #[test]
     fn an_answer_from_a_runtime_that_died_changes_nothing() {
         let now = Timestamp::from_millis(1);
         let mut engine = Engine::new(config()).unwrap();
