@@ -40,6 +40,43 @@ fn fails_same(run: &SeedRun, invariant: &str) -> bool {
     }
 }
 
+/// Runs a candidate plan. With a mutant, a candidate counts only if the same plan passes
+/// on the real core: a plan shrunk so far that the scenario itself breaks (say, its
+/// `[expect]` loses a step it counts on) would prove nothing about the mutant.
+fn candidate_run(
+    scenario: &Scenario,
+    seed: u64,
+    plan: &FaultPlan,
+    mutant: Option<Mutant>,
+    invariant: &str,
+) -> SeedRun {
+    let run = runner::run_isolated(scenario, seed, Some(plan.clone()), mutant).run;
+    if mutant.is_some() && fails_same(&run, invariant) {
+        let clean = runner::run_isolated(scenario, seed, Some(plan.clone()), None).run;
+        let passes = matches!(
+            &clean,
+            SeedRun::Done(SeedOutcome {
+                violation: None,
+                ..
+            })
+        );
+        if !passes {
+            return SeedRun::Done(SeedOutcome {
+                violation: None,
+                ..match clean {
+                    SeedRun::Done(o) => o,
+                    SeedRun::Panicked { .. } => {
+                        return SeedRun::Panicked {
+                            message: "the shrunk plan panics on the real core".into(),
+                        }
+                    }
+                }
+            });
+        }
+    }
+    run
+}
+
 fn with_faults(plan: &FaultPlan, faults: Vec<crate::world::Fault>) -> FaultPlan {
     let mut p = plan.clone();
     p.faults = faults;
@@ -83,7 +120,7 @@ pub fn minimize(target: &Failing<'_>, plan: FaultPlan, jobs: usize, max_runs: us
         let results = runner::parallel_map(
             &candidates,
             jobs,
-            |p| runner::run_isolated(scenario, seed, Some(p.clone()), mutant).run,
+            |p| candidate_run(scenario, seed, p, mutant, invariant),
             Some(|run: &SeedRun| fails_same(run, invariant)),
             |_, _| {},
         );
