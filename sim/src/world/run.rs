@@ -471,6 +471,20 @@ impl World {
         }
     }
 
+    /// The agent process dies: its execution is gone, and its controller reports the exit
+    /// on the agent's connection (after everything it already sent).
+    fn agent_exits(&mut self, session: u32, exec: ExecutionId, agent: AgentProc) {
+        self.provider.kill(exec);
+        let stamp = self.provider.stamp();
+        self.send_callback(
+            session,
+            exec,
+            agent.attempt,
+            agent.generation,
+            RuntimeEvent::Exited { stamp },
+        );
+    }
+
     /// Carries out a leased effect whose lease the core just confirmed.
     fn perform(&mut self, w: &Shared, effect: Effect) {
         let now = self.now_ms();
@@ -674,15 +688,7 @@ impl World {
             }
             FaultKind::ProviderExit => {
                 if let Some((exec, agent)) = self.provider.running(s) {
-                    self.provider.kill(exec);
-                    let stamp = self.provider.stamp();
-                    self.send_callback(
-                        s,
-                        exec,
-                        agent.attempt,
-                        agent.generation,
-                        RuntimeEvent::Exited { stamp },
-                    );
+                    self.agent_exits(s, exec, agent);
                 } else {
                     // Nothing runs right now (a replacement is starting): the exit hits the
                     // next agent that takes a prompt, mid-turn.
@@ -937,15 +943,7 @@ async fn stream(
                     drain(&w, &mut queue, usize::MAX, &mut runtime_seq);
                     let mut me = enter(&w);
                     me.provider.closed_on_full += 1;
-                    me.provider.kill(exec);
-                    let stamp = me.provider.stamp();
-                    me.send_callback(
-                        session,
-                        exec,
-                        agent.attempt,
-                        agent.generation,
-                        RuntimeEvent::Exited { stamp },
-                    );
+                    me.agent_exits(session, exec, agent);
                     return;
                 }
             }
@@ -963,15 +961,7 @@ async fn stream(
                     if let Some(sf) = me.sessions.get_mut(&session) {
                         sf.exits_armed -= 1;
                     }
-                    me.provider.kill(exec);
-                    let stamp = me.provider.stamp();
-                    me.send_callback(
-                        session,
-                        exec,
-                        agent.attempt,
-                        agent.generation,
-                        RuntimeEvent::Exited { stamp },
-                    );
+                    me.agent_exits(session, exec, agent);
                 }
                 armed && runtime_seq >= 1
             };
