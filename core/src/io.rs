@@ -59,6 +59,22 @@ pub enum Input {
     },
 }
 
+impl Input {
+    /// The session the input names; `None` for [`Input::Perform`] and [`Input::Stopped`],
+    /// which name a lease or an execution.
+    pub fn session(&self) -> Option<SessionId> {
+        match self {
+            Input::Resume { session }
+            | Input::Prompt { session, .. }
+            | Input::Cancel { session }
+            | Input::Bound { session, .. }
+            | Input::DismissFailure { session } => Some(*session),
+            Input::Callback(cb) => Some(cb.session),
+            Input::Perform { .. } | Input::Stopped { .. } => None,
+        }
+    }
+}
+
 /// A runtime callback: who says it, and what.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Callback {
@@ -423,6 +439,26 @@ impl Effect {
             Effect::RecoveryStarted { .. } => "recovery_started",
             Effect::RecoveryExhausted { .. } => "recovery_exhausted",
             Effect::FailureReported { .. } => "failure_reported",
+        }
+    }
+
+    /// The session the effect is about (every effect concerns exactly one).
+    pub fn session(&self) -> SessionId {
+        match self {
+            Effect::StartRuntime { session, .. }
+            | Effect::LoadConversation { session, .. }
+            | Effect::NewConversation { session, .. }
+            | Effect::DispatchPrompt { session, .. }
+            | Effect::CancelPrompt { session, .. }
+            | Effect::StopExecution { session, .. }
+            | Effect::KillExecution { session, .. }
+            | Effect::AttemptSettled { session, .. }
+            | Effect::JoinTimedOut { session, .. }
+            | Effect::Deliver { session, .. }
+            | Effect::TurnEnded { session, .. }
+            | Effect::RecoveryStarted { session, .. }
+            | Effect::RecoveryExhausted { session, .. }
+            | Effect::FailureReported { session, .. } => *session,
         }
     }
 }

@@ -6,11 +6,14 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Poll, Waker};
 use std::time::Duration;
 
 use futures::channel::mpsc::{unbounded, UnboundedReceiver, UnboundedSender};
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use madsim::task::spawn_local;
 use madsim::time::{sleep, Instant};
 
@@ -83,22 +86,38 @@ pub(crate) struct World {
     seed: u64,
     mutant: Option<Mutant>,
     start: Instant,
-    /// The clock, read once per task wake-up (reading madsim's clock is not free).
+    /// madsim's clock, held so a read is one lock instead of `Instant::now()`'s trip
+    /// through the intercepted `clock_gettime`.
+    clock: madsim::time::TimeHandle,
+    /// The clock's reading at `start`.
+    start_elapsed: Duration,
+    /// The clock, read once per task wake-up.
     now: u64,
     core: Core,
     incarnation: u32,
     skew_ms: i64,
     /// Messages in flight to the orchestrator, by (arrival ms, send order): one agenda
     /// instead of a task per message, and same-millisecond arrivals keep send order.
-    agenda: BTreeMap<(u64, u64), Msg>,
+    /// The messages themselves sit in `letters` (the agenda orders small slot numbers, so
+    /// its node shifts move 8 bytes instead of a whole `Msg`); `free_letters` are slots
+    /// to reuse.
+    agenda: BTreeMap<(u64, u64), usize>,
     agenda_seq: u64,
-    /// Wakes the orchestrator when something new is posted.
-    wake: UnboundedSender<()>,
+    letters: Vec<Option<Msg>>,
+    free_letters: Vec<usize>,
+    /// While the orchestrator sleeps: until when, and its waker. A post that arrives
+    /// before then wakes it; a later one does not need to (it is on the agenda, and the
+    /// orchestrator's next sleep accounts for it).
+    sleeping_until: Option<u64>,
+    orchestrator: Option<Waker>,
     clients: BTreeMap<u32, UnboundedSender<ClientEvent>>,
     provider: Provider,
     sessions: BTreeMap<u32, SessionFaults>,
     /// Agents starting up: (ready at ms, exec, generation) → who.
     pending_ready: BTreeMap<(u64, u64, u64), Starting>,
+    /// The session of the leased effect being performed (an `Input::Perform` names only
+    /// its lease), for the oracle.
+    performing: Option<SessionId>,
     /// Leased effects waiting for the orchestrator's async work.
     leased: BTreeMap<LeaseId, (Effect, u64)>,
     /// Order-preserving delivery per agent connection: the last scheduled arrival.
@@ -113,7 +132,7 @@ type Shared = Rc<RefCell<World>>;
 /// Borrows the world after a wake-up and brings its clock up to date.
 fn enter(w: &Shared) -> std::cell::RefMut<'_, World> {
     let mut me = w.borrow_mut();
-    me.now = Instant::now().duration_since(me.start).as_millis() as u64;
+    me.now = me.elapsed_ms();
     me
 }
 
@@ -122,6 +141,12 @@ fn ms(n: u64) -> Duration {
 }
 
 impl World {
+    /// Simulated milliseconds since the start, read from the clock now (equal to
+    /// `Instant::now() - start`: both are madsim's elapsed time).
+    fn elapsed_ms(&self) -> u64 {
+        (self.clock.elapsed() - self.start_elapsed).as_millis() as u64
+    }
+
     /// Simulated milliseconds since the start, as of the last [`enter`].
     fn now_ms(&self) -> u64 {
         self.now
@@ -160,10 +185,12 @@ impl World {
         for e in &effects {
             self.tracer.effect(self.now_ms(), e);
         }
+        let about = input.session().or(self.performing.take());
         if let Err(v) = self.oracle.step(
             &self.core,
             now,
             &input,
+            about,
             &verdict,
             &effects,
             &self.provider,
@@ -200,12 +227,39 @@ impl World {
         }
     }
 
+    /// The first message due by `now`, taken off the agenda.
+    fn due(&mut self, now: u64) -> Option<Msg> {
+        match self.agenda.first_key_value() {
+            Some((&(at, _), _)) if at <= now => {
+                let (_, slot) = self.agenda.pop_first()?;
+                self.free_letters.push(slot);
+                self.letters[slot].take()
+            }
+            _ => None,
+        }
+    }
+
     /// Sends `msg` to the orchestrator `delay` ms from now.
     fn post(&mut self, delay: u64, msg: Msg) {
         let at = self.now_ms() + delay;
         self.agenda_seq += 1;
-        self.agenda.insert((at, self.agenda_seq), msg);
-        let _ = self.wake.unbounded_send(());
+        let slot = match self.free_letters.pop() {
+            Some(slot) => {
+                self.letters[slot] = Some(msg);
+                slot
+            }
+            None => {
+                self.letters.push(Some(msg));
+                self.letters.len() - 1
+            }
+        };
+        self.agenda.insert((at, self.agenda_seq), slot);
+        if self.sleeping_until.is_some_and(|t| at < t) {
+            self.sleeping_until = None;
+            if let Some(w) = self.orchestrator.take() {
+                w.wake();
+            }
+        }
     }
 
     /// A callback from an agent: through its connection (order-preserving), with the
@@ -807,6 +861,7 @@ impl World {
                 let Some((effect, issued)) = self.leased.remove(&lease) else {
                     return;
                 };
+                self.performing = Some(effect.session());
                 match self.step(w, "orchestrator", Input::Perform { lease }) {
                     Verdict::Accepted => self.perform(w, effect),
                     Verdict::Reject(RejectReason::LeaseExpired | RejectReason::UnknownLease)
@@ -1086,7 +1141,6 @@ pub(crate) async fn run(
     let mut core = Core::new(config.clone(), Epoch::FIRST)
         .unwrap_or_else(|e| panic!("scenario core config invalid: {e}"));
     core.set_mutant(mutant);
-    let (wake_tx, mut wake_rx) = unbounded();
     let window = scenario.limits.fault_window_ms;
     let end = window + scenario.limits.quiesce_ms;
     let mut clients = BTreeMap::new();
@@ -1102,13 +1156,19 @@ pub(crate) async fn run(
         seed,
         mutant,
         start: Instant::now(),
+        clock: madsim::time::TimeHandle::current(),
+        start_elapsed: madsim::time::TimeHandle::current().elapsed(),
         now: 0,
         core,
         incarnation: 0,
         skew_ms: 0,
         agenda: BTreeMap::new(),
         agenda_seq: 0,
-        wake: wake_tx,
+        letters: Vec::new(),
+        free_letters: Vec::new(),
+        performing: None,
+        sleeping_until: None,
+        orchestrator: None,
         clients,
         provider: Provider::default(),
         sessions: BTreeMap::new(),
@@ -1131,23 +1191,20 @@ pub(crate) async fn run(
         ));
     }
     let start = world.borrow().start;
-    let deadline = start + ms(end);
     let max_events = scenario.limits.max_events;
+    // The time of the newest timer registered for the orchestrator that may not have
+    // fired yet.
+    let mut armed: Option<u64> = None;
     loop {
         // Deliver everything due, in (arrival, send order), then fire due core timers.
         loop {
-            let due = {
-                let mut me = enter(&world);
-                let now = me.now_ms();
-                match me.agenda.first_key_value() {
-                    Some((&(at, _), _)) if at <= now => me.agenda.pop_first().map(|(_, m)| m),
-                    _ => None,
-                }
-            };
-            let Some(msg) = due else { break };
+            // No await between reading the clock and handling, so one `enter` serves both.
             let w2 = world.clone();
-            enter(&world).handle(&w2, msg);
-            if world.borrow().violation.is_some() {
+            let mut me = enter(&world);
+            let now = me.now_ms();
+            let Some(msg) = me.due(now) else { break };
+            me.handle(&w2, msg);
+            if me.violation.is_some() {
                 break;
             }
         }
@@ -1178,19 +1235,36 @@ pub(crate) async fn run(
                 (x, y) => x.or(y),
             }
         };
-        if Instant::now() >= deadline {
+        if world.borrow().elapsed_ms() >= end {
             break;
         }
-        let timer = match next {
-            Some(t) => madsim::time::sleep_until((start + ms(t)).min(deadline)).left_future(),
-            None => madsim::time::sleep_until(deadline).right_future(),
-        };
-        futures::select_biased! {
-            _ = wake_rx.next() => {
-                while wake_rx.try_recv().is_ok() {}
+        // Sleep until the next message or core timer, or until a post brings an earlier
+        // message. madsim cannot cancel a timer, so one already registered for a time at
+        // or before the target is reused rather than registering another each round.
+        let target = next.map_or(end, |t| t.min(end));
+        let mut parked = false;
+        futures::future::poll_fn(|cx| {
+            let mut me = world.borrow_mut();
+            let now = me.elapsed_ms();
+            if now >= target || (parked && me.sleeping_until.is_none()) {
+                // Due, or a post woke us (it cleared `sleeping_until`).
+                me.sleeping_until = None;
+                me.orchestrator = None;
+                return Poll::Ready(());
             }
-            _ = timer.fuse() => {}
-        }
+            if armed.is_none_or(|a| a <= now || a > target) {
+                let mut timer = madsim::time::sleep_until(start + ms(target));
+                if Pin::new(&mut timer).poll(cx).is_ready() {
+                    return Poll::Ready(());
+                }
+                armed = Some(target);
+            }
+            parked = true;
+            me.sleeping_until = Some(target);
+            me.orchestrator = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await;
     }
     let mut me = enter(&world);
     if me.violation.is_none() {
