@@ -5,7 +5,8 @@
 //! decision is the core's.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -98,10 +99,9 @@ pub(crate) struct World {
     skew_ms: i64,
     /// Messages in flight to the orchestrator, by (arrival ms, send order): one agenda
     /// instead of a task per message, and same-millisecond arrivals keep send order.
-    /// The messages themselves sit in `letters` (the agenda orders small slot numbers, so
-    /// its node shifts move 8 bytes instead of a whole `Msg`); `free_letters` are slots
-    /// to reuse.
-    agenda: BTreeMap<(u64, u64), usize>,
+    /// The messages themselves sit in `letters` (the agenda, a min-heap, orders small
+    /// slot numbers instead of moving whole `Msg`s); `free_letters` are slots to reuse.
+    agenda: BinaryHeap<Reverse<(u64, u64, usize)>>,
     agenda_seq: u64,
     letters: Vec<Option<Msg>>,
     free_letters: Vec<usize>,
@@ -229,9 +229,9 @@ impl World {
 
     /// The first message due by `now`, taken off the agenda.
     fn due(&mut self, now: u64) -> Option<Msg> {
-        match self.agenda.first_key_value() {
-            Some((&(at, _), _)) if at <= now => {
-                let (_, slot) = self.agenda.pop_first()?;
+        match self.agenda.peek() {
+            Some(&Reverse((at, _, _))) if at <= now => {
+                let Reverse((_, _, slot)) = self.agenda.pop()?;
                 self.free_letters.push(slot);
                 self.letters[slot].take()
             }
@@ -253,7 +253,7 @@ impl World {
                 self.letters.len() - 1
             }
         };
-        self.agenda.insert((at, self.agenda_seq), slot);
+        self.agenda.push(Reverse((at, self.agenda_seq, slot)));
         if self.sleeping_until.is_some_and(|t| at < t) {
             self.sleeping_until = None;
             if let Some(w) = self.orchestrator.take() {
@@ -1162,7 +1162,7 @@ pub(crate) async fn run(
         core,
         incarnation: 0,
         skew_ms: 0,
-        agenda: BTreeMap::new(),
+        agenda: BinaryHeap::new(),
         agenda_seq: 0,
         letters: Vec::new(),
         free_letters: Vec::new(),
@@ -1229,7 +1229,7 @@ pub(crate) async fn run(
         }
         let next = {
             let me = world.borrow();
-            let a = me.agenda.first_key_value().map(|(&(at, _), _)| at);
+            let a = me.agenda.peek().map(|&Reverse((at, _, _))| at);
             match (a, me.next_wake()) {
                 (Some(x), Some(y)) => Some(x.min(y)),
                 (x, y) => x.or(y),
