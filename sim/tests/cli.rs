@@ -3,8 +3,8 @@
 //!
 //! With no mutant every shipped scenario holds, so failing seeds come from mutants of the
 //! core (`--mutant NAME`). The seeds below were measured against the real world:
-//! `exhausted-twice` fails swarm seed 44 and no other seed of any scenario in 0..60
-//! (the hardest mutant to catch); `double-replay-block` fails several scenarios within
+//! `exhausted-twice` fails swarm seed 28 and no other swarm seed in 20..30 (it is among
+//! the hardest mutants to catch); `double-replay-block` fails several scenarios within
 //! seeds 0..10; `stale-callback-dispatches` fails cancel-storm seed 0.
 
 use std::path::{Path, PathBuf};
@@ -86,8 +86,8 @@ fn comparable(mut summary: Value) -> Value {
     summary
 }
 
-/// The one seed of swarm that `exhausted-twice` fails among 40..50 (and among 0..60).
-const EXHAUSTED_TWICE_SEED: u64 = 44;
+/// The one seed of swarm that `exhausted-twice` fails among 20..30.
+const EXHAUSTED_TWICE_SEED: u64 = 28;
 
 /// The text of a shipped scenario file.
 fn shipped_scenario(name: &str) -> String {
@@ -258,7 +258,7 @@ fn sweep_writes_reports_and_ends_with_one_sweep_line() {
             "--scenario",
             "swarm",
             "--seed-range",
-            "40..50",
+            "20..30",
             "--jobs",
             "2",
             "--mutant",
@@ -293,9 +293,9 @@ fn sweep_writes_reports_and_ends_with_one_sweep_line() {
     assert_eq!(summary["mutant"], "exhausted-twice");
     assert_eq!(summary["failures"][0]["seed"], EXHAUSTED_TWICE_SEED);
     assert_eq!(summary["failures"][0]["invariant"], "R8-exhausted-once");
-    assert_eq!(summary["failures"][0]["file"], "failures/swarm-44.json");
+    assert_eq!(summary["failures"][0]["file"], "failures/swarm-28.json");
 
-    let failure = read_json(&dir.path("reports/failures/swarm-44.json"));
+    let failure = read_json(&dir.path("reports/failures/swarm-28.json"));
     for field in [
         "scenario",
         "scenario_version",
@@ -313,16 +313,16 @@ fn sweep_writes_reports_and_ends_with_one_sweep_line() {
     }
     assert_eq!(
         failure["repro"],
-        "palisade run --scenario swarm --seed 44 --mutant exhausted-twice"
+        "palisade run --scenario swarm --seed 28 --mutant exhausted-twice"
     );
     assert_eq!(failure["mutant"], "exhausted-twice");
     assert_eq!(failure["invariant"], "R8-exhausted-once");
     assert_eq!(failure["trace_hash"], summary["failures"][0]["trace_hash"]);
 
     let md = std::fs::read_to_string(dir.path("reports/summary.md")).expect("summary.md");
-    assert!(md.contains("| swarm | 1 | 10 |"), "{md}");
+    assert!(md.contains("| swarm | 2 | 10 |"), "{md}");
     assert!(
-        md.contains("palisade replay reports/failures/swarm-44.json"),
+        md.contains("palisade replay reports/failures/swarm-28.json"),
         "{md}"
     );
     assert!(md.contains("```mermaid\nsequenceDiagram"), "{md}");
@@ -352,7 +352,7 @@ fn replay_reproduces_a_failure_and_minimize_and_diagram_work_on_it() {
             "--scenario",
             "swarm",
             "--seed-range",
-            "40..45",
+            "25..30",
             "--mutant",
             "exhausted-twice",
             "--report-dir",
@@ -360,7 +360,7 @@ fn replay_reproduces_a_failure_and_minimize_and_diagram_work_on_it() {
         ],
     );
     expect_code(&out, 1);
-    let file = "out/failures/swarm-44.json";
+    let file = "out/failures/swarm-28.json";
     let recorded = read_json(&dir.path(file));
     let hash = recorded["trace_hash"].as_str().expect("hash").to_string();
     let invariant = recorded["invariant"]
@@ -387,7 +387,7 @@ fn replay_reproduces_a_failure_and_minimize_and_diagram_work_on_it() {
             "--scenario",
             "swarm",
             "--seed",
-            "44",
+            "28",
             "--mutant",
             "exhausted-twice",
             "--trace",
@@ -740,7 +740,7 @@ fn scenarios_lists_every_shipped_scenario() {
 #[test]
 fn mutants_scoreboard_is_written_and_exit_code_matches_it() {
     // Seeds 0..60 of every scenario, interleaved, catch all 14 mutants; the slowest,
-    // `exhausted-twice`, falls on swarm seed 44 (about 450 seed runs).
+    // `exhausted-twice`, falls within the first few seeds of provider-exit-mid-prompt.
     let dir = Scratch::new("mutants");
     let out = palisade(
         &dir.0,
