@@ -100,6 +100,76 @@ pub struct Fault {
     pub kind: FaultKind,
 }
 
+impl Fault {
+    /// Whether the fault concerns the whole world rather than its session (a crash-restart
+    /// or a clock jump is drawn on session 1 but hits every session alike).
+    pub fn is_global(&self) -> bool {
+        matches!(
+            self.kind,
+            FaultKind::CrashRestart | FaultKind::ClockJump { .. }
+        )
+    }
+}
+
+/// A cut of the scenario's own client workload, so that a minimised plan can run less of
+/// it. Every field left out keeps the scenario's workload as it is: the default cut is the
+/// whole workload, and a plan drawn from a seed never cuts anything.
+///
+/// The cut restricts only what clients do on their own (and how much an agent streams);
+/// the plan's faults, scenario steps included, still fire as listed. Minimisation drops a
+/// session's faults together with its client.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkloadCut {
+    /// The sessions whose clients run, ascending; absent: every session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<Vec<u32>>,
+    /// At most this many turns per client (of the scenario's `turns_per_session`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turns_per_session: Option<u32>,
+    /// At most this many notifications per prompt turn (a planned burst is not cut).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notifications_per_turn: Option<u32>,
+    /// Clients send nothing at or after this simulated time (the scenario's fault window
+    /// is the bound otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_ms: Option<u64>,
+}
+
+impl WorkloadCut {
+    /// Whether nothing is cut.
+    pub fn is_whole(&self) -> bool {
+        *self == WorkloadCut::default()
+    }
+
+    /// Whether the client of `session` runs.
+    pub fn client_runs(&self, session: u32) -> bool {
+        self.sessions
+            .as_ref()
+            .is_none_or(|s| s.binary_search(&session).is_ok())
+    }
+
+    /// The sessions whose clients run, of the scenario's `sessions`.
+    pub fn active_sessions(&self, sessions: u32) -> Vec<u32> {
+        (1..=sessions).filter(|&s| self.client_runs(s)).collect()
+    }
+
+    /// A client's turns, of the scenario's `turns`.
+    pub fn turns(&self, turns: u32) -> u32 {
+        self.turns_per_session.map_or(turns, |cap| cap.min(turns))
+    }
+
+    /// A turn's notifications, of the `drawn` ones.
+    pub fn notifications(&self, drawn: u32) -> u32 {
+        self.notifications_per_turn
+            .map_or(drawn, |cap| cap.min(drawn))
+    }
+
+    /// When clients stop sending, of the scenario's fault window.
+    pub fn until_ms(&self, window_ms: u64) -> u64 {
+        self.until_ms.map_or(window_ms, |t| t.min(window_ms))
+    }
+}
+
 /// The explicit, serializable list of faults a seed runs with.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct FaultPlan {
@@ -108,6 +178,10 @@ pub struct FaultPlan {
     pub swarm: BTreeMap<String, f64>,
     /// The faults, in time order. The scenario's fixed steps are part of the plan.
     pub faults: Vec<Fault>,
+    /// How much of the scenario's own workload runs (all of it unless minimised). Files
+    /// written before the cut existed have none, and replay exactly as before.
+    #[serde(default, skip_serializing_if = "WorkloadCut::is_whole")]
+    pub workload: WorkloadCut,
 }
 
 fn draw_p(rng: &mut ChaCha8Rng, b: Bounds<f64>) -> f64 {
@@ -277,7 +351,11 @@ pub fn draw(scenario: &Scenario, seed: u64) -> FaultPlan {
         }
     }
     faults.sort_by_key(|f| f.at_ms);
-    FaultPlan { swarm, faults }
+    FaultPlan {
+        swarm,
+        faults,
+        workload: WorkloadCut::default(),
+    }
 }
 
 /// A cheap deterministic mix (splitmix64) for workload and per-message decisions: keyed by
