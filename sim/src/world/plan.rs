@@ -383,3 +383,58 @@ pub fn pick(key: u64, lo: u64, hi: u64) -> u64 {
 pub fn chance(key: u64, p: f64) -> bool {
     ((key >> 11) as f64 / (1u64 << 53) as f64) < p
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_without_a_cut_runs_the_whole_workload_and_is_written_without_one() {
+        let old = r#"{"swarm":{},"faults":[{"at_ms":5,"session":2,"fault":"cancel"}]}"#;
+        let plan: FaultPlan = serde_json::from_str(old).expect("an older plan loads");
+        assert!(plan.workload.is_whole());
+        assert!(plan.workload.client_runs(7));
+        assert_eq!(plan.workload.turns(3), 3);
+        assert_eq!(plan.workload.notifications(12), 12);
+        assert_eq!(plan.workload.until_ms(10_000), 10_000);
+        assert_eq!(serde_json::to_string(&plan).expect("serialize"), old);
+    }
+
+    #[test]
+    fn a_cut_limits_clients_turns_notifications_and_time() {
+        let cut = WorkloadCut {
+            sessions: Some(vec![2, 5]),
+            turns_per_session: Some(1),
+            notifications_per_turn: Some(0),
+            until_ms: Some(600),
+        };
+        assert_eq!(cut.active_sessions(6), vec![2, 5]);
+        assert!(!cut.client_runs(1));
+        assert_eq!(cut.turns(3), 1);
+        assert_eq!(cut.turns(0), 0);
+        assert_eq!(cut.notifications(12), 0);
+        assert_eq!(cut.until_ms(10_000), 600);
+        assert_eq!(cut.until_ms(500), 500);
+        let plan = FaultPlan {
+            workload: cut,
+            ..FaultPlan::default()
+        };
+        let text = serde_json::to_string(&plan).expect("serialize");
+        assert_eq!(
+            serde_json::from_str::<FaultPlan>(&text).expect("load"),
+            plan
+        );
+    }
+
+    #[test]
+    fn crash_restarts_and_clock_jumps_are_global() {
+        let at = |kind| Fault {
+            at_ms: 0,
+            session: 1,
+            kind,
+        };
+        assert!(at(FaultKind::CrashRestart).is_global());
+        assert!(at(FaultKind::ClockJump { ms: 5 }).is_global());
+        assert!(!at(FaultKind::Cancel).is_global());
+    }
+}
