@@ -59,7 +59,7 @@ enum Command {
         /// A failure file (`failures/<scenario>-<seed>.json`).
         file: PathBuf,
     },
-    /// Shrink a failure file's fault plan while the same invariant still fails.
+    /// Shrink a failure file's plan (faults and workload) while the same invariant still fails.
     Minimize {
         /// A failure file.
         file: PathBuf,
@@ -557,10 +557,14 @@ fn cmd_minimize(
         }
     };
     say!(
-        "minimized: faults {} -> {} ({:.0}%), trace events {} -> {} ({:.0}%), {} runs",
+        "minimized: faults {} -> {} ({:.0}%), sessions {} -> {}, turns {} -> {}, trace events {} -> {} ({:.0}%), {} runs",
         m.original_faults,
         m.faults,
         pct(m.faults, m.original_faults),
+        m.original_sessions,
+        m.sessions,
+        m.original_turns,
+        m.turns,
         m.original_events,
         m.events,
         pct(m.events, m.original_events),

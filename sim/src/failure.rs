@@ -2,7 +2,8 @@
 //!
 //! A failure file names the scenario (and its version), the seed, the explicit fault plan,
 //! the mutant, the invariant that broke and the whole trace. `palisade replay` re-runs
-//! `(scenario, seed, plan, mutant)` and compares hashes; `palisade minimize` shrinks the plan.
+//! `(scenario, seed, plan, mutant)` and compares hashes; `palisade minimize` shrinks the plan
+//! (its faults and how much of the scenario's workload runs).
 
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -24,6 +25,18 @@ pub struct Minimized {
     pub original_faults: usize,
     /// Faults left.
     pub faults: usize,
+    /// Sessions whose clients ran in the original failure (0 in files of an older palisade).
+    #[serde(default)]
+    pub original_sessions: usize,
+    /// Sessions whose clients run now.
+    #[serde(default)]
+    pub sessions: usize,
+    /// Prompt turns the original failure simulated.
+    #[serde(default)]
+    pub original_turns: usize,
+    /// Prompt turns simulated now.
+    #[serde(default)]
+    pub turns: usize,
     /// Trace events of the original failure.
     pub original_events: usize,
     /// Trace events now.

@@ -176,17 +176,44 @@ pub fn render(results: &[MutantResult], seeds: u64, scenarios: &[Resolved], dir:
         median.map_or("–".into(), |m| m.to_string()),
         max.map_or("–".into(), |m| m.to_string()),
     );
+    let mut ratios: Vec<f64> = results
+        .iter()
+        .filter_map(|r| r.caught.as_ref()?.minimized.as_ref())
+        .map(|(_, m)| events_ratio(m))
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    if let (Some(median), Some(max)) = (
+        ratios.get(ratios.len().saturating_sub(1) / 2),
+        ratios.last(),
+    ) {
+        let _ = writeln!(
+            md,
+            "Minimised failures keep {} of the original trace events at the median, {} at most \
+             (faults, sessions whose clients run, prompt turns and trace events, original → minimised).\n",
+            percent(*median),
+            percent(*max),
+        );
+    }
     let _ = writeln!(
         md,
-        "| mutant | caught | seeds to first failure | scenario | seed | invariant | replay file | minimised (faults, events) |\n|---|---|---:|---|---:|---|---|---|"
+        "| mutant | caught | seeds to first failure | scenario | seed | invariant | replay file | minimised (faults, sessions, turns, events) |\n|---|---|---:|---|---:|---|---|---|"
     );
     for r in results {
         match &r.caught {
             Some(c) => {
                 let min = match &c.minimized {
                     Some((file, m)) => format!(
-                        "{} → {}, {} → {} ([file]({}))",
-                        m.original_faults, m.faults, m.original_events, m.events, file
+                        "{} → {}, {} → {}, {} → {}, {} → {} ({}) ([file]({}))",
+                        m.original_faults,
+                        m.faults,
+                        m.original_sessions,
+                        m.sessions,
+                        m.original_turns,
+                        m.turns,
+                        m.original_events,
+                        m.events,
+                        percent(events_ratio(m)),
+                        file
                     ),
                     None => "–".into(),
                 };
@@ -219,6 +246,19 @@ pub fn render(results: &[MutantResult], seeds: u64, scenarios: &[Resolved], dir:
         dir.display()
     );
     md
+}
+
+/// Trace events of a minimised failure, as a fraction of the original's.
+pub fn events_ratio(m: &Minimized) -> f64 {
+    if m.original_events == 0 {
+        1.0
+    } else {
+        m.events as f64 / m.original_events as f64
+    }
+}
+
+fn percent(ratio: f64) -> String {
+    format!("{:.0}%", ratio * 100.0)
 }
 
 /// The relative path of `mutants.md` inside a report directory.

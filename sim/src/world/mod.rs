@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::scenario::Scenario;
 pub use oracle::MARKS;
 pub use palisade_core::mutants::Mutant;
-pub use plan::{Fault, FaultKind, FaultPlan, LoadErrorClass};
+pub use plan::{Fault, FaultKind, FaultPlan, LoadErrorClass, WorkloadCut};
 
 /// What broke: the rule, a message, and the trace events involved.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,12 +124,16 @@ pub fn run_seed(
         }
     }
     let sim_millis = scenario.limits.fault_window_ms + scenario.limits.quiesce_ms;
+    let sessions = plan
+        .workload
+        .active_sessions(scenario.workload.sessions)
+        .len() as u32;
     SeedOutcome {
         plan,
         stats: SeedStats {
             events: world.tracer.len() as u64,
             sim_millis,
-            sessions: scenario.workload.sessions,
+            sessions,
             turns: world.turns,
             oracle_nanos: 0,
         },

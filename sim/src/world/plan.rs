@@ -100,6 +100,76 @@ pub struct Fault {
     pub kind: FaultKind,
 }
 
+impl Fault {
+    /// Whether the fault concerns the whole world rather than its session (a crash-restart
+    /// or a clock jump is drawn on session 1 but hits every session alike).
+    pub fn is_global(&self) -> bool {
+        matches!(
+            self.kind,
+            FaultKind::CrashRestart | FaultKind::ClockJump { .. }
+        )
+    }
+}
+
+/// A cut of the scenario's own client workload, so that a minimised plan can run less of
+/// it. Every field left out keeps the scenario's workload as it is: the default cut is the
+/// whole workload, and a plan drawn from a seed never cuts anything.
+///
+/// The cut restricts only what clients do on their own (and how much an agent streams);
+/// the plan's faults, scenario steps included, still fire as listed. Minimisation drops a
+/// session's faults together with its client.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkloadCut {
+    /// The sessions whose clients run, ascending; absent: every session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<Vec<u32>>,
+    /// At most this many turns per client (of the scenario's `turns_per_session`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turns_per_session: Option<u32>,
+    /// At most this many notifications per prompt turn (a planned burst is not cut).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notifications_per_turn: Option<u32>,
+    /// Clients send nothing at or after this simulated time (the scenario's fault window
+    /// is the bound otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_ms: Option<u64>,
+}
+
+impl WorkloadCut {
+    /// Whether nothing is cut.
+    pub fn is_whole(&self) -> bool {
+        *self == WorkloadCut::default()
+    }
+
+    /// Whether the client of `session` runs.
+    pub fn client_runs(&self, session: u32) -> bool {
+        self.sessions
+            .as_ref()
+            .is_none_or(|s| s.binary_search(&session).is_ok())
+    }
+
+    /// The sessions whose clients run, of the scenario's `sessions`.
+    pub fn active_sessions(&self, sessions: u32) -> Vec<u32> {
+        (1..=sessions).filter(|&s| self.client_runs(s)).collect()
+    }
+
+    /// A client's turns, of the scenario's `turns`.
+    pub fn turns(&self, turns: u32) -> u32 {
+        self.turns_per_session.map_or(turns, |cap| cap.min(turns))
+    }
+
+    /// A turn's notifications, of the `drawn` ones.
+    pub fn notifications(&self, drawn: u32) -> u32 {
+        self.notifications_per_turn
+            .map_or(drawn, |cap| cap.min(drawn))
+    }
+
+    /// When clients stop sending, of the scenario's fault window.
+    pub fn until_ms(&self, window_ms: u64) -> u64 {
+        self.until_ms.map_or(window_ms, |t| t.min(window_ms))
+    }
+}
+
 /// The explicit, serializable list of faults a seed runs with.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct FaultPlan {
@@ -108,6 +178,10 @@ pub struct FaultPlan {
     pub swarm: BTreeMap<String, f64>,
     /// The faults, in time order. The scenario's fixed steps are part of the plan.
     pub faults: Vec<Fault>,
+    /// How much of the scenario's own workload runs (all of it unless minimised). Files
+    /// written before the cut existed have none, and replay exactly as before.
+    #[serde(default, skip_serializing_if = "WorkloadCut::is_whole")]
+    pub workload: WorkloadCut,
 }
 
 fn draw_p(rng: &mut ChaCha8Rng, b: Bounds<f64>) -> f64 {
@@ -277,7 +351,11 @@ pub fn draw(scenario: &Scenario, seed: u64) -> FaultPlan {
         }
     }
     faults.sort_by_key(|f| f.at_ms);
-    FaultPlan { swarm, faults }
+    FaultPlan {
+        swarm,
+        faults,
+        workload: WorkloadCut::default(),
+    }
 }
 
 /// A cheap deterministic mix (splitmix64) for workload and per-message decisions: keyed by
@@ -325,5 +403,55 @@ mod tests {
             assert_eq!(back, plan, "seed {seed}");
             assert_eq!(serde_json::to_string(&back).expect("serialize"), text);
         }
+    }
+
+    #[test]
+    fn a_plan_without_a_cut_runs_the_whole_workload_and_is_written_without_one() {
+        let old = r#"{"swarm":{},"faults":[{"at_ms":5,"session":2,"fault":"cancel"}]}"#;
+        let plan: FaultPlan = serde_json::from_str(old).expect("an older plan loads");
+        assert!(plan.workload.is_whole());
+        assert!(plan.workload.client_runs(7));
+        assert_eq!(plan.workload.turns(3), 3);
+        assert_eq!(plan.workload.notifications(12), 12);
+        assert_eq!(plan.workload.until_ms(10_000), 10_000);
+        assert_eq!(serde_json::to_string(&plan).expect("serialize"), old);
+    }
+
+    #[test]
+    fn a_cut_limits_clients_turns_notifications_and_time() {
+        let cut = WorkloadCut {
+            sessions: Some(vec![2, 5]),
+            turns_per_session: Some(1),
+            notifications_per_turn: Some(0),
+            until_ms: Some(600),
+        };
+        assert_eq!(cut.active_sessions(6), vec![2, 5]);
+        assert!(!cut.client_runs(1));
+        assert_eq!(cut.turns(3), 1);
+        assert_eq!(cut.turns(0), 0);
+        assert_eq!(cut.notifications(12), 0);
+        assert_eq!(cut.until_ms(10_000), 600);
+        assert_eq!(cut.until_ms(500), 500);
+        let plan = FaultPlan {
+            workload: cut,
+            ..FaultPlan::default()
+        };
+        let text = serde_json::to_string(&plan).expect("serialize");
+        assert_eq!(
+            serde_json::from_str::<FaultPlan>(&text).expect("load"),
+            plan
+        );
+    }
+
+    #[test]
+    fn crash_restarts_and_clock_jumps_are_global() {
+        let at = |kind| Fault {
+            at_ms: 0,
+            session: 1,
+            kind,
+        };
+        assert!(at(FaultKind::CrashRestart).is_global());
+        assert!(at(FaultKind::ClockJump { ms: 5 }).is_global());
+        assert!(!at(FaultKind::Cancel).is_global());
     }
 }

@@ -26,7 +26,7 @@ use palisade_core::{
 };
 
 use super::oracle::Oracle;
-use super::plan::{chance, mix, pick, Fault, FaultKind, FaultPlan, LoadErrorClass};
+use super::plan::{chance, mix, pick, Fault, FaultKind, FaultPlan, LoadErrorClass, WorkloadCut};
 use super::provider::{load_failure, profile, AgentProc, Provider};
 use super::trace::Tracer;
 use super::Violation;
@@ -113,6 +113,8 @@ pub(crate) struct World {
     clients: BTreeMap<u32, UnboundedSender<ClientEvent>>,
     provider: Provider,
     sessions: BTreeMap<u32, SessionFaults>,
+    /// How much of the scenario's own workload runs (the plan's cut).
+    workload: WorkloadCut,
     /// Agents starting up: (ready at ms, exec, generation) → who.
     pending_ready: BTreeMap<(u64, u64, u64), Starting>,
     /// The session of the leased effect being performed (an `Input::Perform` names only
@@ -664,11 +666,11 @@ impl World {
                     u64::from(request.replay_generation),
                 );
                 let count = burst.unwrap_or_else(|| {
-                    pick(
+                    self.workload.notifications(pick(
                         k,
                         u64::from(wl.notifications_per_turn.lo),
                         u64::from(wl.notifications_per_turn.hi),
-                    ) as u32
+                    ) as u32)
                 });
                 let bytes = pick(
                     k >> 7,
@@ -1172,6 +1174,7 @@ pub(crate) async fn run(
         clients,
         provider: Provider::default(),
         sessions: BTreeMap::new(),
+        workload: plan.workload.clone(),
         leased: BTreeMap::new(),
         pending_ready: BTreeMap::new(),
         fifo: BTreeMap::new(),
@@ -1182,12 +1185,16 @@ pub(crate) async fn run(
         enter(&world).post(f.at_ms, Msg::Fault(*f));
     }
     for (s, crx) in client_rx {
+        // A session cut from the workload has no client; what is sent to it is dropped.
+        if !plan.workload.client_runs(s) {
+            continue;
+        }
         spawn_local(client(
             world.clone(),
             s,
-            scenario.workload.turns_per_session,
+            plan.workload.turns(scenario.workload.turns_per_session),
             crx,
-            window,
+            plan.workload.until_ms(window),
         ));
     }
     let start = world.borrow().start;
