@@ -183,7 +183,22 @@ impl Ring {
     }
 
     pub(crate) fn find(&self, attempt: AttemptId) -> Option<Tombstone> {
-        self.iter().find(|t| t.attempt == attempt)
+        // Admission asks this for every callback of a retired attempt, so scan the slots
+        // directly rather than walking the ring in order. A slot counts only inside the
+        // ring's window (`head`, `len` entries), exactly the slots `iter` yields; within
+        // the window attempts are unique (strictly increasing, see `check_invariants`),
+        // and a slot whose outcome bits do not decode is skipped as `iter` skips it.
+        let head = usize::from(self.head) % TOMBSTONES_PER_SESSION;
+        self.slots.iter().enumerate().find_map(|(i, slot)| {
+            let (a, _) = (*slot)?;
+            let in_window =
+                (i + TOMBSTONES_PER_SESSION - head) % TOMBSTONES_PER_SESSION < self.len();
+            if a == attempt && in_window {
+                self.slot(i)
+            } else {
+                None
+            }
+        })
     }
 
     pub(crate) fn newest(&self) -> Option<Tombstone> {

@@ -24,14 +24,52 @@ pub(crate) enum StopState {
 /// One (generation, attempt) binding; `None` never written.
 type Binding = Option<(Generation, AttemptId)>;
 
+/// Where an execution's binding history lives: the prefix of the fixed array it stands for,
+/// up to the last entry ever written.
+///
+/// Most executions are bound once and forgotten (the full resume cycle creates and drops
+/// one record per cycle), so a prefix of at most one entry is kept inline and allocates
+/// nothing; a longer one lives in a `Vec` grown as before (2, 4, then
+/// [`GENERATIONS_PER_EXECUTION`] entries). The form is canonical (`One` exactly when the
+/// prefix has at most one entry), so equal histories compare equal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum History {
+    /// No entry (`None`) or one.
+    One(Binding),
+    /// Two or more entries.
+    Many(Vec<Binding>),
+}
+
+impl History {
+    fn from_prefix(prefix: &[Binding]) -> History {
+        match prefix {
+            [] => History::One(None),
+            [b] => History::One(*b),
+            _ => {
+                let mut v = Vec::with_capacity(history_capacity(prefix.len()));
+                v.extend_from_slice(prefix);
+                History::Many(v)
+            }
+        }
+    }
+
+    fn as_slice(&self) -> &[Binding] {
+        match self {
+            History::One(None) => &[],
+            History::One(b) => std::slice::from_ref(b),
+            History::Many(v) => v,
+        }
+    }
+}
+
 /// One execution (runtime process) the core knows.
 ///
-/// The binding history lives in a `Vec` that grows with it (1, 2, 4, then
-/// [`GENERATIONS_PER_EXECUTION`] entries) and never beyond, so the usual execution, bound
-/// once, costs one entry rather than eight (issue 2: at most 512 bytes per session at
-/// rest). Indexing is exactly that of the fixed array it replaced, of which `history`
-/// holds the prefix up to the last entry written; it serializes as that array (see
-/// [`ExecutionWire`]), so snapshots are unchanged.
+/// The binding history grows with it: its first entry inline, then a `Vec` of 2, 4, then
+/// [`GENERATIONS_PER_EXECUTION`] entries and never beyond (see [`History`]), so the usual
+/// execution, bound once, neither allocates nor pays for eight entries (issue 2: at most
+/// 512 bytes per session at rest). Indexing is exactly that of the fixed array it
+/// replaced, of which `history` holds the prefix up to the last entry written; it
+/// serializes as that array (see [`ExecutionWire`]), so snapshots are unchanged.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "ExecutionWire", into = "ExecutionWire")]
 pub(crate) struct Execution {
@@ -42,7 +80,7 @@ pub(crate) struct Execution {
     pub(crate) owner: AttemptId,
     /// (generation, attempt) bindings, oldest first, in `history[..hist_len]`; at most
     /// [`GENERATIONS_PER_EXECUTION`]. Never ends with `None`.
-    history: Vec<Binding>,
+    history: History,
     hist_len: u8,
     /// A callback of the current generation was published: its binding is frozen.
     pub(crate) published: bool,
@@ -79,8 +117,7 @@ impl From<ExecutionWire> for Execution {
             orphan,
         } = w;
         let used = array.iter().rposition(Option::is_some).map_or(0, |p| p + 1);
-        let mut history = Vec::with_capacity(history_capacity(used));
-        history.extend_from_slice(&array[..used]);
+        let history = History::from_prefix(&array[..used]);
         Execution {
             session,
             generation,
@@ -106,8 +143,9 @@ impl From<Execution> for ExecutionWire {
             stop,
             orphan,
         } = e;
+        let used = used.as_slice();
         let mut history = [None; GENERATIONS_PER_EXECUTION];
-        history[..used.len()].copy_from_slice(&used);
+        history[..used.len()].copy_from_slice(used);
         ExecutionWire {
             session,
             generation,
@@ -136,7 +174,7 @@ impl Execution {
             session,
             generation,
             owner,
-            history: Vec::new(),
+            history: History::One(None),
             hist_len: 0,
             published: false,
             stop: StopState::Running,
@@ -156,24 +194,50 @@ impl Execution {
     }
 
     fn push_history(&mut self, generation: Generation, attempt: AttemptId) {
+        if self.hist_len == 0 && self.history == History::One(None) {
+            // The first binding of a new record: inline, no allocation.
+            self.history = History::One(Some((generation, attempt)));
+            self.hist_len = 1;
+            return;
+        }
+        let mut history = match std::mem::replace(&mut self.history, History::One(None)) {
+            History::One(None) => Vec::new(),
+            History::One(b) => vec![b],
+            History::Many(v) => v,
+        };
+        self.push_history_in(&mut history, generation, attempt);
+        self.history = match history.as_slice() {
+            [] => History::One(None),
+            [b] => History::One(*b),
+            _ => History::Many(history),
+        };
+    }
+
+    /// `push_history` on the history as a `Vec`: the fixed array's indexing.
+    fn push_history_in(
+        &mut self,
+        history: &mut Vec<Binding>,
+        generation: Generation,
+        attempt: AttemptId,
+    ) {
         if usize::from(self.hist_len) == GENERATIONS_PER_EXECUTION {
             // As the full array did: everything moves one slot towards the front.
-            self.history.resize(GENERATIONS_PER_EXECUTION, None);
-            self.history.rotate_left(1);
+            history.resize(GENERATIONS_PER_EXECUTION, None);
+            history.rotate_left(1);
             self.hist_len -= 1;
         }
         let i = usize::from(self.hist_len);
-        if i >= self.history.len() {
+        if i >= history.len() {
             let want = history_capacity(i + 1);
-            if self.history.capacity() < want {
-                self.history.reserve_exact(want - self.history.len());
+            if history.capacity() < want {
+                history.reserve_exact(want - history.len());
             }
-            self.history.resize(i + 1, None);
+            history.resize(i + 1, None);
         }
-        self.history[i] = Some((generation, attempt));
+        history[i] = Some((generation, attempt));
         self.hist_len += 1;
-        while self.history.last() == Some(&None) {
-            self.history.pop();
+        while history.last() == Some(&None) {
+            history.pop();
         }
     }
 
@@ -194,6 +258,7 @@ impl Execution {
     /// Bindings oldest first.
     pub(crate) fn history(&self) -> impl Iterator<Item = (Generation, AttemptId)> + '_ {
         self.history
+            .as_slice()
             .iter()
             .take(usize::from(self.hist_len))
             .flatten()
@@ -240,10 +305,9 @@ mod tests {
     fn history_storage_grows_with_its_bindings_and_encodes_as_the_fixed_array() {
         let s = SessionId::new(1).unwrap();
         let mut e = Execution::new(s, g(1), a(1));
-        assert_eq!(
-            e.history.capacity(),
-            1,
-            "an execution bound once pays for one entry"
+        assert!(
+            matches!(e.history, History::One(Some(_))),
+            "an execution bound once allocates nothing"
         );
         // The fixed array's content after binding generations 1..=n.
         let inline = |n: u64| {
@@ -258,7 +322,10 @@ mod tests {
             if n > 1 {
                 e.rebind(g(n), a(n));
             }
-            assert!(e.history.capacity() <= GENERATIONS_PER_EXECUTION);
+            match &e.history {
+                History::One(_) => assert_eq!(n, 1),
+                History::Many(v) => assert!(v.capacity() <= GENERATIONS_PER_EXECUTION),
+            }
             let wire = ExecutionWire::from(e.clone());
             assert_eq!(wire.history, inline(n), "after {n} bindings");
             let bytes = postcard::to_allocvec(&e).unwrap();

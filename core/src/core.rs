@@ -90,6 +90,9 @@ enum Who {
     Owner(AttemptId),
     /// Admitted without a valid attempt (legacy traffic; or a mutant's stale callback).
     Unfenced,
+    /// The owner's stream event, admitted and already applied by `admit`: why it was
+    /// refused after admission, if it was.
+    Streamed(Option<RejectReason>),
 }
 
 /// Whether `t` is turn `turn` running on `execution` (and accepted, if `accepted`).
@@ -101,6 +104,40 @@ fn runs_on(t: &Turn, turn: TurnId, execution: ExecutionId, accepted: bool) -> bo
             | TurnPhase::Performed { execution: e, .. } => !accepted && e == execution,
             _ => false,
         }
+}
+
+/// Applies a stream event of the runtime owner's accepted turn: checks the turn and the
+/// runtime's sequence number, and delivers it under the caller's next sequence number.
+fn stream(
+    s: &mut Session,
+    effects: &mut VecDeque<Effect>,
+    cb: &Callback,
+    turn: TurnId,
+    seq: u64,
+    bytes: u32,
+) -> Result<(), RejectReason> {
+    let Some(t) = s
+        .turn
+        .as_mut()
+        .filter(|t| runs_on(t, turn, cb.execution, true))
+    else {
+        return Err(RejectReason::WrongTurn);
+    };
+    if seq < t.runtime_next {
+        return Err(RejectReason::DuplicateEvent);
+    }
+    if seq > t.runtime_next {
+        return Err(RejectReason::SequenceGap);
+    }
+    t.runtime_next += 1;
+    t.delivered += 1;
+    effects.push_back(Effect::Deliver {
+        session: cb.session,
+        turn,
+        seq: t.delivered,
+        bytes,
+    });
+    Ok(())
 }
 
 /// The sans-IO fence for resumable agent sessions.
@@ -234,7 +271,7 @@ impl Core {
                 attempt,
                 execution,
             } => self.bound(now, session, attempt, execution),
-            Input::Callback(cb) => self.callback(now, cb),
+            Input::Callback(ref cb) => self.callback(now, cb),
             Input::Perform { lease } => self.perform(now, lease),
             Input::Stopped { execution } => self.stopped(execution),
             Input::DismissFailure { session } => self.dismiss(session),
@@ -867,8 +904,8 @@ impl Core {
 
     // ----- rule 2 + 4: callback admission ----------------------------------------------
 
-    fn callback(&mut self, now: Timestamp, cb: Callback) -> Verdict {
-        let who = match self.admit(now, &cb) {
+    fn callback(&mut self, now: Timestamp, cb: &Callback) -> Verdict {
+        let who = match self.admit(now, cb) {
             Ok(who) => who,
             Err(reason) => return Verdict::Reject(reason),
         };
@@ -877,15 +914,18 @@ impl Core {
             Who::Live(live) => self.apply_live(now, cb, live),
             Who::Owner(owner) => self.apply_owner(now, cb, owner),
             Who::Unfenced => self.apply_unfenced(now, cb),
+            Who::Streamed(None) => Verdict::Accepted,
+            Who::Streamed(Some(reason)) => Verdict::Reject(reason),
         }
     }
 
     /// Decides who the callback speaks for, or why it is refused. Touches state only for the
-    /// teardown a stale failure calls for (rule 5).
+    /// teardown a stale failure calls for (rule 5), and, once a callback is admitted, to
+    /// mark its generation published and to apply a stream event (see `Who::Streamed`).
     fn admit(&mut self, now: Timestamp, cb: &Callback) -> Result<Who, RejectReason> {
         let s = self
             .sessions
-            .get(&cb.session)
+            .get_mut(&cb.session)
             .ok_or(RejectReason::UnknownSession)?;
         let who = match cb.attempt {
             None if s.ever_attempted() => return Err(RejectReason::MissingAttempt),
@@ -897,8 +937,8 @@ impl Core {
                 if a.epoch() == self.epoch && a.seq() >= self.next_attempt_seq {
                     return Err(RejectReason::UnknownAttempt);
                 }
-                match (s.live, s.owner) {
-                    (Some(live), _) if live.id == a => Who::Live(live),
+                match (&s.live, s.owner) {
+                    (Some(live), _) if live.id == a => Who::Live(*live),
                     (None, Some(owner)) if owner == a => Who::Owner(owner),
                     _ => match remember(&s.ring, s.watermark, a) {
                         Remembered::Tomb(t) => {
@@ -966,6 +1006,12 @@ impl Core {
             return Err(RejectReason::FutureGeneration);
         }
         exec.published = true;
+        if let (Who::Owner(_), RuntimeEvent::Stream { turn, seq, bytes }) = (who, &cb.event) {
+            // The hot path of a streaming turn, applied while the session is at hand rather
+            // than looked up again: what `apply_owner` does for a stream event.
+            let refused = stream(s, &mut self.effects, cb, *turn, *seq, *bytes).err();
+            return Ok(Who::Streamed(refused));
+        }
         Ok(who)
     }
 
@@ -989,7 +1035,7 @@ impl Core {
         }
     }
 
-    fn apply_live(&mut self, now: Timestamp, cb: Callback, live: LiveAttempt) -> Verdict {
+    fn apply_live(&mut self, now: Timestamp, cb: &Callback, live: LiveAttempt) -> Verdict {
         let session = cb.session;
         let Some(generation) = live.generation else {
             return Verdict::Reject(RejectReason::WrongExecution);
@@ -1033,11 +1079,11 @@ impl Core {
                 self.attempt_ready(now, session, live, cb.execution, generation);
                 Verdict::Accepted
             }
-            RuntimeEvent::LoadFailed(outcome) => {
+            RuntimeEvent::LoadFailed(ref outcome) => {
                 if live.conversation != ConvPhase::Loading {
                     return Verdict::Reject(RejectReason::UnexpectedEvent);
                 }
-                let c = classify_with(&outcome, self.config.agent_profile, self.mutant);
+                let c = classify_with(outcome, self.config.agent_profile, self.mutant);
                 match c.verdict {
                     LoadVerdict::Incompatible => {
                         let step = ConvPhase::Creating(NewConversationReason::Fallback(c.reason));
@@ -1183,7 +1229,7 @@ impl Core {
         }
     }
 
-    fn apply_owner(&mut self, now: Timestamp, cb: Callback, _owner: AttemptId) -> Verdict {
+    fn apply_owner(&mut self, now: Timestamp, cb: &Callback, _owner: AttemptId) -> Verdict {
         let session = cb.session;
         match cb.event {
             RuntimeEvent::PromptAccepted { turn } => {
@@ -1194,31 +1240,15 @@ impl Core {
                 Verdict::Accepted
             }
             RuntimeEvent::Stream { turn, seq, bytes } => {
-                // The hot path of a streaming turn: one session lookup, as `turn_on` would.
-                let Some(t) = self
-                    .sessions
-                    .get_mut(&session)
-                    .and_then(|s| s.turn.as_mut())
-                    .filter(|t| runs_on(t, turn, cb.execution, true))
-                else {
-                    return Verdict::Reject(RejectReason::WrongTurn);
+                // Reached only if `admit` did not apply it already (it always does).
+                let applied = match self.sessions.get_mut(&session) {
+                    Some(s) => stream(s, &mut self.effects, cb, turn, seq, bytes),
+                    None => Err(RejectReason::WrongTurn),
                 };
-                if seq < t.runtime_next {
-                    return Verdict::Reject(RejectReason::DuplicateEvent);
+                match applied {
+                    Ok(()) => Verdict::Accepted,
+                    Err(reason) => Verdict::Reject(reason),
                 }
-                if seq > t.runtime_next {
-                    return Verdict::Reject(RejectReason::SequenceGap);
-                }
-                t.runtime_next += 1;
-                t.delivered += 1;
-                let seq = t.delivered;
-                self.push(Effect::Deliver {
-                    session,
-                    turn,
-                    seq,
-                    bytes,
-                });
-                Verdict::Accepted
             }
             RuntimeEvent::PromptCompleted { turn } | RuntimeEvent::PromptFailed { turn, .. } => {
                 let on = self.turn_on(session, turn, cb.execution, true)
@@ -1254,7 +1284,7 @@ impl Core {
     /// What the unfenced (legacy) path did: act on the session's current state with no
     /// attempt or generation check. Reached by a never-attempted session (which has no
     /// runtime to act on) or by a mutant.
-    fn apply_unfenced(&mut self, now: Timestamp, cb: Callback) -> Verdict {
+    fn apply_unfenced(&mut self, now: Timestamp, cb: &Callback) -> Verdict {
         let session = cb.session;
         let waiting = self
             .sessions
