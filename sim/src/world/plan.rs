@@ -20,7 +20,7 @@ const SLOT_MS: u64 = 500;
 const JITTER_WINDOWS: u64 = 2;
 
 /// How a `session/load` is made to fail.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LoadErrorClass {
     /// The provider lost the conversation: the agent's real unknown-session answer.
@@ -88,8 +88,44 @@ pub enum FaultKind {
     },
 }
 
+/// Hashed field by field for the trace hash (a probability by its bits), so a passing
+/// seed needs no JSON of its faults.
+impl std::hash::Hash for FaultKind {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        match *self {
+            FaultKind::Prompt => 0u8.hash(h),
+            FaultKind::Resume => 1u8.hash(h),
+            FaultKind::Retry => 2u8.hash(h),
+            FaultKind::Cancel => 3u8.hash(h),
+            FaultKind::ProviderExit => 4u8.hash(h),
+            FaultKind::CrashRestart => 5u8.hash(h),
+            FaultKind::Burst { count } => (6u8, count).hash(h),
+            FaultKind::LateCallback { delay_ms } => (7u8, delay_ms).hash(h),
+            FaultKind::HangTeardown => 8u8.hash(h),
+            FaultKind::LoadError { class } => (9u8, class).hash(h),
+            FaultKind::LoadTimeout => 10u8.hash(h),
+            FaultKind::ClockJump { ms } => (11u8, ms).hash(h),
+            FaultKind::Jitter {
+                until_ms,
+                delay_p,
+                duplicate_p,
+                reorder_p,
+                max_delay_ms,
+            } => (
+                12u8,
+                until_ms,
+                delay_p.to_bits(),
+                duplicate_p.to_bits(),
+                reorder_p.to_bits(),
+                max_delay_ms,
+            )
+                .hash(h),
+        }
+    }
+}
+
 /// One planned fault.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Hash, Serialize, Deserialize)]
 pub struct Fault {
     /// Simulated time it fires.
     pub at_ms: u64,

@@ -117,6 +117,8 @@ pub(crate) struct World {
     workload: WorkloadCut,
     /// Agents starting up: (ready at ms, exec, generation) → who.
     pending_ready: BTreeMap<(u64, u64, u64), Starting>,
+    /// A spare effects buffer for `step`.
+    effects: Vec<Effect>,
     /// The session of the leased effect being performed (an `Input::Perform` names only
     /// its lease), for the oracle.
     performing: Option<SessionId>,
@@ -179,7 +181,9 @@ impl World {
     fn step(&mut self, w: &Shared, actor: &'static str, input: Input) -> Verdict {
         let now = self.core_now();
         let verdict = self.core.handle(now, input.clone());
-        let mut effects = Vec::new();
+        // A nested step (an effect carried out below may take one) finds the buffer empty
+        // and makes its own.
+        let mut effects = std::mem::take(&mut self.effects);
         while let Some(e) = self.core.poll_effect() {
             effects.push(e);
         }
@@ -200,9 +204,10 @@ impl World {
         ) {
             self.violate(v);
         }
-        for e in effects {
+        for e in effects.drain(..) {
             self.carry_out(w, e);
         }
+        self.effects = effects;
         verdict
     }
 
@@ -711,12 +716,7 @@ impl World {
         let now = self.now_ms();
         let s = f.session;
         let sid = SessionId::new(u64::from(s.max(1))).expect("1-based");
-        self.tracer.line(
-            now,
-            "world",
-            "fault",
-            &[("fault", &serde_json::to_string(&f).unwrap_or_default())],
-        );
+        self.tracer.fault(now, &f);
         match f.kind {
             FaultKind::Prompt => {
                 let sf = self.sessions.entry(s).or_default();
@@ -1169,6 +1169,7 @@ pub(crate) async fn run(
         letters: Vec::new(),
         free_letters: Vec::new(),
         performing: None,
+        effects: Vec::new(),
         sleeping_until: None,
         orchestrator: None,
         clients,

@@ -131,6 +131,20 @@ impl Tracer {
         let _ = write!(self.buf, ",\"kind\":\"{kind}\"");
     }
 
+    /// A planned fault fires (the world's own line; hashed by value, written as JSON only
+    /// when capturing).
+    pub(crate) fn fault(&mut self, t: u64, fault: &crate::world::Fault) -> u64 {
+        if self.capture {
+            self.head(t, "world", None, "fault");
+            self.buf.extend_from_slice(b",\"fault\":");
+            let text = serde_json::to_string(fault).unwrap_or_default();
+            let _ = serde_json::to_writer(&mut self.buf, &text);
+            self.buf.push(b'}');
+            self.keep();
+        }
+        self.event(|h| (t, "world", "fault", fault).hash(h))
+    }
+
     /// A free-form line: `fields` are (key, string value).
     pub(crate) fn line(&mut self, t: u64, actor: &str, kind: &str, fields: &[(&str, &str)]) -> u64 {
         if self.capture {
