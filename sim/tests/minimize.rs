@@ -168,11 +168,12 @@ fn minimised_mutant_failures_replay_and_shrink_their_traces() {
 
 #[test]
 fn a_regression_file_of_an_older_palisade_minimises_further() {
-    // Checked-in regression files were shrunk over faults only, and their `minimized` block
-    // has no sessions or turns: they still load, and the workload shrinks now.
+    // Regression files written before workload cuts were shrunk over faults only, and their
+    // `minimized` block has no sessions or turns: they still load, and the workload shrinks
+    // now. The fixture is reports/regressions/toctou-generation.json as it was then.
     let dir = Scratch::new("regression");
-    let src =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../reports/regressions/toctou-generation.json");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/toctou-generation-before-workload-cuts.json");
     std::fs::copy(&src, dir.path("old.json")).expect("copy regression file");
     let old = read_json(&dir.path("old.json"));
     assert!(old["plan"].get("workload").is_none());
