@@ -1,7 +1,7 @@
 //! The state machine: [`Core`] wires attempts, leases, cleanup, turns, recovery and
 //! failure identity together behind one `handle(now, input)`.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
@@ -24,6 +24,7 @@ use crate::io::{
 use crate::lease::{Lease, LeaseAction};
 use crate::mutants::{mutant_on, ActiveMutant};
 use crate::time::Timestamp;
+use crate::timers::Timers;
 use crate::turn::{decide_recovery, RecoveryDecision, Turn, TurnPhase};
 
 /// Effects one input may queue at most (orphan stops dominate); the queue refuses input
@@ -159,7 +160,7 @@ pub struct Core {
     pub(crate) sessions: IdMap<SessionId, Box<Session>>,
     pub(crate) executions: IdMap<ExecutionId, Execution>,
     pub(crate) leases: IdMap<LeaseId, Lease>,
-    pub(crate) timers: BTreeSet<(Timestamp, Timer)>,
+    pub(crate) timers: Timers,
     pub(crate) effects: VecDeque<Effect>,
     pub(crate) mutant: ActiveMutant,
 }
@@ -179,7 +180,7 @@ impl Core {
             sessions: IdMap::default(),
             executions: IdMap::default(),
             leases: IdMap::default(),
-            timers: BTreeSet::new(),
+            timers: Timers::default(),
             effects: VecDeque::new(),
             mutant: ActiveMutant::NONE,
         })

@@ -3,7 +3,7 @@
 //! Lookups by ID dominate the hot path, so the core uses hash maps there; std's default
 //! hasher is seeded per thread, which would make any iteration order differ between runs.
 //! This hasher is fixed, and nothing the core decides iterates a map anyway: snapshots
-//! sort, timers live in a `BTreeSet`. IDs are small integers chosen by us or the embedder;
+//! sort, timers live in an ordered set (`timers.rs`). IDs are small integers chosen by us or the embedder;
 //! the multiply-rotate mix spreads them over the table.
 
 use std::collections::HashMap;

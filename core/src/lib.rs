@@ -91,6 +91,7 @@ mod lease;
 pub mod mutants;
 mod snapshot;
 pub mod time;
+mod timers;
 mod turn;
 
 pub use crate::config::{

@@ -3,7 +3,7 @@
 //! incarnation that then crashed) is ever accepted: such an ID is either unknown to the
 //! snapshot (rejected) or from the new epoch's future.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
@@ -142,7 +142,7 @@ impl Core {
             sessions: IdMap::default(),
             executions: IdMap::default(),
             leases: IdMap::default(),
-            timers: BTreeSet::new(),
+            timers: crate::timers::Timers::default(),
             effects: VecDeque::new(),
             mutant: ActiveMutant::NONE,
         };
