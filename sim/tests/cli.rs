@@ -7,42 +7,14 @@
 //! the hardest mutants to catch); `double-replay-block` fails several scenarios within
 //! seeds 0..10; `stale-callback-dispatches` fails cancel-storm seed 0.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
+
+use std::path::Path;
+use std::process::Output;
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_palisade");
-
-/// A scratch directory, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("palisade-cli-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create scratch dir");
-        Scratch(dir)
-    }
-
-    fn path(&self, rel: &str) -> PathBuf {
-        self.0.join(rel)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn palisade(cwd: &Path, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .current_dir(cwd)
-        .output()
-        .expect("run palisade")
-}
+use common::{palisade, read_json, Scratch};
 
 fn code(out: &Output) -> i32 {
     out.status.code().expect("exited normally")
@@ -54,11 +26,6 @@ fn stdout(out: &Output) -> String {
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn read_json(path: &Path) -> Value {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).expect("valid JSON")
 }
 
 /// Asserts the exit code, showing the output when it is wrong.

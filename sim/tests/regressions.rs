@@ -15,6 +15,8 @@
 //! the mutant (minimisation keeps the invariant failing with the mutant on, but may drop
 //! workload steps a scenario's expectations rely on).
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -24,7 +26,7 @@ use palisade_sim::report;
 use palisade_sim::world::Mutant;
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_palisade");
+use common::{describe, read_json, Scratch, BIN};
 
 fn regressions_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../reports/regressions")
@@ -40,11 +42,6 @@ fn regression_files() -> Vec<PathBuf> {
         .collect();
     files.sort();
     files
-}
-
-fn read_json(path: &Path) -> Value {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 fn replay(path: &Path) -> Output {
@@ -70,36 +67,6 @@ fn replay_without_mutant(path: &Path, scratch: &Path) -> Output {
 /// Whether a replay said `passed` (exit 0).
 fn passed(out: &Output) -> bool {
     out.status.code() == Some(0) && String::from_utf8_lossy(&out.stdout).starts_with("passed: ")
-}
-
-fn describe(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// A scratch directory, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "palisade-regressions-{name}-{}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create scratch dir");
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 #[test]
