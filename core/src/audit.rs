@@ -635,3 +635,160 @@ impl Auditor {
         Ok(())
     }
 }
+
+/// What a [`Checker`] found, and after which step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found {
+    /// The rule broken (the reference model's, or a core invariant's prefixed `core invariant`).
+    pub violation: AuditViolation,
+    /// What the step was: the input and verdict (`Debug`), `timeout` or `restore`.
+    pub after: String,
+    /// The step's number, from 1 (the driver's steps this checker saw).
+    pub step: u64,
+}
+
+impl std::fmt::Display for Found {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} (step {}, after {})",
+            self.violation, self.step, self.after
+        )
+    }
+}
+
+/// The checks every harness runs after each step of the core, as a
+/// [`crate::driver::Observer`]: the reference model ([`Auditor`]) and the core's own
+/// `check_invariants`. The core's invariants are checked for the sessions the step named
+/// (its input's and its effects'), and for the whole core every
+/// [`Checker::full_check_every`]-th step and after every timeout and restore. It keeps the
+/// first violation and stops checking after it.
+#[derive(Debug)]
+pub struct Checker {
+    /// The reference model.
+    pub auditor: Auditor,
+    full_every: u64,
+    steps: u64,
+    touched: Vec<SessionId>,
+    found: Option<Found>,
+    enabled: bool,
+}
+
+impl Checker {
+    /// A checker for a core with `config` that checks the whole core after every step.
+    pub fn new(config: &Config) -> Checker {
+        Checker {
+            auditor: Auditor::new(config),
+            full_every: 1,
+            steps: 0,
+            touched: Vec::new(),
+            found: None,
+            enabled: true,
+        }
+    }
+
+    /// Checks the whole core only every `n`-th step (and after timeouts and restores); the
+    /// other steps check the sessions they named. A step that wrongly writes to a session
+    /// it was not about is then caught up to `n - 1` steps late.
+    #[must_use]
+    pub fn full_check_every(mut self, n: u64) -> Checker {
+        self.full_every = n.max(1);
+        self
+    }
+
+    /// Turns the checks off (to measure their cost) or on; the model still follows.
+    #[must_use]
+    pub fn enabled(mut self, on: bool) -> Checker {
+        self.enabled = on;
+        self
+    }
+
+    /// The first violation, if any.
+    #[must_use]
+    pub fn found(&self) -> Option<&Found> {
+        self.found.as_ref()
+    }
+
+    /// Takes the first violation, if any.
+    pub fn take_found(&mut self) -> Option<Found> {
+        self.found.take()
+    }
+
+    /// Steps seen so far.
+    #[must_use]
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    fn check(
+        &mut self,
+        now: Timestamp,
+        core: &crate::core::Core,
+        step: crate::driver::Step<'_>,
+        effects: &[Effect],
+    ) -> Result<(), AuditViolation> {
+        use crate::driver::Step;
+        match step {
+            Step::Input { input, verdict, .. } => {
+                self.auditor.observe(now, input, verdict, effects)?
+            }
+            Step::Timeout if effects.is_empty() => self.auditor.observe_time(now),
+            Step::Timeout => self.auditor.observe_timeout(now, effects)?,
+            Step::Restored => self.auditor.observe_restart(now, effects)?,
+        }
+        if !self.enabled {
+            return Ok(());
+        }
+        let session = match step {
+            Step::Input { session, .. } => session,
+            Step::Timeout if effects.is_empty() => return Ok(()),
+            Step::Timeout | Step::Restored => None,
+        };
+        let result = match session {
+            Some(s) if !self.steps.is_multiple_of(self.full_every) => {
+                self.touched.clear();
+                self.touched.push(s);
+                for e in effects {
+                    let s = e.session();
+                    if !self.touched.contains(&s) {
+                        self.touched.push(s);
+                    }
+                }
+                core.check_invariants_of(&self.touched)
+            }
+            _ => core.check_invariants(),
+        };
+        result.map_err(|e| AuditViolation {
+            rule: e.rule,
+            detail: format!("core invariant: {}", e.detail),
+        })
+    }
+}
+
+impl crate::driver::Observer for Checker {
+    fn observe(
+        &mut self,
+        now: Timestamp,
+        core: &crate::core::Core,
+        step: crate::driver::Step<'_>,
+        effects: &[Effect],
+    ) {
+        use crate::driver::Step;
+        self.steps += 1;
+        if self.found.is_some() {
+            return;
+        }
+        if let Err(violation) = self.check(now, core, step, effects) {
+            let after = match step {
+                Step::Input { input, verdict, .. } => format!("{input:?} -> {verdict:?}"),
+                Step::Timeout => "timeout".to_owned(),
+                Step::Restored => "restore".to_owned(),
+            };
+            self.found = Some(Found {
+                violation,
+                after,
+                step: self.steps,
+            });
+        }
+    }
+}

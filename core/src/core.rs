@@ -195,6 +195,12 @@ impl Core {
         };
     }
 
+    /// The active mutant (feature `mutants`).
+    #[cfg(feature = "mutants")]
+    pub fn mutant(&self) -> Option<crate::mutants::Mutant> {
+        self.mutant.get()
+    }
+
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.config
@@ -236,6 +242,12 @@ impl Core {
     #[must_use]
     pub fn poll_effect(&mut self) -> Option<Effect> {
         self.effects.pop_front()
+    }
+
+    /// Whether effects wait to be drained with [`Core::poll_effect`].
+    #[must_use]
+    pub fn has_effects(&self) -> bool {
+        !self.effects.is_empty()
     }
 
     /// When [`Core::handle_timeout`] must next be called.

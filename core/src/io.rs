@@ -278,6 +278,9 @@ pub enum RejectReason {
     EffectQueueFull,
     /// No stored failure to dismiss.
     NothingToDismiss,
+    /// Fed to a [`crate::driver::Driver`] while the effects of an earlier input were still
+    /// being carried out; queue it with [`crate::driver::Driver::enqueue`]. Nothing changed.
+    Reentrant,
 }
 
 /// Something the embedder must do. Drain after every input and timeout.
@@ -439,6 +442,17 @@ impl Effect {
             Effect::RecoveryStarted { .. } => "recovery_started",
             Effect::RecoveryExhausted { .. } => "recovery_exhausted",
             Effect::FailureReported { .. } => "failure_reported",
+        }
+    }
+
+    /// The lease of a leased effect (`LoadConversation`, `NewConversation`,
+    /// `DispatchPrompt`): confirm it with [`Input::Perform`] right before acting.
+    pub fn lease(&self) -> Option<LeaseId> {
+        match self {
+            Effect::LoadConversation { lease, .. }
+            | Effect::NewConversation { lease, .. }
+            | Effect::DispatchPrompt { lease, .. } => Some(*lease),
+            _ => None,
         }
     }
 

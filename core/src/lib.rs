@@ -76,12 +76,14 @@
 #![warn(missing_docs)]
 
 mod attempt;
+#[cfg(feature = "audit")]
 pub mod audit;
 pub mod classify;
 mod cleanup;
 mod config;
 mod core;
 pub mod delivery;
+pub mod driver;
 mod failure;
 mod idmap;
 mod ids;

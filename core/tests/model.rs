@@ -132,7 +132,7 @@ impl World {
                 let all: Vec<AttemptId> = self.started.iter().map(|(_, a)| *a).collect();
                 all.get(usize::from(*k) % all.len().max(1)).copied()
             }
-            Pick::Unminted => AttemptId::new(self.h.core.epoch(), MAX_ATTEMPT_SEQ),
+            Pick::Unminted => AttemptId::new(self.h.core().epoch(), MAX_ATTEMPT_SEQ),
             Pick::None => None,
         }
     }
@@ -140,7 +140,7 @@ impl World {
     fn generation(&self, exec: u64, g: &GenPick) -> Generation {
         let current = self
             .h
-            .log
+            .log()
             .iter()
             .rev()
             .find_map(|e| match e {
@@ -172,7 +172,7 @@ impl World {
     }
 
     fn collect(&mut self) {
-        for e in &self.h.last {
+        for e in self.h.last().to_vec().iter() {
             match e {
                 Effect::StartRuntime {
                     session, attempt, ..
@@ -340,17 +340,17 @@ proptest! {
         let mut w = World { h: with_env_mutant(H::default()), started: vec![], leases: vec![], callbacks: vec![], next_turn: 0, next_stamp: 0 };
         for (i, op) in ops.iter().enumerate() {
             w.apply(op);
-            prop_assert!(w.h.violation.is_none(), "after step {i} {op:?}: {:?}", w.h.violation);
+            prop_assert!(w.h.violation().is_none(), "after step {i} {op:?}: {:?}", w.h.violation());
         }
         // Liveness: stop the inputs, let every deadline pass, answer every teardown.
         for _ in 0..8 {
             w.h.advance(120_000);
-            let stops: Vec<ExecutionId> = w.h.log.iter().filter_map(|e| match e { Effect::StopExecution { execution, .. } => Some(*execution), _ => None }).collect();
+            let stops: Vec<ExecutionId> = w.h.log().iter().filter_map(|e| match e { Effect::StopExecution { execution, .. } => Some(*execution), _ => None }).collect();
             for e in stops {
                 w.h.input(Input::Stopped { execution: e });
             }
         }
-        prop_assert!(w.h.violation.is_none(), "{:?}", w.h.violation);
-        prop_assert_eq!(w.h.audit.check_quiescent(), Ok(()));
+        prop_assert!(w.h.violation().is_none(), "{:?}", w.h.violation());
+        prop_assert_eq!(w.h.audit().check_quiescent(), Ok(()));
     }
 }

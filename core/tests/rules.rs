@@ -18,9 +18,9 @@ macro_rules! check {
 }
 
 fn clean(h: &H) -> R {
-    match &h.violation {
+    match h.violation() {
         None => Ok(()),
-        Some(v) => Err(v.clone()),
+        Some(v) => Err(v),
     }
 }
 
@@ -59,10 +59,10 @@ fn case_joiner_wait_is_bounded(mut h: H) -> R {
         v => return Err(format!("second resume joins, got {v:?}")),
     };
     check!(
-        until <= h.now.plus_millis(h.core.config().join_wait_ms),
+        until <= h.now.plus_millis(h.core().config().join_wait_ms),
         "join deadline {until} unbounded"
     );
-    let wait = h.core.config().join_wait_ms;
+    let wait = h.core().config().join_wait_ms;
     h.advance(wait);
     check!(
         h.count(|e| matches!(e, Effect::JoinTimedOut { .. })) == 1,
@@ -359,7 +359,7 @@ fn expired_lease_is_revoked_and_its_effect_dropped() {
         },
     );
     let lease = h.last_lease();
-    h.now = h.now.plus_millis(h.core.config().lease_ms + 1);
+    h.now = h.now.plus_millis(h.core().config().lease_ms + 1);
     assert_eq!(
         h.perform(lease),
         Verdict::Reject(RejectReason::LeaseExpired)
@@ -379,7 +379,7 @@ fn cancel_stops_the_cancelled_attempts_execution_exactly_once_with_a_deadline() 
     h.bind(1, a, 1);
     h.cancel(1);
     let stops: Vec<_> = h
-        .log
+        .log()
         .iter()
         .filter(|e| matches!(e, Effect::StopExecution { .. }))
         .cloned()
@@ -390,16 +390,16 @@ fn cancel_stops_the_cancelled_attempts_execution_exactly_once_with_a_deadline() 
     };
     assert_eq!(
         deadline,
-        h.now.plus_millis(h.core.config().stop_deadline_ms)
+        h.now.plus_millis(h.core().config().stop_deadline_ms)
     );
     h.cancel(1);
     assert_eq!(h.count(|e| matches!(e, Effect::StopExecution { .. })), 1);
-    assert!(h.core.session_busy(s(1)), "teardown pending");
+    assert!(h.core().session_busy(s(1)), "teardown pending");
     assert_eq!(
         h.input(Input::Stopped { execution: e(1) }),
         Verdict::Accepted
     );
-    assert!(!h.core.session_busy(s(1)));
+    assert!(!h.core().session_busy(s(1)));
     h.assert_clean();
 }
 
@@ -490,14 +490,14 @@ fn case_hung_teardown_is_abandoned(mut h: H) -> R {
     let a = h.started(1);
     h.bind(1, a, 1);
     h.cancel(1);
-    let deadline = h.core.config().stop_deadline_ms;
+    let deadline = h.core().config().stop_deadline_ms;
     h.advance(deadline + 1);
     check!(
         h.count(|x| matches!(x, Effect::KillExecution { .. })) == 1,
         "no kill after the stop deadline"
     );
     check!(
-        !h.core.session_busy(s(1)),
+        !h.core().session_busy(s(1)),
         "a hung teardown holds the session"
     );
     clean(&h)
@@ -592,7 +592,7 @@ fn resumed_with_token(h: &mut H) -> Result<(AttemptId, Generation), String> {
     h.resume(1);
     let (a, g) = h.ready(1, 1);
     h.cb(1, 1, Some(a), g, RuntimeEvent::Exited { stamp: stamp(1) });
-    check!(h.core.conversation(s(1)).is_some(), "token kept");
+    check!(h.core().conversation(s(1)).is_some(), "token kept");
     h.resume(1);
     let a2 = h.started(1);
     let g2 = match h.bind(1, a2, 2) {
@@ -609,9 +609,9 @@ fn resumed_with_token(h: &mut H) -> Result<(AttemptId, Generation), String> {
         },
     );
     check!(
-        matches!(h.last.first(), Some(Effect::LoadConversation { .. })),
+        matches!(h.last().first(), Some(Effect::LoadConversation { .. })),
         "load requested: {:?}",
-        h.last
+        h.last()
     );
     let lease = h.last_lease();
     h.perform(lease);
@@ -620,7 +620,7 @@ fn resumed_with_token(h: &mut H) -> Result<(AttemptId, Generation), String> {
 
 fn case_timeout_keeps_identity(mut h: H) -> R {
     let (a, g) = resumed_with_token(&mut h)?;
-    let before = h.core.conversation(s(1));
+    let before = h.core().conversation(s(1));
     h.cb(1, 2, Some(a), g, timed_out());
     check!(
         h.count(|x| matches!(
@@ -632,7 +632,7 @@ fn case_timeout_keeps_identity(mut h: H) -> R {
         )) == 0,
         "a load timeout fell back to session/new"
     );
-    check!(h.core.conversation(s(1)) == before, "token changed");
+    check!(h.core().conversation(s(1)) == before, "token changed");
     check!(
         h.count(|x| matches!(x, Effect::FailureReported { .. })) == 1,
         "failure not reported"
@@ -705,7 +705,7 @@ fn unknown_session_resource_not_found_falls_back_to_session_new() {
         ),
         Verdict::Accepted
     );
-    assert_eq!(h.core.conversation(s(1)), Some(token(77)));
+    assert_eq!(h.core().conversation(s(1)), Some(token(77)));
     h.assert_clean();
 }
 
@@ -730,7 +730,7 @@ fn case_early_exit_rolls_back(mut h: H) -> R {
         "claim not rolled back"
     );
     check!(
-        !h.core.session_busy(s(1)),
+        !h.core().session_busy(s(1)),
         "session left busy with nothing running"
     );
     check!(h.prompt(1, 2) == Verdict::Claimed, "the user can resend");
@@ -791,9 +791,9 @@ fn case_recovery(mut h: H, deaths: u64) -> Result<H, String> {
                 stamp: stamp(10 + d),
             },
         );
-        let before = h.log.len();
+        let before = h.log().len();
         h.advance(10_000);
-        let restarted = h.log[before..]
+        let restarted = h.log()[before..]
             .iter()
             .any(|x| matches!(x, Effect::StartRuntime { .. }));
         if !restarted {
@@ -829,7 +829,7 @@ fn case_recovery(mut h: H, deaths: u64) -> Result<H, String> {
 fn case_recovers_once_with_one_replay_block(h: H) -> R {
     let h = case_recovery(h, 1)?;
     let prompts: Vec<PromptRequest> = h
-        .log
+        .log()
         .iter()
         .filter_map(|x| match x {
             Effect::DispatchPrompt { request, .. } => Some(*request),
@@ -856,7 +856,7 @@ fn case_recovers_once_with_one_replay_block(h: H) -> R {
         "one recovery"
     );
     let seqs: Vec<u64> = h
-        .log
+        .log()
         .iter()
         .filter_map(|x| match x {
             Effect::Deliver { seq, .. } => Some(*seq),
@@ -890,7 +890,7 @@ fn case_exhausts_once(h: H) -> R {
         "exactly one terminal"
     );
     let replays: Vec<u8> = h
-        .log
+        .log()
         .iter()
         .filter_map(|x| match x {
             Effect::DispatchPrompt { request, .. } => Some(request.replay_blocks),
@@ -986,7 +986,7 @@ fn stream_events_reach_the_caller_in_order_without_gaps_or_duplicates() {
     );
     assert_eq!(h.cb(1, 1, Some(a), g, ev(2)), Verdict::Accepted);
     let seqs: Vec<u64> = h
-        .log
+        .log()
         .iter()
         .filter_map(|x| match x {
             Effect::Deliver { seq, .. } => Some(*seq),
@@ -1052,7 +1052,7 @@ fn restart_bumps_the_epoch_and_keeps_vouched_attempts() {
         panic!()
     };
     h.restart();
-    assert_eq!(h.core.epoch(), Epoch::FIRST.next().unwrap());
+    assert_eq!(h.core().epoch(), Epoch::FIRST.next().unwrap());
     // The snapshot vouches for the live attempt: its runtime keeps talking.
     assert_eq!(
         h.cb(1, 1, Some(a), g, RuntimeEvent::BootReady),
@@ -1061,7 +1061,7 @@ fn restart_bumps_the_epoch_and_keeps_vouched_attempts() {
     let Verdict::Started { attempt } = h.resume(2) else {
         panic!()
     };
-    assert_eq!(attempt.epoch(), h.core.epoch());
+    assert_eq!(attempt.epoch(), h.core().epoch());
     h.assert_clean();
 }
 
@@ -1069,7 +1069,7 @@ fn restart_bumps_the_epoch_and_keeps_vouched_attempts() {
 fn after_restart_attempts_the_snapshot_does_not_vouch_for_are_rejected() {
     let mut h = H::default();
     h.resume(1);
-    let snap = h.core.snapshot();
+    let snap = h.core().snapshot();
     // The old incarnation mints more attempts after the snapshot, then crashes.
     h.cancel(1);
     h.resume(1);
@@ -1097,7 +1097,7 @@ fn truncated_or_corrupted_snapshots_are_typed_errors() {
     let mut h = H::default();
     h.prompt(1, 1);
     h.resume(2);
-    let snap = h.core.snapshot();
+    let snap = h.core().snapshot();
     for cut in 0..snap.len() {
         assert!(
             Core::restore(&snap[..cut]).is_err(),
@@ -1126,7 +1126,7 @@ fn equal_states_snapshot_to_equal_bytes() {
         for n in [5, 3, 9, 1] {
             h.prompt(n, 1);
         }
-        h.core.snapshot()
+        h.core().snapshot()
     };
     assert_eq!(mk(), mk());
 }
@@ -1138,7 +1138,7 @@ fn unknown_session_execution_and_attempt_leave_state_untouched() {
     let mut h = H::default();
     h.resume(1);
     let a = h.started(1);
-    let before = h.core.snapshot();
+    let before = h.core().snapshot();
     let g = Generation::new(1).unwrap();
     assert_eq!(
         h.cb(9, 1, Some(a), g, RuntimeEvent::BootReady),
@@ -1163,7 +1163,7 @@ fn unknown_session_execution_and_attempt_leave_state_untouched() {
         Verdict::Reject(RejectReason::UnknownLease)
     );
     assert_eq!(h.cancel(9), Verdict::Reject(RejectReason::UnknownSession));
-    assert_eq!(h.core.snapshot(), before);
+    assert_eq!(h.core().snapshot(), before);
     h.assert_clean();
 }
 
@@ -1321,7 +1321,7 @@ fn duplicate_load_failure_after_the_fallback_does_not_replace_the_new_conversati
         h.cb(1, 2, Some(a), g, failed),
         Verdict::Reject(RejectReason::UnexpectedEvent)
     );
-    assert_eq!(h.core.conversation(s(1)), Some(token(50)));
+    assert_eq!(h.core().conversation(s(1)), Some(token(50)));
     h.assert_clean();
 }
 
@@ -1333,7 +1333,7 @@ fn restart_with_a_dispatched_prompt_rolls_it_back_and_the_runtime_serves_the_nex
     h.prompt(1, 1);
     let (a, g) = h.ready(1, 1);
     assert!(matches!(
-        h.last.first(),
+        h.last().first(),
         Some(Effect::DispatchPrompt { .. })
     ));
     h.restart();
@@ -1347,12 +1347,12 @@ fn restart_with_a_dispatched_prompt_rolls_it_back_and_the_runtime_serves_the_nex
         )),
         1
     );
-    assert_eq!(h.core.runtime(s(1)), Some(e(1)));
+    assert_eq!(h.core().runtime(s(1)), Some(e(1)));
     assert_eq!(h.prompt(1, 2), Verdict::Claimed);
     assert!(
-        matches!(h.last.first(), Some(Effect::DispatchPrompt { .. })),
+        matches!(h.last().first(), Some(Effect::DispatchPrompt { .. })),
         "{:?}",
-        h.last
+        h.last()
     );
     let _ = (a, g);
     h.assert_clean();
@@ -1379,9 +1379,9 @@ fn restart_re_requests_a_conversation_whose_lease_died_with_the_process() {
     );
     h.restart();
     assert!(
-        matches!(h.last.first(), Some(Effect::NewConversation { .. })),
+        matches!(h.last().first(), Some(Effect::NewConversation { .. })),
         "{:?}",
-        h.last
+        h.last()
     );
     let lease = h.last_lease();
     assert_eq!(h.perform(lease), Verdict::Accepted);
@@ -1395,7 +1395,7 @@ fn restart_re_requests_a_conversation_whose_lease_died_with_the_process() {
         ),
         Verdict::Accepted
     );
-    assert!(!h.core.session_busy(s(1)));
+    assert!(!h.core().session_busy(s(1)));
     h.assert_clean();
 }
 
@@ -1406,11 +1406,11 @@ fn a_prompt_the_provider_never_accepts_is_rolled_back_at_its_deadline() {
     let mut h = H::default();
     h.resume(1);
     h.ready(1, 1);
-    assert_eq!(h.core.runtime(s(1)), Some(e(1)));
+    assert_eq!(h.core().runtime(s(1)), Some(e(1)));
     assert_eq!(h.prompt(1, 1), Verdict::Claimed);
     let lease = h.last_lease();
     assert_eq!(h.perform(lease), Verdict::Accepted);
-    let deadline = h.core.config().start_deadline_ms;
+    let deadline = h.core().config().start_deadline_ms;
     h.advance(deadline + 1);
     assert_eq!(h.count(|x| matches!(x, Effect::CancelPrompt { .. })), 1);
     assert_eq!(
@@ -1423,7 +1423,7 @@ fn a_prompt_the_provider_never_accepts_is_rolled_back_at_its_deadline() {
         )),
         1
     );
-    assert!(!h.core.session_busy(s(1)));
+    assert!(!h.core().session_busy(s(1)));
     h.assert_clean();
 }
 
@@ -1467,7 +1467,7 @@ fn a_conversation_request_no_longer_awaited_is_revoked() {
         h.perform(reissued),
         Verdict::Reject(RejectReason::LeaseRevoked)
     );
-    assert_eq!(h.core.conversation(s(1)), Some(token(8)));
-    assert!(!h.core.session_busy(s(1)));
+    assert_eq!(h.core().conversation(s(1)), Some(token(8)));
+    assert!(!h.core().session_busy(s(1)));
     h.assert_clean();
 }

@@ -47,9 +47,10 @@ pub struct SupervisorConfig {
     pub event_capacity: usize,
     /// The connection to each agent process.
     pub connection: ConnectionConfig,
-    /// Check every core step against [`palisade_core::audit::Auditor`], an independent
-    /// model of the rules. For tests: the auditor remembers every attempt it saw, and it
-    /// is switched off after a restore (it cannot know the attempts before it).
+    /// Check every core step against the core's reference model of the rules
+    /// (`palisade_core::audit`). Acts only with the crate feature `audit`, which tests
+    /// turn on: the model remembers every attempt it saw, and it is switched off after a
+    /// restore (it cannot know the attempts before it).
     pub audit: bool,
 }
 

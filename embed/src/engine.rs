@@ -50,17 +50,19 @@
 //! answered the cancelled prompt, late notifications of the cancelled prompt are counted
 //! as the new turn's output (ACP notifications carry no request id to tell them apart).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use palisade_core::audit::{AuditViolation, Auditor};
+#[cfg(feature = "audit")]
+use palisade_core::audit::{Checker, Found};
 use palisade_core::classify::{self, LoadFailure, LoadOutcome, TransportState};
 use palisade_core::delivery::{
     Batch, Coalescer, EventKind, NotificationQueue, Payload, PushError, Seq, StreamEvent,
 };
+use palisade_core::driver::{Driver, Observer, Output, Step};
 use palisade_core::{
     AttemptId, Callback, ConversationToken, Core, Effect, Epoch, ErrorStamp, ExecutionId,
-    Generation, Input, LeaseId, NewConversationReason, RejectReason, RuntimeEvent, SessionId,
-    Timestamp, TurnId, Verdict,
+    Generation, Input, NewConversationReason, RejectReason, RuntimeEvent, SessionId, Timestamp,
+    TurnId, Verdict,
 };
 use serde_json::{json, Value};
 
@@ -222,7 +224,8 @@ pub struct EngineStats {
     pub anomalies: u64,
     /// Runtime deaths reported to the core.
     pub exits_reported: u64,
-    /// Violations the auditor found (0 unless [`SupervisorConfig::audit`]).
+    /// Violations the auditor found (0 unless feature `audit` and
+    /// `SupervisorConfig::audit`).
     pub audit_violations: u64,
 }
 
@@ -332,7 +335,8 @@ struct Counters {
 /// The supervisor's logic, sans I/O. See the module docs for the call order.
 #[derive(Debug)]
 pub struct Engine {
-    core: Core,
+    /// The core behind the one non-re-entrant driver (leases confirmed on pull).
+    driver: Driver<Watch>,
     config: SupervisorConfig,
     books: BTreeMap<SessionId, Book>,
     runtimes: BTreeMap<ExecutionId, Runtime>,
@@ -346,13 +350,59 @@ pub struct Engine {
     /// Dispatches so far; numbers `Op::Prompt` so an answer finds its own dispatch.
     dispatches: u64,
     stats: EngineStats,
-    auditor: Option<Auditor>,
-    /// The audited input and its verdict, between `handle` and `finish_input`.
-    pending_audit: Option<(Input, Verdict)>,
-    audit_violations: Vec<AuditViolation>,
+    /// Carrying out effects: inputs raised now wait in the driver's inbox.
+    running: bool,
     dirty: bool,
     gated_since: Option<Timestamp>,
-    effect_buf: Vec<Effect>,
+    /// Executions that died with the previous incarnation (reported exited on restore).
+    previous_incarnation: BTreeSet<ExecutionId>,
+}
+
+/// What the engine's driver shows every core step to: the engine's own counters, the
+/// reference model (feature `audit`, tests only), and an embedder's observer.
+#[derive(Default)]
+struct Watch {
+    /// Inputs the core rejected.
+    rejected: u64,
+    #[cfg(feature = "audit")]
+    checker: Option<Checker>,
+    #[cfg(feature = "audit")]
+    found: Vec<Found>,
+    #[cfg(feature = "audit")]
+    violations: u64,
+    outer: Option<Box<dyn Observer + Send>>,
+}
+
+impl std::fmt::Debug for Watch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watch")
+            .field("rejected", &self.rejected)
+            .field("outer", &self.outer.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Observer for Watch {
+    fn observe(&mut self, now: Timestamp, core: &Core, step: Step<'_>, effects: &[Effect]) {
+        if let Step::Input { verdict, .. } = step {
+            if verdict.is_reject() {
+                self.rejected += 1;
+            }
+        }
+        #[cfg(feature = "audit")]
+        if let Some(checker) = self.checker.as_mut() {
+            checker.observe(now, core, step, effects);
+            if let Some(found) = checker.take_found() {
+                self.violations += 1;
+                if self.found.len() < AUDIT_VIOLATIONS_KEPT {
+                    self.found.push(found);
+                }
+            }
+        }
+        if let Some(outer) = self.outer.as_mut() {
+            outer.observe(now, core, step, effects);
+        }
+    }
 }
 
 fn min_time(a: Option<Timestamp>, b: Option<Timestamp>) -> Option<Timestamp> {
@@ -411,15 +461,21 @@ impl Engine {
         config.validate()?;
         let core =
             Core::new(config.core.clone(), Epoch::FIRST).map_err(SupervisorConfigError::Core)?;
-        let auditor = config.audit.then(|| Auditor::new(&config.core));
-        Ok(Engine::with_core(config, core, auditor))
+        #[cfg(feature = "audit")]
+        let checker = config.audit.then(|| Checker::new(&config.core));
+        let watch = Watch {
+            #[cfg(feature = "audit")]
+            checker,
+            ..Watch::default()
+        };
+        Ok(Engine::with_core(config, core, watch))
     }
 
-    fn with_core(mut config: SupervisorConfig, core: Core, auditor: Option<Auditor>) -> Engine {
+    fn with_core(mut config: SupervisorConfig, core: Core, watch: Watch) -> Engine {
         // A restored core keeps its own configuration; say so truthfully.
         config.core = core.config().clone();
         Engine {
-            core,
+            driver: Driver::with_observer(core, watch),
             config,
             books: BTreeMap::new(),
             runtimes: BTreeMap::new(),
@@ -437,12 +493,10 @@ impl Engine {
             },
             dispatches: 0,
             stats: EngineStats::default(),
-            auditor,
-            pending_audit: None,
-            audit_violations: Vec::new(),
+            running: false,
             dirty: true,
             gated_since: None,
-            effect_buf: Vec::new(),
+            previous_incarnation: BTreeSet::new(),
         }
     }
 
@@ -459,8 +513,26 @@ impl Engine {
         let decoded = state::decode(bytes)?;
         let core = Core::restore(decoded.core_snapshot).map_err(StateError::Core)?;
         // The auditor cannot know the attempts before the restart: it would flag their
-        // legitimate callbacks, so it stays off.
-        let mut engine = Engine::with_core(config, core, None);
+        // legitimate callbacks, so it stays off. The restore's own effects (turns rolled
+        // back, conversation requests re-issued) wait in the driver for the first pull.
+        let mut engine = Engine::with_core(config, core, Watch::default());
+        // Live attempts that had no runtime bound: their StartRuntime was being carried out
+        // when the previous incarnation died, so they get a runtime below (attempts bound
+        // to a recorded execution fail when it is reported exited).
+        let unbound: Vec<(SessionId, AttemptId)> = decoded
+            .header
+            .sessions
+            .iter()
+            .filter_map(|r| {
+                let attempt = engine.driver.core().live_attempt(r.session)?;
+                let bound = decoded
+                    .header
+                    .executions
+                    .iter()
+                    .any(|e| e.session == r.session && e.attempt == attempt);
+                (!bound).then_some((r.session, attempt))
+            })
+            .collect();
         let header = decoded.header;
         engine.counters = Counters {
             next_execution: header.next_execution.max(1),
@@ -478,16 +550,18 @@ impl Engine {
                 },
             );
         }
-        // The runtimes died with the previous incarnation: say so before anything the
-        // restore queued is carried out (a conversation request it re-issued for a dead
-        // runtime then finds its lease revoked, instead of being sent nowhere).
+        // The runtimes died with the previous incarnation. They are reported exited after
+        // the effects the restore queued (the driver's order); one of those that acts on a
+        // dead runtime (a re-issued conversation request) finds it gone and reports its
+        // exit first, with the same cause.
         for record in &header.executions {
             engine.bury(*record);
+            engine.previous_incarnation.insert(record.execution);
         }
         for record in header.executions {
             let stamp = engine.stamp(record.attempt, FailureCause::SupervisorRestarted);
             engine.stats.exits_reported += 1;
-            let _ = engine.input(
+            engine.submit(
                 now,
                 Input::Callback(Callback {
                     session: record.session,
@@ -498,21 +572,17 @@ impl Engine {
                 }),
             );
             // Also a teardown the core may be waiting for: the process is gone.
-            let _ = engine.input(
+            engine.submit(
                 now,
                 Input::Stopped {
                     execution: record.execution,
                 },
             );
         }
-        // Effects the restore itself queued (turns whose dispatch was unconfirmed), if no
-        // input above carried them out already.
-        engine.drain_core(now);
-        let sessions: Vec<SessionId> = engine.books.keys().copied().collect();
-        for session in sessions {
-            if let Some(attempt) = engine.core.live_attempt(session) {
-                // Its StartRuntime was being carried out when the previous incarnation
-                // died; an attempt bound to a recorded execution failed just above.
+        // The restore's own effects, then the exits above, in that order.
+        engine.run(now);
+        for (session, attempt) in unbound {
+            if engine.driver.core().live_attempt(session) == Some(attempt) {
                 engine.actions.push_back(Action::Spawn { session, attempt });
             }
         }
@@ -525,7 +595,7 @@ impl Engine {
     /// The core's epoch (bumped by every restore).
     #[must_use]
     pub fn epoch(&self) -> Epoch {
-        self.core.epoch()
+        self.driver.core().epoch()
     }
 
     /// The configuration in force (the core part comes from the snapshot after a restore).
@@ -537,25 +607,44 @@ impl Engine {
     /// The core, for inspection (`check_invariants`, `session_busy`, ...).
     #[must_use]
     pub fn core(&self) -> &Core {
-        &self.core
+        self.driver.core()
+    }
+
+    /// Shows every core step to `observer` too (a trace recorder, a checker), before its
+    /// effects are carried out.
+    pub fn set_observer(&mut self, observer: Box<dyn Observer + Send>) {
+        self.driver.observer_mut().outer = Some(observer);
+    }
+
+    /// The driver's counters.
+    #[must_use]
+    pub fn driver_stats(&self) -> palisade_core::driver::DriverStats {
+        self.driver.stats()
     }
 
     /// Counters so far.
     #[must_use]
     pub fn stats(&self) -> EngineStats {
-        self.stats
+        let watch = self.driver.observer();
+        EngineStats {
+            inputs_rejected: watch.rejected,
+            #[cfg(feature = "audit")]
+            audit_violations: watch.violations,
+            ..self.stats
+        }
     }
 
-    /// The first violations the auditor found (empty unless [`SupervisorConfig::audit`]).
+    /// The first violations the auditor found (empty unless `SupervisorConfig::audit`).
+    #[cfg(feature = "audit")]
     #[must_use]
-    pub fn audit_violations(&self) -> &[AuditViolation] {
-        &self.audit_violations
+    pub fn audit_violations(&self) -> &[Found] {
+        &self.driver.observer().found
     }
 
     /// The ACP session id of the session's current conversation.
     #[must_use]
     pub fn conversation(&self, session: SessionId) -> Option<String> {
-        let token = self.core.conversation(session)?;
+        let token = self.driver.core().conversation(session)?;
         self.books
             .get(&session)
             .and_then(|b| b.conversation.as_ref())
@@ -598,13 +687,13 @@ impl Engine {
         // A refused ID is never offered again, so a rejection cannot wedge the counter.
         self.counters.next_turn = self.counters.next_turn.saturating_add(1);
         self.dirty = true;
-        let verdict = self.handle(now, Input::Prompt { session, turn });
+        let verdict = self.driver.handle(now, Input::Prompt { session, turn });
         if verdict == Verdict::Claimed {
             // The text must be known before the effects run: a ready runtime gets the
             // prompt in this very step.
             self.books.entry(session).or_default().turn = Some((turn, text));
         }
-        self.finish_input(now);
+        self.run(now);
         match verdict {
             Verdict::Claimed => Ok(turn),
             Verdict::Reject(reason) => Err(PromptError::Rejected(reason)),
@@ -813,7 +902,7 @@ impl Engine {
     /// When [`Engine::handle_timeout`] must next be called.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Timestamp> {
-        let mut next = self.core.poll_timeout();
+        let mut next = self.driver.poll_timeout();
         for outlet in self.outlets.values() {
             next = min_time(next, outlet.coalescer.poll_timeout());
         }
@@ -830,16 +919,10 @@ impl Engine {
     /// Acts on every deadline due at `now`: the core's, the coalescers' (on the next
     /// [`Engine::pump_outlets`]), and the prompt idle timeouts.
     pub fn handle_timeout(&mut self, now: Timestamp) {
-        if self.core.poll_timeout().is_some_and(|due| due <= now) {
+        if self.driver.poll_timeout().is_some_and(|due| due <= now) {
             self.dirty = true;
-            self.core.handle_timeout(now);
-            let effects = self.collect_effects();
-            if let Some(auditor) = self.auditor.as_mut() {
-                if let Err(violation) = auditor.observe_timeout(now, &effects) {
-                    self.record_violation(violation);
-                }
-            }
-            self.run_effects(now, effects);
+            self.driver.handle_timeout(now);
+            self.run(now);
         }
         // While output waits for the caller the engine does not read agents, so their
         // silence proves nothing.
@@ -968,73 +1051,46 @@ impl Engine {
                 })
                 .collect(),
         };
-        state::encode(now.as_millis(), &header, &self.core.snapshot())
+        state::encode(now.as_millis(), &header, &self.driver.core().snapshot())
     }
 
     // ----- internals: core plumbing --------------------------------------------------------
 
-    /// Feeds one input and carries out its effects.
+    /// Feeds one input at the top of a step (the engine is idle between its public calls)
+    /// and carries out everything that follows; returns its verdict.
     fn input(&mut self, now: Timestamp, input: Input) -> Verdict {
-        let verdict = self.handle(now, input);
-        self.finish_input(now);
-        verdict
+        self.submit(now, input)
+            .unwrap_or(Verdict::Reject(RejectReason::Reentrant))
     }
 
-    /// Feeds one input, leaving its effects queued in the core for [`Self::finish_input`].
-    fn handle(&mut self, now: Timestamp, input: Input) -> Verdict {
+    /// Feeds one input: at once when the engine is idle (then carries out everything that
+    /// follows and returns the verdict), or, raised while carrying out effects, into the
+    /// driver's inbox behind them (`None`: its verdict goes to the observers).
+    fn submit(&mut self, now: Timestamp, input: Input) -> Option<Verdict> {
         self.dirty = true;
-        let audited = self.auditor.is_some().then(|| input.clone());
-        let verdict = self.core.handle(now, input);
-        if verdict.is_reject() {
-            self.stats.inputs_rejected += 1;
-        }
-        if let Some(input) = audited {
-            self.pending_audit = Some((input, verdict.clone()));
-        }
-        verdict
-    }
-
-    fn finish_input(&mut self, now: Timestamp) {
-        let effects = self.collect_effects();
-        if let (Some(auditor), Some((input, verdict))) =
-            (self.auditor.as_mut(), self.pending_audit.take())
-        {
-            if let Err(violation) = auditor.observe(now, &input, &verdict, &effects) {
-                self.record_violation(violation);
+        if self.running || !self.driver.is_idle() {
+            if !self.driver.enqueue(input) {
+                self.stats.anomalies += 1;
             }
+            return None;
         }
-        self.run_effects(now, effects);
+        let verdict = self.driver.handle(now, input);
+        self.run(now);
+        Some(verdict)
     }
 
-    fn collect_effects(&mut self) -> Vec<Effect> {
-        let mut effects = std::mem::take(&mut self.effect_buf);
-        while let Some(effect) = self.core.poll_effect() {
-            effects.push(effect);
+    /// Carries out every output of the driver: effects in order (a leased one confirmed as
+    /// it is pulled), then the inputs they raised, until nothing is left.
+    fn run(&mut self, now: Timestamp) {
+        if self.running {
+            return;
         }
-        effects
-    }
-
-    fn run_effects(&mut self, now: Timestamp, mut effects: Vec<Effect>) {
-        for effect in effects.drain(..) {
+        self.running = true;
+        while let Output::Effect(effect) = self.driver.poll_output(now) {
+            self.dirty = true;
             self.effect(now, effect);
         }
-        // Keep the allocation for the next input (a nested input may have taken another).
-        if self.effect_buf.capacity() < effects.capacity() {
-            self.effect_buf = effects;
-        }
-    }
-
-    /// Effects left in the core outside any input (after a restore).
-    fn drain_core(&mut self, now: Timestamp) {
-        let effects = self.collect_effects();
-        self.run_effects(now, effects);
-    }
-
-    fn record_violation(&mut self, violation: AuditViolation) {
-        self.stats.audit_violations += 1;
-        if self.audit_violations.len() < AUDIT_VIOLATIONS_KEPT {
-            self.audit_violations.push(violation);
-        }
+        self.running = false;
     }
 
     /// A callback from `execution`, stamped with its session, attempt and generation.
@@ -1053,11 +1109,7 @@ impl Engine {
             generation,
             event,
         };
-        Some(self.input(now, Input::Callback(callback)))
-    }
-
-    fn perform(&mut self, now: Timestamp, lease: LeaseId) -> bool {
-        self.input(now, Input::Perform { lease }) == Verdict::Accepted
+        self.submit(now, Input::Callback(callback))
     }
 
     fn stamp(&mut self, attempt: AttemptId, cause: FailureCause) -> ErrorStamp {
@@ -1130,15 +1182,11 @@ impl Engine {
                 session, attempt, ..
             } => self.actions.push_back(Action::Spawn { session, attempt }),
             Effect::LoadConversation {
-                lease,
                 session,
                 execution,
                 token,
                 ..
             } => {
-                if !self.perform(now, lease) {
-                    return;
-                }
                 let conversation = self
                     .books
                     .get(&session)
@@ -1178,14 +1226,8 @@ impl Engine {
                 });
             }
             Effect::NewConversation {
-                lease,
-                execution,
-                reason,
-                ..
+                execution, reason, ..
             } => {
-                if !self.perform(now, lease) {
-                    return;
-                }
                 if !self.runtimes.get(&execution).is_some_and(Runtime::alive) {
                     self.report_exit(
                         now,
@@ -1206,16 +1248,12 @@ impl Engine {
                 });
             }
             Effect::DispatchPrompt {
-                lease,
                 session,
                 execution,
                 turn,
                 request,
                 ..
             } => {
-                if !self.perform(now, lease) {
-                    return;
-                }
                 let text = self
                     .books
                     .get(&session)
@@ -1278,7 +1316,7 @@ impl Engine {
             } => {
                 let Some(runtime) = self.runtimes.get_mut(&execution) else {
                     // Its process is already gone (or died with a previous incarnation).
-                    let _ = self.input(now, Input::Stopped { execution });
+                    self.submit(now, Input::Stopped { execution });
                     return;
                 };
                 runtime.stop_requested = true;
@@ -1676,9 +1714,15 @@ impl Engine {
             .find(|r| r.execution == execution)
             .copied()
         {
+            // A runtime of the previous incarnation died with it, whatever found it gone.
+            let cause = if self.previous_incarnation.contains(&execution) {
+                FailureCause::SupervisorRestarted
+            } else {
+                cause
+            };
             let stamp = self.stamp(record.attempt, cause);
             self.stats.exits_reported += 1;
-            let _ = self.input(
+            self.submit(
                 now,
                 Input::Callback(Callback {
                     session: record.session,
@@ -1722,7 +1766,7 @@ impl Engine {
             reason: runtime.close_reason,
         });
         if runtime.stop_requested {
-            let _ = self.input(now, Input::Stopped { execution });
+            self.submit(now, Input::Stopped { execution });
         }
     }
 

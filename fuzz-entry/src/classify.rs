@@ -14,11 +14,12 @@
 //! classifier mutants (which the core carries into `classify`) are seen from outside.
 
 use arbitrary::Unstructured;
-use palisade_core::audit::Auditor;
+use palisade_core::audit::Checker;
 use palisade_core::classify::{
     classify, AgentProfile, ClassifyReason, LoadFailure, LoadOutcome, LoadVerdict, Projection,
     RpcError, TransportState,
 };
+use palisade_core::driver::{Driver, LeaseCheck, Output};
 use palisade_core::mutants::Mutant;
 use palisade_core::*;
 
@@ -406,9 +407,10 @@ fn through_core(
         ..Config::default()
     };
     // The auditor judges fallbacks by the Generic table.
-    let mut audit = (profile == AgentProfile::Generic).then(|| Auditor::new(&config));
+    let checker = (profile == AgentProfile::Generic).then(|| Checker::new(&config));
     let mut core = Core::new(config, Epoch::FIRST).expect("the default config is valid");
     core.set_mutant(mutant);
+    let mut core = Driver::with_observer(core, checker).lease_check(LeaseCheck::ByCaller);
     let now = Timestamp::ZERO;
     let s = SessionId::new(1).expect("non-zero");
     let (e1, e2) = (
@@ -416,17 +418,19 @@ fn through_core(
         ExecutionId::new(2).expect("non-zero"),
     );
     let token = ConversationToken::new(7).expect("non-zero");
-    let mut step = |core: &mut Core, input: Input| -> Result<(Verdict, Vec<Effect>), Finding> {
-        let v = core.handle(now, input.clone());
+    let step = |core: &mut Driver<Option<Checker>>,
+                input: Input|
+     -> Result<(Verdict, Vec<Effect>), Finding> {
+        let v = core.handle(now, input);
         let mut effects = Vec::new();
-        while let Some(e) = core.poll_effect() {
+        while let Output::Effect(e) = core.poll_output(now) {
             effects.push(e);
         }
-        core.check_invariants()
+        core.core()
+            .check_invariants()
             .map_err(|e| finding(&format!("invariant {}", e.rule), e.detail))?;
-        if let Some(a) = audit.as_mut() {
-            a.observe(now, &input, &v, &effects)
-                .map_err(|e| finding(e.rule, e.detail))?;
+        if let Some(found) = core.observer_mut().as_mut().and_then(Checker::take_found) {
+            return Err(finding(found.violation.rule, found.violation.detail));
         }
         Ok((v, effects))
     };
@@ -542,12 +546,12 @@ fn through_core(
                     format!("session/new ({r:?}) after {o:?}, which the classifier calls {c:?} under {profile:?}"),
                 ));
             }
-            if !failed || core.conversation(s) != Some(token) {
+            if !failed || core.core().conversation(s) != Some(token) {
                 return Err(finding(
                     "R6-keep-token",
                     format!(
                         "after an inconclusive load the attempt must fail and keep the token; effects {effects:?}, token {:?}",
-                        core.conversation(s)
+                        core.core().conversation(s)
                     ),
                 ));
             }

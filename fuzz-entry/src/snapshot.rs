@@ -327,7 +327,7 @@ pub fn run(data: &[u8], mutant: Option<Mutant>) -> Result<(), Finding> {
         None => {
             // Mid-flight (live attempts, leases, timers), then settled.
             let world = orderings::run_world(&data[1..], mutant, &mut |core| round_trip(core))?;
-            round_trip(&world.core)
+            round_trip(world.driver.core())
         }
     }
 }

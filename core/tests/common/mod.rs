@@ -3,23 +3,35 @@
 //! every step.
 #![allow(dead_code)]
 
-use palisade_core::audit::Auditor;
+use palisade_core::audit::{Auditor, Checker};
+use palisade_core::driver::{Driver, LeaseCheck, Observer, Output, Step};
 use palisade_core::*;
 
-pub struct H {
-    pub core: Core,
-    pub now: Timestamp,
-    pub audit: Auditor,
+/// What the harness checks and records after every step of the core: the shared
+/// checker (reference model and invariants), and the effects.
+pub struct Checks {
+    pub checker: Checker,
     /// Effects of the last step.
     pub last: Vec<Effect>,
     /// Every effect so far.
     pub log: Vec<Effect>,
-    /// First audit violation seen (tests of mutants look here).
-    pub violation: Option<String>,
+}
+
+impl Observer for Checks {
+    fn observe(&mut self, now: Timestamp, core: &Core, step: Step<'_>, effects: &[Effect]) {
+        self.checker.observe(now, core, step, effects);
+        self.log.extend(effects.iter().cloned());
+        self.last = effects.to_vec();
+    }
+}
+
+pub struct H {
+    /// The core behind the one driver every embedder uses; the tests perform leases
+    /// themselves (`LeaseCheck::ByCaller`) to reach the gaps a lease guards.
+    pub driver: Driver<Checks>,
+    pub now: Timestamp,
     /// Last generation bound per execution (raw), for tests that forge callbacks.
     pub bound: std::collections::BTreeMap<u64, u64>,
-    #[cfg(feature = "mutants")]
-    pub mutant_kept: Option<palisade_core::mutants::Mutant>,
 }
 
 pub fn s(n: u64) -> SessionId {
@@ -40,17 +52,16 @@ pub fn token(n: u64) -> ConversationToken {
 
 impl H {
     pub fn new(config: Config) -> H {
-        let audit = Auditor::new(&config);
-        H {
-            core: Core::new(config, Epoch::FIRST).unwrap(),
-            now: Timestamp::ZERO,
-            audit,
+        let checks = Checks {
+            checker: Checker::new(&config),
             last: vec![],
             log: vec![],
-            violation: None,
+        };
+        let core = Core::new(config, Epoch::FIRST).unwrap();
+        H {
+            driver: Driver::with_observer(core, checks).lease_check(LeaseCheck::ByCaller),
+            now: Timestamp::ZERO,
             bound: Default::default(),
-            #[cfg(feature = "mutants")]
-            mutant_kept: None,
         }
     }
 
@@ -60,65 +71,70 @@ impl H {
 
     #[cfg(feature = "mutants")]
     pub fn mutant(mut self, m: palisade_core::mutants::Mutant) -> H {
-        self.core.set_mutant(Some(m));
-        self.mutant_kept = Some(m);
+        self.driver.set_mutant(Some(m));
         self
     }
 
-    fn drain(&mut self) -> Vec<Effect> {
-        let mut v = vec![];
-        while let Some(e) = self.core.poll_effect() {
-            v.push(e);
-        }
-        if let Err(err) = self.core.check_invariants() {
-            self.violation.get_or_insert(format!("invariant {err}"));
-        }
-        self.log.extend(v.iter().cloned());
-        self.last = v.clone();
-        v
+    pub fn core(&self) -> &Core {
+        self.driver.core()
+    }
+
+    pub fn audit(&self) -> &Auditor {
+        &self.driver.observer().checker.auditor
+    }
+
+    /// Effects of the last step.
+    pub fn last(&self) -> &[Effect] {
+        &self.driver.observer().last
+    }
+
+    /// Every effect so far.
+    pub fn log(&self) -> &[Effect] {
+        &self.driver.observer().log
+    }
+
+    /// The first violation seen, as text.
+    pub fn violation(&self) -> Option<String> {
+        self.driver
+            .observer()
+            .checker
+            .found()
+            .map(|f| f.violation.to_string())
+    }
+
+    /// Pulls every output (the test carries nothing out: it plays the embedder by hand).
+    fn drain(&mut self) {
+        while let Output::Effect(_) = self.driver.poll_output(self.now) {}
     }
 
     pub fn input(&mut self, input: Input) -> Verdict {
-        let v = self.core.handle(self.now, input.clone());
-        let effects = self.drain();
-        if let Err(err) = self.audit.observe(self.now, &input, &v, &effects) {
-            self.violation.get_or_insert(err.to_string());
-        }
+        let v = self.driver.handle(self.now, input);
+        self.drain();
         v
     }
 
     pub fn advance(&mut self, ms: u64) {
         let target = self.now.plus_millis(ms);
-        while let Some(at) = self.core.poll_timeout() {
+        while let Some(at) = self.driver.poll_timeout() {
             if at > target {
                 break;
             }
             self.now = self.now.max(at);
-            self.core.handle_timeout(self.now);
-            let effects = self.drain();
-            if let Err(err) = self.audit.observe_timeout(self.now, &effects) {
-                self.violation.get_or_insert(err.to_string());
-            }
+            self.driver.handle_timeout(self.now);
+            self.drain();
         }
         self.now = target;
     }
 
     pub fn restart(&mut self) {
-        let snap = self.core.snapshot();
+        let snap = self.core().snapshot();
         #[cfg(feature = "mutants")]
-        let mutant = self.core_mutant();
-        self.core = Core::restore(&snap).expect("own snapshot restores");
+        let mutant = self.core().mutant();
+        let core = Core::restore(&snap).expect("own snapshot restores");
+        self.driver.restore(self.now, core);
         #[cfg(feature = "mutants")]
-        self.core.set_mutant(mutant);
-        let effects = self.drain();
-        if let Err(err) = self.audit.observe_restart(self.now, &effects) {
-            self.violation.get_or_insert(err.to_string());
-        }
-    }
-
-    #[cfg(feature = "mutants")]
-    fn core_mutant(&self) -> Option<palisade_core::mutants::Mutant> {
-        self.mutant_kept
+        self.driver.set_mutant(mutant);
+        self.drain();
     }
 
     pub fn resume(&mut self, session: u64) -> Verdict {
@@ -142,7 +158,7 @@ impl H {
 
     /// The attempt of the last StartRuntime for `session`.
     pub fn started(&self, session: u64) -> AttemptId {
-        self.log
+        self.log()
             .iter()
             .rev()
             .find_map(|e| match e {
@@ -183,7 +199,7 @@ impl H {
 
     /// The lease of the last effect with one, for `session`.
     pub fn last_lease(&self) -> LeaseId {
-        self.log
+        self.log()
             .iter()
             .rev()
             .find_map(|e| match e {
@@ -200,7 +216,7 @@ impl H {
     }
 
     pub fn count(&self, pred: impl Fn(&Effect) -> bool) -> usize {
-        self.log.iter().filter(|e| pred(e)).count()
+        self.log().iter().filter(|e| pred(e)).count()
     }
 
     /// Starts a runtime for the session's pending attempt on `exec` and brings it to a
@@ -208,7 +224,7 @@ impl H {
     pub fn ready(&mut self, session: u64, exec: u64) -> (AttemptId, Generation) {
         let a = self.started(session);
         let Verdict::Bound { generation: g } = self.bind(session, a, exec) else {
-            panic!("bind failed: {:?}", self.last)
+            panic!("bind failed: {:?}", self.last())
         };
         assert_eq!(
             self.cb(session, exec, Some(a), g, RuntimeEvent::BootReady),
@@ -228,7 +244,7 @@ impl H {
         );
         let lease = self.last_lease();
         assert_eq!(self.perform(lease), Verdict::Accepted);
-        let ev = if self.core.conversation(s(session)).is_some() {
+        let ev = if self.core().conversation(s(session)).is_some() {
             RuntimeEvent::ConversationLoaded
         } else {
             RuntimeEvent::ConversationCreated {
@@ -242,7 +258,7 @@ impl H {
     /// Performs the pending dispatch and has the provider accept it.
     pub fn accept(&mut self, session: u64, exec: u64, a: AttemptId, g: Generation, turn: u64) {
         let lease = self.last_lease();
-        assert_eq!(self.perform(lease), Verdict::Accepted, "{:?}", self.last);
+        assert_eq!(self.perform(lease), Verdict::Accepted, "{:?}", self.last());
         assert_eq!(
             self.cb(
                 session,
@@ -256,6 +272,6 @@ impl H {
     }
 
     pub fn assert_clean(&self) {
-        assert_eq!(self.violation, None);
+        assert_eq!(self.violation(), None);
     }
 }
