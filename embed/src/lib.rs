@@ -99,6 +99,7 @@ pub mod replay;
 pub mod rpc;
 pub mod state;
 pub mod supervisor;
+pub mod wire;
 
 pub use config::{SupervisorConfig, SupervisorConfigError};
 pub use engine::{Action, Engine, EngineStats, Op, PromptError};

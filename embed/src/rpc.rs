@@ -25,12 +25,11 @@
 //! what the agent writes; garbage, unknown response ids and oversized lines are counted
 //! ([`ConnectionStats`]) and reported as [`Anomaly`] events.
 
-use std::collections::{BTreeMap, VecDeque};
 use std::ffi::OsString;
 use std::io;
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -41,10 +40,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, timeout_at, Instant};
 
-use crate::jsonrpc::{
-    encode_notification, encode_request, encode_response, parse_frame, Frame, FrameError,
-    RequestId, RpcError,
-};
+use crate::jsonrpc::{encode_notification, encode_response, FrameError, RequestId, RpcError};
+use crate::wire::{Incoming, Wire};
 
 /// Default longest line we accept from an agent. A `session/load` history replay or a
 /// file read can be megabytes in one line; past this the agent is broken (or hostile) and
@@ -280,38 +277,6 @@ pub struct ConnectionStats {
     pub events_without_receiver: u64,
 }
 
-#[derive(Debug, Default)]
-struct Counters {
-    notifications: AtomicU64,
-    agent_requests: AtomicU64,
-    responses: AtomicU64,
-    garbage_lines: AtomicU64,
-    oversized_lines: AtomicU64,
-    unknown_response_ids: AtomicU64,
-    late_responses: AtomicU64,
-    events_without_receiver: AtomicU64,
-}
-
-impl Counters {
-    fn bump(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn snapshot(&self) -> ConnectionStats {
-        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-        ConnectionStats {
-            notifications: read(&self.notifications),
-            agent_requests: read(&self.agent_requests),
-            responses: read(&self.responses),
-            garbage_lines: read(&self.garbage_lines),
-            oversized_lines: read(&self.oversized_lines),
-            unknown_response_ids: read(&self.unknown_response_ids),
-            late_responses: read(&self.late_responses),
-            events_without_receiver: read(&self.events_without_receiver),
-        }
-    }
-}
-
 /// Where the agent's stderr goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StderrMode {
@@ -424,60 +389,41 @@ impl std::error::Error for SpawnError {}
 
 type Reply = Result<Value, RpcFailure>;
 
-/// Routing state shared by the reader and the callers, under one lock so that a request
-/// can never be registered after the connection closed (and so wait for nothing).
-#[derive(Debug, Default)]
-struct Routes {
-    pending: BTreeMap<i64, oneshot::Sender<Reply>>,
-    /// Ids whose request timed out or was dropped unanswered, oldest first, at most
-    /// [`LATE_IDS_REMEMBERED`].
-    late: VecDeque<i64>,
-    closed: Option<CloseReason>,
-}
-
+/// The connection's bookkeeping, shared by the reader and the callers under one lock, so
+/// that a request can never be registered after the connection closed (and so wait for
+/// nothing).
 #[derive(Debug)]
 struct Shared {
-    routes: Mutex<Routes>,
-    counters: Counters,
-    /// Our request ids start at 1: 0 is never valid, so a zero id is always unknown.
-    next_id: AtomicI64,
+    wire: Mutex<Wire<oneshot::Sender<Reply>>>,
     kill_requested: AtomicBool,
 }
 
 impl Shared {
-    fn routes(&self) -> MutexGuard<'_, Routes> {
+    fn wire(&self) -> MutexGuard<'_, Wire<oneshot::Sender<Reply>>> {
         // The lock is only held for map operations that cannot panic, so it is never
         // poisoned; recover the data anyway rather than propagate a panic.
-        self.routes
+        self.wire
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn closed_failure(&self) -> Option<RpcFailure> {
-        self.routes().closed.as_ref().map(CloseReason::failure)
+        self.wire().closed().map(CloseReason::failure)
     }
 }
 
-/// Removes a request from `pending` when its future ends, however it ends, so an
-/// abandoned request can neither leak a slot nor make its late answer look unknown.
+/// Abandons a request when its future ends, however it ends, so an abandoned request can
+/// neither leak a slot nor make its late answer look unknown.
 struct PendingGuard<'a> {
     shared: &'a Shared,
     id: i64,
 }
 
 impl PendingGuard<'_> {
-    /// Takes the id out of `pending`; true if it was still there (no answer came). The
-    /// id is then remembered as late.
+    /// Takes the id out of the pending requests; true if it was still there (no answer
+    /// came). The id is then remembered as late.
     fn abandon(&self) -> bool {
-        let mut routes = self.shared.routes();
-        if routes.pending.remove(&self.id).is_none() {
-            return false;
-        }
-        if routes.late.len() == LATE_IDS_REMEMBERED {
-            routes.late.pop_front();
-        }
-        routes.late.push_back(self.id);
-        true
+        self.shared.wire().abandon(self.id).is_some()
     }
 }
 
@@ -549,9 +495,7 @@ impl AgentConnection {
         let pid = child.id();
 
         let shared = Arc::new(Shared {
-            routes: Mutex::new(Routes::default()),
-            counters: Counters::default(),
-            next_id: AtomicI64::new(1),
+            wire: Mutex::new(Wire::new(config.garbage_budget)),
             kill_requested: AtomicBool::new(false),
         });
         let (exit_tx, exit_rx) = watch::channel(None);
@@ -567,8 +511,6 @@ impl AgentConnection {
                 shared: Arc::clone(&shared),
                 events: event_tx,
                 exit: exit_rx.clone(),
-                garbage_budget: config.garbage_budget,
-                garbage_seen: 0,
             }
             .run(),
         );
@@ -593,13 +535,13 @@ impl AgentConnection {
     /// Counters so far.
     #[must_use]
     pub fn stats(&self) -> ConnectionStats {
-        self.shared.counters.snapshot()
+        self.shared.wire().stats()
     }
 
     /// Why the connection closed, once it has.
     #[must_use]
     pub fn close_reason(&self) -> Option<CloseReason> {
-        self.shared.routes().closed.clone()
+        self.shared.wire().closed().cloned()
     }
 
     /// The agent's exit status, once it was reaped.
@@ -618,25 +560,15 @@ impl AgentConnection {
         params: Value,
         deadline: Instant,
     ) -> Result<Value, RpcFailure> {
-        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (reply_tx, mut reply_rx) = oneshot::channel();
-        {
-            let mut routes = self.shared.routes();
-            if let Some(reason) = &routes.closed {
-                return Err(reason.failure());
-            }
-            if routes.pending.len() >= MAX_PENDING_REQUESTS {
-                return Err(RpcFailure::TooManyPending);
-            }
-            routes.pending.insert(id, reply_tx);
-        }
+        let registered = self.shared.wire().request(method, &params, reply_tx);
+        let (id, line) = registered.map_err(|(_, failure)| failure)?;
         // From here on, however this future ends (answer, failure, deadline, or the caller
         // dropping it), the guard takes the id out of `pending`.
         let guard = PendingGuard {
             shared: &self.shared,
             id,
         };
-        let line = encode_request(&RequestId::Number(id), method, &params);
         let outcome = timeout_at(deadline, async {
             self.write_line(line).await?;
             // The reader fails every pending request when it closes, so the sender is
@@ -894,22 +826,15 @@ struct Reader {
     shared: Arc<Shared>,
     events: mpsc::Sender<AgentEvent>,
     exit: watch::Receiver<Option<ProcessExit>>,
-    garbage_budget: u32,
-    garbage_seen: u32,
 }
 
 impl Reader {
     async fn run(mut self) {
         let reason = self.read_until_closed().await;
-        let pending = {
-            let mut routes = self.shared.routes();
-            routes.closed = Some(reason.clone());
-            std::mem::take(&mut routes.pending)
-        };
-        let failure = reason.failure();
-        for (_, waiter) in pending {
+        let pending = self.shared.wire().close(reason.clone());
+        for (waiter, failure) in pending {
             // The waiter may have given up already; nothing to tell it then.
-            let _ = waiter.send(Err(failure.clone()));
+            let _ = waiter.send(Err(failure));
         }
         self.emit(AgentEvent::Closed(reason)).await;
     }
@@ -938,10 +863,14 @@ impl Reader {
                     }
                 }
                 ReadOutcome::Oversized(bytes) => {
-                    Counters::bump(&self.shared.counters.oversized_lines);
-                    self.emit(AgentEvent::Anomaly(Anomaly::OversizedLine { bytes }))
-                        .await;
-                    if let Some(reason) = self.spend_garbage(format!("<{bytes} bytes>")) {
+                    let (event, closes) = {
+                        let mut wire = self.shared.wire();
+                        let event = wire.oversized(bytes);
+                        let closes = wire.spend(&event);
+                        (event, closes)
+                    };
+                    self.emit(event).await;
+                    if let Some(reason) = closes {
                         return reason;
                     }
                 }
@@ -976,95 +905,32 @@ impl Reader {
 
     /// Handles one line; `Some` if it closes the connection.
     async fn handle_line(&mut self, line: &[u8]) -> Option<CloseReason> {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.iter().all(u8::is_ascii_whitespace) {
-            return None;
-        }
-        match parse_frame(line) {
-            Ok(Frame::Response { id, outcome }) => {
-                self.route_response(id, outcome).await;
-                None
-            }
-            Ok(Frame::Notification { method, params }) => {
-                Counters::bump(&self.shared.counters.notifications);
-                let wire_bytes = line.len() + 1;
-                self.emit(AgentEvent::Notification {
-                    method,
-                    params,
-                    wire_bytes,
-                })
-                .await;
-                None
-            }
-            Ok(Frame::Request { id, method, params }) => {
-                Counters::bump(&self.shared.counters.agent_requests);
-                self.emit(AgentEvent::Request { id, method, params }).await;
-                None
-            }
-            Err(kind) => {
-                Counters::bump(&self.shared.counters.garbage_lines);
-                let sample = sample(line);
-                self.emit(AgentEvent::Anomaly(Anomaly::Garbage {
-                    kind,
-                    sample: sample.clone(),
-                }))
-                .await;
-                self.spend_garbage(sample)
-            }
-        }
-    }
-
-    fn spend_garbage(&mut self, sample: String) -> Option<CloseReason> {
-        self.garbage_seen = self.garbage_seen.saturating_add(1);
-        (self.garbage_seen > self.garbage_budget).then_some(CloseReason::Garbage(sample))
-    }
-
-    async fn route_response(&mut self, id: RequestId, outcome: Result<Value, RpcError>) {
-        let anomaly = {
-            let mut routes = self.shared.routes();
-            let number = match id {
-                RequestId::Number(number) => Some(number),
-                RequestId::Null | RequestId::Str(_) => None,
-            };
-            match number.and_then(|n| routes.pending.remove(&n)) {
-                Some(waiter) => {
-                    Counters::bump(&self.shared.counters.responses);
+        let (event, closes) = {
+            let mut wire = self.shared.wire();
+            match wire.receive(line) {
+                Incoming::Reply { tag, result } => {
                     // The waiter may have just timed out; it then reads nothing.
-                    let _ = waiter.send(outcome.map_err(RpcFailure::Rpc));
-                    None
+                    let _ = tag.send(result);
+                    return None;
                 }
-                None => match number.filter(|n| routes.late.contains(n)) {
-                    Some(late) => {
-                        Counters::bump(&self.shared.counters.late_responses);
-                        Some(Anomaly::LateResponse { id: late })
-                    }
-                    None => {
-                        Counters::bump(&self.shared.counters.unknown_response_ids);
-                        Some(Anomaly::UnknownResponseId {
-                            id,
-                            was_error: outcome.is_err(),
-                        })
-                    }
-                },
+                Incoming::Event(event) => {
+                    let closes = wire.spend(&event);
+                    (event, closes)
+                }
+                Incoming::Nothing => return None,
             }
         };
-        if let Some(anomaly) = anomaly {
-            self.emit(AgentEvent::Anomaly(anomaly)).await;
-        }
+        self.emit(event).await;
+        closes
     }
 
     /// Delivers an event, waiting while the channel is full (backpressure). If the
     /// receiver is gone the event is counted and dropped: nobody can read it.
     async fn emit(&self, event: AgentEvent) {
         if self.events.send(event).await.is_err() {
-            Counters::bump(&self.shared.counters.events_without_receiver);
+            self.shared.wire().lost_event();
         }
     }
-}
-
-fn sample(line: &[u8]) -> String {
-    let cut = line.len().min(GARBAGE_SAMPLE_BYTES);
-    String::from_utf8_lossy(&line[..cut]).into_owned()
 }
 
 #[cfg(test)]

@@ -1,0 +1,287 @@
+//! One JSON-RPC connection's bookkeeping, without I/O: ids for the requests we send, each
+//! answer routed back to its request by id, abandoned ids remembered as late, every line
+//! the agent writes classified ([`Incoming`]), the garbage budget, the counters.
+//!
+//! The tokio connection ([`crate::rpc`]) keeps one behind a mutex and moves bytes; the
+//! simulator keeps one per simulated agent process and moves the same bytes through its
+//! pipes. So the framing and the routing that production runs are what the sweep drives.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde_json::Value;
+
+use crate::jsonrpc::{encode_request, parse_frame, Frame, RequestId};
+use crate::rpc::{
+    AgentEvent, Anomaly, CloseReason, ConnectionStats, RpcFailure, GARBAGE_SAMPLE_BYTES,
+    LATE_IDS_REMEMBERED, MAX_PENDING_REQUESTS,
+};
+
+/// What one line from the agent turned out to be.
+#[derive(Debug, PartialEq)]
+pub enum Incoming<T> {
+    /// The answer to the request sent with `tag`.
+    Reply {
+        /// What the sender attached to the request.
+        tag: T,
+        /// Its result, or the agent's JSON-RPC error as [`RpcFailure::Rpc`].
+        result: Result<Value, RpcFailure>,
+    },
+    /// Something to pass on in wire order: a notification, a request from the agent, or
+    /// an anomaly (garbage, an unknown or late response id, an oversized line). Pass an
+    /// anomaly to [`Wire::spend`]: garbage past the budget closes the connection.
+    Event(AgentEvent),
+    /// A blank line.
+    Nothing,
+}
+
+/// The bookkeeping of one connection. `T` is what the sender attaches to each request to
+/// recognise its answer (a waiter, an operation).
+#[derive(Debug)]
+pub struct Wire<T> {
+    next_id: i64,
+    pending: BTreeMap<i64, T>,
+    late: VecDeque<i64>,
+    closed: Option<CloseReason>,
+    garbage_budget: u32,
+    garbage_seen: u32,
+    stats: ConnectionStats,
+}
+
+impl<T> Wire<T> {
+    /// A fresh connection that tolerates `garbage_budget` unusable lines.
+    pub fn new(garbage_budget: u32) -> Wire<T> {
+        Wire {
+            next_id: 1,
+            pending: BTreeMap::new(),
+            late: VecDeque::new(),
+            closed: None,
+            garbage_budget,
+            garbage_seen: 0,
+            stats: ConnectionStats::default(),
+        }
+    }
+
+    /// Counters so far.
+    #[must_use]
+    pub fn stats(&self) -> ConnectionStats {
+        self.stats
+    }
+
+    /// Why the connection closed, once it has.
+    #[must_use]
+    pub fn closed(&self) -> Option<&CloseReason> {
+        self.closed.as_ref()
+    }
+
+    /// Requests waiting for an answer.
+    #[must_use]
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// A request: its id and the line to write (newline included). Refused with the
+    /// failure the request gets when the connection is closed or too many are in flight;
+    /// the tag comes back then.
+    pub fn request(
+        &mut self,
+        method: &str,
+        params: &Value,
+        tag: T,
+    ) -> Result<(i64, String), (T, RpcFailure)> {
+        if let Some(reason) = &self.closed {
+            return Err((tag, reason.failure()));
+        }
+        if self.pending.len() >= MAX_PENDING_REQUESTS {
+            return Err((tag, RpcFailure::TooManyPending));
+        }
+        let id = self.next_id;
+        self.next_id = self.next_id.saturating_add(1);
+        self.pending.insert(id, tag);
+        Ok((id, encode_request(&RequestId::Number(id), method, params)))
+    }
+
+    /// The request `id` is no longer awaited (its deadline passed): its tag comes back, and
+    /// an answer that still comes is reported as late. `None` if it was answered already.
+    pub fn abandon(&mut self, id: i64) -> Option<T> {
+        let tag = self.pending.remove(&id)?;
+        if self.late.len() == LATE_IDS_REMEMBERED {
+            self.late.pop_front();
+        }
+        self.late.push_back(id);
+        Some(tag)
+    }
+
+    /// Classifies one line the agent wrote (without its newline).
+    pub fn receive(&mut self, line: &[u8]) -> Incoming<T> {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return Incoming::Nothing;
+        }
+        match parse_frame(line) {
+            Ok(Frame::Response { id, outcome }) => {
+                let number = match id {
+                    RequestId::Number(number) => Some(number),
+                    RequestId::Null | RequestId::Str(_) => None,
+                };
+                if let Some(tag) = number.and_then(|n| self.pending.remove(&n)) {
+                    self.stats.responses += 1;
+                    return Incoming::Reply {
+                        tag,
+                        result: outcome.map_err(RpcFailure::Rpc),
+                    };
+                }
+                let anomaly = match number.filter(|n| self.late.contains(n)) {
+                    Some(late) => {
+                        self.stats.late_responses += 1;
+                        Anomaly::LateResponse { id: late }
+                    }
+                    None => {
+                        self.stats.unknown_response_ids += 1;
+                        Anomaly::UnknownResponseId {
+                            id,
+                            was_error: outcome.is_err(),
+                        }
+                    }
+                };
+                Incoming::Event(AgentEvent::Anomaly(anomaly))
+            }
+            Ok(Frame::Notification { method, params }) => {
+                self.stats.notifications += 1;
+                Incoming::Event(AgentEvent::Notification {
+                    method,
+                    params,
+                    wire_bytes: line.len() + 1,
+                })
+            }
+            Ok(Frame::Request { id, method, params }) => {
+                self.stats.agent_requests += 1;
+                Incoming::Event(AgentEvent::Request { id, method, params })
+            }
+            Err(kind) => {
+                self.stats.garbage_lines += 1;
+                Incoming::Event(AgentEvent::Anomaly(Anomaly::Garbage {
+                    kind,
+                    sample: sample(line),
+                }))
+            }
+        }
+    }
+
+    /// A line longer than the connection accepts was skipped: the anomaly to report.
+    pub fn oversized(&mut self, bytes: usize) -> AgentEvent {
+        self.stats.oversized_lines += 1;
+        AgentEvent::Anomaly(Anomaly::OversizedLine { bytes })
+    }
+
+    /// Spends one unit of the garbage budget on the line whose report was `event` (an
+    /// [`Anomaly::Garbage`] or [`Anomaly::OversizedLine`]); past the budget, the reason the
+    /// connection closes. Other events cost nothing.
+    pub fn spend(&mut self, event: &AgentEvent) -> Option<CloseReason> {
+        let sample = match event {
+            AgentEvent::Anomaly(Anomaly::Garbage { sample, .. }) => sample.clone(),
+            AgentEvent::Anomaly(Anomaly::OversizedLine { bytes }) => format!("<{bytes} bytes>"),
+            _ => return None,
+        };
+        self.garbage_seen = self.garbage_seen.saturating_add(1);
+        (self.garbage_seen > self.garbage_budget).then_some(CloseReason::Garbage(sample))
+    }
+
+    /// The connection closed: every request still waiting fails with the failure its
+    /// reason implies (in id order), and later requests are refused.
+    pub fn close(&mut self, reason: CloseReason) -> Vec<(T, RpcFailure)> {
+        let failure = reason.failure();
+        if self.closed.is_none() {
+            self.closed = Some(reason);
+        }
+        std::mem::take(&mut self.pending)
+            .into_values()
+            .map(|tag| (tag, failure.clone()))
+            .collect()
+    }
+
+    /// Counts an event that had no receiver.
+    pub fn lost_event(&mut self) {
+        self.stats.events_without_receiver += 1;
+    }
+}
+
+/// The first [`GARBAGE_SAMPLE_BYTES`] bytes of a line, lossily decoded.
+pub fn sample(line: &[u8]) -> String {
+    let cut = line.len().min(GARBAGE_SAMPLE_BYTES);
+    String::from_utf8_lossy(&line[..cut]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jsonrpc::{encode_notification, encode_response, RpcError};
+    use serde_json::json;
+
+    #[test]
+    fn answers_reach_their_request_by_id_and_late_ones_are_named_late() {
+        let mut wire: Wire<&str> = Wire::new(0);
+        let (first, line) = wire.request("initialize", &json!({}), "init").unwrap();
+        assert!(line.ends_with('\n') && line.contains("\"id\":1"));
+        let (second, _) = wire.request("session/new", &json!({}), "new").unwrap();
+        let answer = encode_response(&RequestId::Number(second), &Ok(json!({"sessionId": "s"})));
+        assert_eq!(
+            wire.receive(answer.trim_end().as_bytes()),
+            Incoming::Reply {
+                tag: "new",
+                result: Ok(json!({"sessionId": "s"}))
+            }
+        );
+        assert_eq!(wire.abandon(first), Some("init"));
+        let late = encode_response(
+            &RequestId::Number(first),
+            &Err(RpcError::new(-32603, "Internal error")),
+        );
+        assert_eq!(
+            wire.receive(late.trim_end().as_bytes()),
+            Incoming::Event(AgentEvent::Anomaly(Anomaly::LateResponse { id: first }))
+        );
+        assert_eq!(wire.stats().late_responses, 1);
+        assert_eq!(wire.pending(), 0);
+    }
+
+    #[test]
+    fn closing_fails_every_waiting_request_and_refuses_new_ones() {
+        let mut wire: Wire<u8> = Wire::new(0);
+        wire.request("a", &json!(null), 1).unwrap();
+        wire.request("b", &json!(null), 2).unwrap();
+        let failed = wire.close(CloseReason::StdoutClosed);
+        assert_eq!(
+            failed,
+            vec![
+                (1, RpcFailure::TransportClosed),
+                (2, RpcFailure::TransportClosed)
+            ]
+        );
+        assert_eq!(
+            wire.request("c", &json!(null), 3),
+            Err((3, RpcFailure::TransportClosed))
+        );
+    }
+
+    #[test]
+    fn garbage_past_the_budget_closes_the_connection() {
+        let mut wire: Wire<()> = Wire::new(1);
+        let note = encode_notification("session/update", &json!({"sessionId": "s"}));
+        assert!(matches!(
+            wire.receive(note.trim_end().as_bytes()),
+            Incoming::Event(AgentEvent::Notification { wire_bytes, .. }) if wire_bytes == note.len()
+        ));
+        let Incoming::Event(first) = wire.receive(b"not json") else {
+            panic!("garbage is an event")
+        };
+        assert_eq!(wire.spend(&first), None);
+        let Incoming::Event(second) = wire.receive(b"[1]") else {
+            panic!("garbage is an event")
+        };
+        assert_eq!(
+            wire.spend(&second),
+            Some(CloseReason::Garbage("[1]".into()))
+        );
+        assert_eq!(wire.receive(b"   "), Incoming::Nothing);
+    }
+}
