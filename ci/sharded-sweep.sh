@@ -28,10 +28,10 @@ usage() {
 count=$1
 shift
 # A GitHub Actions matrix holds at most 256 jobs; the script keeps the same bound.
-[[ $count =~ ^[0-9]+$ ]] && ((count >= 1 && count <= 256)) || {
+if ! [[ $count =~ ^[1-9][0-9]*$ ]] || ((count > 256)); then
     echo "sharded-sweep: N must be a whole number from 1 to 256, not '$count'" >&2
     usage
-}
+fi
 out=
 while [[ $# -gt 0 ]]; do
     case $1 in
@@ -76,10 +76,10 @@ fi
 
 cores=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
 procs=${SHARD_PROCS:-$cores}
-[[ $procs =~ ^[0-9]+$ ]] && ((procs >= 1)) || {
+if ! [[ $procs =~ ^[1-9][0-9]*$ ]]; then
     echo "sharded-sweep: SHARD_PROCS must be a whole number >= 1, not '$procs'" >&2
     exit 2
-}
+fi
 ((procs <= count)) || procs=$count
 if [[ $jobs_given == 0 ]]; then
     sweep_args+=(--jobs "$((cores / procs > 0 ? cores / procs : 1))")
@@ -95,7 +95,8 @@ rm -rf "$out"/shard-* "$out"/merged
 touch "$out/.sharded-sweep"
 
 # run_shard I SWEEP_ARGS...: one shard, as its own process; its exit code goes to
-# DIR/shard-I.rc, so the pool below never stops early.
+# DIR/shard-I.rc, so the pool below never stops early. xargs calls it.
+# shellcheck disable=SC2329
 run_shard() {
     local i=$1 rc=0
     shift
