@@ -62,6 +62,12 @@ done
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${out:-$root/target/sharded-sweep}
 
+# Only what an earlier run of this script wrote is removed.
+if [[ -e $out && ! -e $out/.sharded-sweep ]] && [[ -n $(ls -A "$out" 2>/dev/null) ]]; then
+    echo "sharded-sweep: $out is not empty and was not written by this script; choose another -o" >&2
+    exit 2
+fi
+
 palisade=${PALISADE:-}
 if [[ -z $palisade ]]; then
     # From the workspace root: its .cargo/config.toml sets the madsim cfg the sim needs.
@@ -85,11 +91,6 @@ if [[ $jobs_given == 0 ]]; then
     sweep_args+=(--jobs "$((cores / procs > 0 ? cores / procs : 1))")
 fi
 
-# Only what an earlier run of this script wrote is removed.
-if [[ -e $out && ! -e $out/.sharded-sweep ]] && [[ -n $(ls -A "$out" 2>/dev/null) ]]; then
-    echo "sharded-sweep: $out is not empty and was not written by this script; choose another -o" >&2
-    exit 2
-fi
 mkdir -p "$out"
 rm -rf "$out"/shard-* "$out"/merged
 touch "$out/.sharded-sweep"
