@@ -664,14 +664,16 @@ impl Driver {
                 }
             }
         }
+        // Every agent's tree is stopped as a StopExecution would: stdin EOF, the grace,
+        // SIGTERM, SIGKILL; all at once.
         let handles = std::mem::take(&mut self.handles);
-        for handle in handles.values() {
-            handle.conn.kill();
+        let grace_until =
+            Instant::now() + Duration::from_millis(self.engine.config().stop_grace_ms);
+        let mut stopping = JoinSet::new();
+        for handle in handles.into_values() {
+            stopping.spawn(async move { handle.conn.stop(grace_until).await });
         }
-        let until = Instant::now() + REAP_WITHIN;
-        for handle in handles.values() {
-            let _ = handle.conn.wait_exit(until).await;
-        }
+        while stopping.join_next().await.is_some() {}
     }
 
     fn message(&mut self, message: Inbox) {
@@ -800,12 +802,9 @@ impl Driver {
                 let grace_until = (Instant::now() + Duration::from_millis(grace_ms))
                     .min(self.clock.instant(deadline));
                 tokio::spawn(async move {
-                    // ACP agents exit on stdin EOF, and may save their conversation first.
-                    conn.close_stdin().await;
-                    let status = match conn.wait_exit(grace_until).await {
-                        Some(status) => Some(status),
-                        None => conn.kill_and_reap(Instant::now() + REAP_WITHIN).await,
-                    };
+                    // Stdin EOF (an agent may save and exit), the grace, then SIGTERM and
+                    // SIGKILL to the agent's whole process tree.
+                    let status = conn.stop(grace_until).await;
                     let _ = inbox.send(Inbox::Reaped { execution, status }).await;
                 });
             }
