@@ -13,7 +13,12 @@
 //!   `dist/examples/agent.js` under node. It needs no model: a turn streams a few updates
 //!   one second apart and asks for a permission (which the supervisor declines).
 //!
-//! Against each, over its real stdio: the handshake and `session/new`; `session/load` of
+//! - **The Python SDK**, `agent-client-protocol` 0.12.1 from PyPI (in a venv in the
+//!   cache), under two minimal agents written here: one whose `load_session` returns
+//!   `None` (as issue 13 found the SDK's examples do) and one without `load_session`.
+//!   Only their answers to `session/load` are checked: what the README says of them.
+//!
+//! Against codex-acp and the TS agent, over their real stdio: the handshake and `session/new`; `session/load` of
 //! an unknown session, whose answer must be the one the README's table names (code,
 //! message, `data`) and classify to the README's verdict; then under the supervisor: a
 //! turn; SIGKILL of the agent between turns, and the next prompt completes; SIGKILL in
@@ -50,6 +55,8 @@ const CODEX_PACKAGE: &str = "@zed-industries/codex-acp";
 const CODEX_VERSION: &str = "0.16.0";
 const TS_SDK_PACKAGE: &str = "@agentclientprotocol/sdk";
 const TS_SDK_VERSION: &str = "0.12.0";
+const PY_SDK_PACKAGE: &str = "agent-client-protocol";
+const PY_SDK_VERSION: &str = "0.12.1";
 
 /// An ACP session id no agent has: `session/load` of it must say "unknown".
 const UNKNOWN_SESSION: &str = "0199a213-81c0-7800-8aa1-bbab2a035a53";
@@ -183,6 +190,74 @@ fn npm_install(package: &str, version: &str) -> Result<PathBuf, Skip> {
         started.elapsed().as_secs_f64()
     ));
     Ok(dir)
+}
+
+/// Makes a venv in the cache and installs `package==version` into it (once); its python.
+fn pip_install(package: &str, version: &str) -> Result<PathBuf, Skip> {
+    if std::env::var("PALISADE_INTEROP").as_deref() == Ok("skip") {
+        return Err(Skip("PALISADE_INTEROP=skip".into()));
+    }
+    let dir = cache_dir()
+        .join("pip")
+        .join(format!("{package}=={version}"));
+    let python = dir.join("bin").join("python");
+    let done = dir.join(".installed");
+    if done.is_file() {
+        return Ok(python);
+    }
+    let spec = format!("{package}=={version}");
+    let probe = cache_dir().join("pip").join("probe");
+    let _ = std::fs::create_dir_all(&probe);
+    match run(
+        Command::new("python3")
+            .args(["-m", "pip", "download", "--no-deps", "--quiet", "-d"])
+            .arg(&probe)
+            .arg(&spec),
+        REGISTRY_PROBE,
+    ) {
+        Ok(output) if output.status.success() => {}
+        Ok(output) => {
+            return Err(Skip(format!(
+                "python3 -m pip cannot fetch {spec} (PyPI not reachable?): {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            )))
+        }
+        Err(why) => return Err(Skip(format!("PyPI is not reachable: {why}"))),
+    }
+    let started = Instant::now();
+    let _ = std::fs::remove_dir_all(&dir);
+    match run(
+        Command::new("python3").args(["-m", "venv"]).arg(&dir),
+        INSTALL_WITHIN,
+    ) {
+        Ok(output) if output.status.success() => {}
+        _ => return Err(Skip("python3 cannot make a venv".into())),
+    }
+    let output = run(
+        Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .arg(&spec),
+        INSTALL_WITHIN,
+    )
+    .unwrap_or_else(|why| panic!("pip install {spec}: {why}"));
+    assert!(
+        output.status.success(),
+        "PyPI answered, but pip install {spec} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    std::fs::write(&done, spec.as_bytes()).expect("the cache is writable");
+    note(&format!(
+        "installed {spec} into {} in {:.1} s",
+        dir.display(),
+        started.elapsed().as_secs_f64()
+    ));
+    Ok(python)
 }
 
 fn node_available() -> bool {
@@ -973,4 +1048,133 @@ async fn typescript_sdk_example_agent() {
         &scratch,
     )
     .await;
+}
+
+/// A minimal agent on the Python SDK. `LOAD` is what its `load_session` does: `none`
+/// returns `None`; `missing` has no `load_session` at all.
+const PYTHON_AGENT: &str = r#"
+import asyncio, sys
+from acp import run_agent
+from acp.schema import AgentCapabilities, InitializeResponse, NewSessionResponse, PromptResponse
+
+class Agent:
+    async def initialize(self, protocol_version, client_capabilities=None, **kwargs):
+        return InitializeResponse(protocol_version=protocol_version,
+                                  agent_capabilities=AgentCapabilities(load_session=True))
+
+    async def new_session(self, cwd, mcp_servers=None, **kwargs):
+        return NewSessionResponse(session_id="py-session-1")
+
+    async def prompt(self, prompt, session_id, **kwargs):
+        return PromptResponse(stop_reason="end_turn")
+
+class LoadsAnything(Agent):
+    async def load_session(self, cwd, session_id, mcp_servers=None, **kwargs):
+        return None
+
+asyncio.run(run_agent(LoadsAnything() if sys.argv[1] == "none" else Agent()))
+"#;
+
+/// The answer of a Python-SDK agent to `session/load` of an unknown session.
+async fn python_unknown_load(
+    python: &Path,
+    script: &Path,
+    load: &str,
+) -> Result<Value, RpcFailure> {
+    let command = AgentCommand::new(python).arg(script).arg(load);
+    let config = ConnectionConfig {
+        stderr: StderrMode::Null,
+        ..ConnectionConfig::default()
+    };
+    let (conn, mut events) = AgentConnection::spawn(&command, config).expect("spawns");
+    let drain = tokio::spawn(async move { while events.recv().await.is_some() {} });
+    let deadline = || tokio::time::Instant::now() + WITHIN;
+    let cwd = std::env::temp_dir();
+    conn.request(
+        acp::INITIALIZE,
+        acp::initialize_params("palisade-interop", "1"),
+        deadline(),
+    )
+    .await
+    .expect("initialize");
+    conn.request(acp::SESSION_NEW, acp::new_session_params(&cwd), deadline())
+        .await
+        .expect("session/new");
+    let answer = conn
+        .request(
+            acp::SESSION_LOAD,
+            acp::load_session_params(UNKNOWN_SESSION, &cwd),
+            deadline(),
+        )
+        .await;
+    conn.stop(tokio::time::Instant::now() + Duration::from_millis(200))
+        .await;
+    drain.abort();
+    answer
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_agents_answer_session_load_as_the_readme_says() {
+    let _serial = SERIAL.lock().await;
+    let python = match pip_install(PY_SDK_PACKAGE, PY_SDK_VERSION) {
+        Ok(python) => python,
+        Err(Skip(why)) => {
+            note(&format!("Python SDK agents: SKIPPED: {why}"));
+            return;
+        }
+    };
+    let scratch = scratch("python-sdk");
+    let script = scratch.join("agent.py");
+    std::fs::write(&script, PYTHON_AGENT).unwrap();
+
+    // A `load_session` that returns None: the SDK answers `{}`, a success, for any id.
+    let answer = python_unknown_load(&python, &script, "none").await;
+    assert_eq!(answer, Ok(json!({})));
+    // No `load_session`: −32601, with the method in `data`.
+    let answer = python_unknown_load(&python, &script, "missing").await;
+    let Err(RpcFailure::Rpc(error)) = &answer else {
+        panic!("session/load without a handler answered {answer:?}");
+    };
+    assert_eq!(
+        (error.code, error.message.as_str(), &error.data),
+        (
+            -32601,
+            "Method not found",
+            &Some(json!({"method": "session/load"}))
+        )
+    );
+    note(&format!(
+        "Python SDK {PY_SDK_VERSION}: load_session returning None → session/load of an \
+         unknown id answers {{}} (success); no load_session → -32601 \"Method not found\" \
+         data={{\"method\":\"session/load\"}}"
+    ));
+    assert_no_tree_left("Python SDK agents", &[]);
+    let _ = std::fs::remove_dir_all(scratch);
+}
+
+/// Issue 13, *Why* 6: the README's table says what the real agents answered (the answers
+/// this suite checks above, and the package name issue 13 ran).
+#[test]
+fn readme_table_says_what_the_real_agents_answer() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md");
+    let table = readme
+        .split_once("#### Real agents' answers to an unknown session")
+        .and_then(|(_, rest)| rest.split_once("#### Rule 6, row by row"))
+        .map(|(table, _)| table.replace('\n', " "))
+        .expect("the README has the table of real agents' answers");
+    for fact in [
+        // The TS SDK's methodNotFound carries the method in `data`.
+        r#"`methodNotFound(m)` becomes `{code: -32601, message: "\"Method not found\": <m>", data: {method: <m>}}`"#,
+        // The claude-agent-acp package that was run.
+        "`@zed-industries/claude-agent-acp`",
+        // Python-SDK agents whose load_session returns None answer {} to any id.
+        "whose `load_session` returns `None`",
+        "`{}`, a **success**, for any id",
+        // What the interop suite checks, named as such.
+        "`@zed-industries/codex-acp`, 0.16.0 *(interop)*",
+        r#"−32601 `"Method not found": session/load`, `data: {method: "session/load"}`"#,
+    ] {
+        assert!(table.contains(fact), "the README's table lacks: {fact}");
+    }
 }
