@@ -371,9 +371,10 @@ impl Supervisor {
         self.call(|reply| Command::Stats { reply }).await
     }
 
-    /// Hands the caller the output already admitted, kills and reaps every agent process
-    /// and stops the driver. The state file keeps the last step's state, exactly as after
-    /// a crash: a supervisor started from it recovers what was in flight.
+    /// Hands the caller the output already admitted, stops every agent (stdin EOF, the
+    /// stop grace, SIGTERM, SIGKILL: the whole process tree) and stops the driver. The state
+    /// file keeps the last step's state, exactly as after a crash: a supervisor started from
+    /// it recovers what was in flight.
     pub async fn shutdown(&self) {
         let _ = self.call(|reply| Command::Shutdown { reply }).await;
     }
@@ -646,7 +647,7 @@ impl Driver {
     }
 
     /// Hands the caller the output already admitted (the state file counts it as
-    /// delivered), then kills and reaps every agent; tells the engine nothing more (the
+    /// delivered), then stops every agent's tree; tells the engine nothing more (the
     /// state file keeps the last step, as after a crash).
     async fn shutdown(&mut self) {
         self.engine.flush_output(self.clock.now());
