@@ -133,6 +133,17 @@ fn run(command: &mut Command, within: Duration) -> Result<Output, String> {
     })
 }
 
+/// The last non-empty line of a tool's stderr: its conclusion.
+fn last_line(stderr: &[u8]) -> String {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .rev()
+        .find(|line| !line.trim().is_empty())
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
 /// Why an agent's checks did not run.
 #[derive(Debug)]
 struct Skip(String);
@@ -162,7 +173,7 @@ fn npm_install(package: &str, version: &str) -> Result<PathBuf, Skip> {
         Ok(output) => {
             return Err(Skip(format!(
                 "the npm registry did not answer for {spec}: {}",
-                String::from_utf8_lossy(&output.stderr).trim()
+                last_line(&output.stderr)
             )))
         }
         Err(why) => return Err(Skip(format!("the npm registry is not reachable: {why}"))),
@@ -219,7 +230,7 @@ fn pip_install(package: &str, version: &str) -> Result<PathBuf, Skip> {
         Ok(output) => {
             return Err(Skip(format!(
                 "python3 -m pip cannot fetch {spec} (PyPI not reachable?): {}",
-                String::from_utf8_lossy(&output.stderr).trim()
+                last_line(&output.stderr)
             )))
         }
         Err(why) => return Err(Skip(format!("PyPI is not reachable: {why}"))),
