@@ -1060,9 +1060,14 @@ impl Core {
                     return Verdict::Reject(RejectReason::UnexpectedEvent);
                 }
                 let token = self.sessions.get(&session).and_then(|s| s.token);
+                // Rule 6: an agent that cannot load gets `session/new` at once, and the
+                // reason says which proof it was (`false` and absent are told apart).
                 let step = match (token, load_capability) {
                     (Some(_), Some(true)) => ConvPhase::Loading,
-                    (Some(_), _) => ConvPhase::Creating(NewConversationReason::Fallback(
+                    (Some(_), Some(false)) => ConvPhase::Creating(NewConversationReason::Fallback(
+                        ClassifyReason::CapabilityFalse,
+                    )),
+                    (Some(_), None) => ConvPhase::Creating(NewConversationReason::Fallback(
                         ClassifyReason::CapabilityAbsent,
                     )),
                     (None, _) => ConvPhase::Creating(NewConversationReason::First),

@@ -4,7 +4,7 @@
 
 mod common;
 use common::*;
-use palisade_core::classify::{LoadFailure, LoadOutcome, RpcError, TransportState};
+use palisade_core::classify::{ClassifyReason, LoadFailure, LoadOutcome, RpcError, TransportState};
 use palisade_core::*;
 
 type R = Result<(), String>;
@@ -707,6 +707,52 @@ fn unknown_session_resource_not_found_falls_back_to_session_new() {
     );
     assert_eq!(h.core().conversation(s(1)), Some(token(77)));
     h.assert_clean();
+}
+
+/// A replacement whose agent says `loadSession: false` (or says nothing) gets
+/// `session/new` at once, and the reason names which of the two it was.
+fn capability_fallback_reason(load_capability: Option<bool>) -> Vec<NewConversationReason> {
+    let mut h = H::default();
+    h.resume(1);
+    let (a, g) = h.ready(1, 1);
+    h.cb(1, 1, Some(a), g, RuntimeEvent::Exited { stamp: stamp(1) });
+    h.resume(1);
+    let a2 = h.started(1);
+    let Verdict::Bound { generation: g2 } = h.bind(1, a2, 2) else {
+        panic!("bind refused: {:?}", h.last())
+    };
+    let verdict = h.cb(
+        1,
+        2,
+        Some(a2),
+        g2,
+        RuntimeEvent::AgentReady { load_capability },
+    );
+    assert_eq!(verdict, Verdict::Accepted);
+    h.last()
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::NewConversation { reason, .. } => Some(*reason),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn load_capability_false_and_absent_fall_back_with_their_own_reasons() {
+    assert_eq!(
+        capability_fallback_reason(Some(false)),
+        [NewConversationReason::Fallback(
+            ClassifyReason::CapabilityFalse
+        )]
+    );
+    assert_eq!(
+        capability_fallback_reason(None),
+        [NewConversationReason::Fallback(
+            ClassifyReason::CapabilityAbsent
+        )]
+    );
+    assert_eq!(capability_fallback_reason(Some(true)), []);
 }
 
 // ----- rule 7 -----------------------------------------------------------------------------

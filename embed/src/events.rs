@@ -240,11 +240,18 @@ impl SessionEvent {
         }
     }
 
-    /// The event as one JSON object (`{"event": name, "session": n, ...}`), as
-    /// `palisade-supervise` prints it. IDs are numbers (attempts as `"epoch.seq"`).
+    /// The event as one JSON object (`{"event": name, "session": "n", ...}`), as
+    /// `palisade-supervise` prints it.
+    ///
+    /// Every ID is a string (`"7"`; attempts as `"epoch.seq"`): IDs are 64-bit, and a
+    /// JSON number above 2^53 is read wrong by JavaScript and by any parser that goes
+    /// through an `f64` (error stamps minted by the core have bit 63 set). The numbers that
+    /// remain are at most 2^53 by construction: `step` and `pid` are 32-bit;
+    /// `seq` counts one turn's output events; `at_ms` is milliseconds on the supervisor's
+    /// wall-clock-based clock (2^53 ms is 285,000 years).
     #[must_use]
     pub fn to_json(&self) -> Value {
-        let mut object = json!({"event": self.name(), "session": self.session().get()});
+        let mut object = json!({"event": self.name(), "session": id(self.session().get())});
         let fields = match self {
             SessionEvent::RuntimeStarted {
                 execution,
@@ -253,23 +260,23 @@ impl SessionEvent {
                 pid,
                 ..
             } => json!({
-                "execution": execution.get(),
+                "execution": id(execution.get()),
                 "attempt": attempt.to_string(),
-                "generation": generation.get(),
+                "generation": id(generation.get()),
                 "pid": pid,
             }),
             SessionEvent::ConversationLoading {
                 execution,
                 conversation,
                 ..
-            } => json!({"execution": execution.get(), "conversation": conversation}),
+            } => json!({"execution": id(execution.get()), "conversation": conversation}),
             SessionEvent::ConversationReady {
                 execution,
                 conversation,
                 origin,
                 ..
             } => json!({
-                "execution": execution.get(),
+                "execution": id(execution.get()),
                 "conversation": conversation,
                 "origin": match origin {
                     ConversationOrigin::Loaded => "loaded".to_owned(),
@@ -278,7 +285,7 @@ impl SessionEvent {
                 },
             }),
             SessionEvent::Output { turn, events, .. } => json!({
-                "turn": turn.get(),
+                "turn": id(turn.get()),
                 "events": events.iter().map(|e| json!({
                     "seq": e.seq,
                     "kind": format!("{:?}", e.kind),
@@ -291,18 +298,18 @@ impl SessionEvent {
                 stop_reason,
                 ..
             } => json!({
-                "turn": turn.get(),
+                "turn": id(turn.get()),
                 "outcome": format!("{outcome:?}"),
                 "stop_reason": stop_reason,
             }),
             SessionEvent::RecoveryStarted { turn, step, at, .. } => {
-                json!({"turn": turn.get(), "step": step, "at_ms": at.as_millis()})
+                json!({"turn": id(turn.get()), "step": step, "at_ms": at.as_millis()})
             }
-            SessionEvent::RecoveryExhausted { turn, .. } => json!({"turn": turn.get()}),
+            SessionEvent::RecoveryExhausted { turn, .. } => json!({"turn": id(turn.get())}),
             SessionEvent::FailureReported { failure, cause, .. } => json!({
                 "attempt": failure.attempt.to_string(),
-                "execution": failure.execution.map(ExecutionId::get),
-                "stamp": failure.stamp.get(),
+                "execution": failure.execution.map(|x| id(x.get())),
+                "stamp": id(failure.stamp.get()),
                 "cause": cause.to_string(),
             }),
             SessionEvent::AttemptSettled {
@@ -315,7 +322,7 @@ impl SessionEvent {
                 reason,
                 ..
             } => json!({
-                "execution": execution.get(),
+                "execution": id(execution.get()),
                 "status": status.map(|s| format!("{s:?}")),
                 "reason": reason.as_ref().map(|r| format!("{r:?}")),
             }),
@@ -325,6 +332,11 @@ impl SessionEvent {
         }
         object
     }
+}
+
+/// A 64-bit ID as JSON: a string, so no reader rounds it (see [`SessionEvent::to_json`]).
+fn id(raw: u64) -> Value {
+    Value::String(raw.to_string())
 }
 
 /// How the core named a `session/new`, as the caller sees it.
@@ -360,6 +372,126 @@ pub(crate) fn kind_of(update: &Value) -> EventKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The largest integer every JSON reader keeps exactly (an `f64` mantissa).
+    const EXACT_IN_F64: u64 = 1 << 53;
+
+    /// Every integer in `value`, with where it is.
+    fn integers(value: &Value, at: &str, out: &mut Vec<(String, u64)>) {
+        match value {
+            Value::Number(n) => out.push((at.to_owned(), n.as_u64().unwrap_or(u64::MAX))),
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    integers(item, &format!("{at}[{i}]"), out);
+                }
+            }
+            Value::Object(fields) => {
+                for (name, field) in fields {
+                    integers(field, &format!("{at}.{name}"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// One event of every kind, every ID at its largest.
+    fn every_event_with_huge_ids() -> Vec<SessionEvent> {
+        use palisade_core::{AttemptOutcome, ErrorStamp};
+        let session = SessionId::new(u64::MAX).unwrap();
+        let execution = ExecutionId::new(u64::MAX).unwrap();
+        let turn = TurnId::new(u64::MAX).unwrap();
+        let attempt = AttemptId::from_raw(u64::MAX).unwrap();
+        let generation = Generation::new(u64::MAX).unwrap();
+        let failure = RecoveryFailure {
+            attempt,
+            execution: Some(execution),
+            stamp: ErrorStamp::new((1 << 63) | 1).unwrap(),
+        };
+        vec![
+            SessionEvent::RuntimeStarted {
+                session,
+                execution,
+                attempt,
+                generation,
+                pid: Some(u32::MAX),
+            },
+            SessionEvent::ConversationLoading {
+                session,
+                execution,
+                conversation: "c".into(),
+            },
+            SessionEvent::ConversationReady {
+                session,
+                execution,
+                conversation: "c".into(),
+                origin: ConversationOrigin::Loaded,
+            },
+            SessionEvent::Output {
+                session,
+                turn,
+                events: vec![OutputEvent {
+                    seq: 1,
+                    kind: EventKind::Text,
+                    update: json!({}),
+                }],
+            },
+            SessionEvent::TurnEnded {
+                session,
+                turn,
+                outcome: TurnOutcome::Completed,
+                stop_reason: None,
+            },
+            SessionEvent::RecoveryStarted {
+                session,
+                turn,
+                step: u32::MAX,
+                at: Timestamp::from_millis(1_795_953_231_388),
+            },
+            SessionEvent::RecoveryExhausted { session, turn },
+            SessionEvent::FailureReported {
+                session,
+                failure,
+                cause: FailureCause::CoreDeadline,
+            },
+            SessionEvent::AttemptSettled {
+                session,
+                attempt,
+                outcome: AttemptOutcome::Ready,
+            },
+            SessionEvent::JoinTimedOut { session, attempt },
+            SessionEvent::RuntimeExited {
+                session,
+                execution,
+                status: None,
+                reason: None,
+            },
+        ]
+    }
+
+    #[test]
+    fn json_ids_are_strings_and_no_number_exceeds_2_pow_53() {
+        for event in every_event_with_huge_ids() {
+            let json = event.to_json();
+            let mut found = Vec::new();
+            integers(&json, "", &mut found);
+            let too_big: Vec<_> = found.iter().filter(|(_, n)| *n > EXACT_IN_F64).collect();
+            assert!(
+                too_big.is_empty(),
+                "{}: {too_big:?} in {json}",
+                event.name()
+            );
+            assert_eq!(json["session"], json!(u64::MAX.to_string()), "{json}");
+        }
+        let failure = every_event_with_huge_ids()
+            .into_iter()
+            .find(|e| e.name() == "failure_reported")
+            .unwrap()
+            .to_json();
+        // What issue 13 saw printed as 9223372036854775809, and JavaScript read as
+        // 9223372036854776000.
+        assert_eq!(failure["stamp"], json!("9223372036854775809"));
+        assert_eq!(failure["execution"], json!(u64::MAX.to_string()));
+    }
 
     #[test]
     fn update_kinds_map_to_event_kinds() {

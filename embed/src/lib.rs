@@ -13,7 +13,9 @@
 //! - **The wire**, independent of the core: ACP payloads ([`acp`], on the official
 //!   `agent-client-protocol-schema` types), a small JSON-RPC 2.0 framing layer
 //!   ([`jsonrpc`]) and an async connection to an agent process ([`rpc`]) whose every
-//!   failure is a typed [`RpcFailure`].
+//!   failure is a typed [`RpcFailure`]. The connection owns the agent's whole process
+//!   tree ([`process`]): a stop, a kill, a drop, and a watchdog process when the
+//!   supervisor itself is SIGKILLed, take down every process the agent started.
 //!
 //! The crate also ships `palisade-test-agent`, a real ACP agent scripted by arguments,
 //! which the integration tests drive.
@@ -95,6 +97,7 @@ pub mod config;
 pub mod engine;
 pub mod events;
 pub mod jsonrpc;
+pub mod process;
 pub mod replay;
 pub mod rpc;
 pub mod state;

@@ -7,7 +7,12 @@
 //!   [`AgentEvents`] channel;
 //! - a **writer** that owns the child's stdin and writes whole lines only (a request
 //!   whose deadline passes mid-write can never leave half a line in the pipe);
-//! - a **supervisor** that owns the [`Child`], kills it on request and reaps it.
+//! - a **supervisor** that owns the [`Child`] and its whole process tree
+//!   ([`crate::process`]): it takes the tree down on request and reaps the child.
+//!
+//! The agent runs as the leader of its own process group, marked in its environment, and
+//! guarded by a watchdog process; stopping or killing the connection takes down every
+//! process the agent started, not only the agent (see [`crate::process`]).
 //!
 //! # Backpressure, and the one rule for callers
 //!
@@ -41,6 +46,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, timeout_at, Instant};
 
 use crate::jsonrpc::{encode_notification, encode_response, FrameError, RequestId, RpcError};
+use crate::process::{ProcessTree, TreeId, Watchdog, WatchdogProgram, TREE_ENV};
 use crate::wire::{Incoming, Wire};
 
 /// Default longest line we accept from an agent. A `session/load` history replay or a
@@ -354,6 +360,9 @@ pub struct ConnectionConfig {
     pub stderr: StderrMode,
     /// Longest line accepted from the agent; see [`DEFAULT_MAX_LINE_BYTES`].
     pub max_line_bytes: usize,
+    /// The watchdog that takes the agent's tree down if this process dies without running
+    /// any code (SIGKILL); see [`crate::process`].
+    pub watchdog: WatchdogProgram,
 }
 
 impl Default for ConnectionConfig {
@@ -363,6 +372,7 @@ impl Default for ConnectionConfig {
             garbage_budget: 0,
             stderr: StderrMode::Inherit,
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+            watchdog: WatchdogProgram::default(),
         }
     }
 }
@@ -442,16 +452,30 @@ enum WriteJob {
     CloseStdin,
 }
 
+/// How the connection was asked to take the agent's tree down; a later, harder request
+/// overrides an earlier one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Takedown {
+    None,
+    /// SIGTERM to the tree, SIGKILL after [`crate::process::TERM_GRACE`].
+    Terminate,
+    /// SIGKILL to the tree.
+    Kill,
+}
+
 /// A running ACP agent and the JSON-RPC connection to it. Methods take `&self`: share it
 /// with an `Arc` to prompt from one task and cancel from another.
 ///
-/// Dropping it kills the agent (SIGKILL) and reaps it in the background.
+/// Dropping it kills the agent's whole process tree (SIGKILL) and reaps it in the
+/// background.
 #[derive(Debug)]
 pub struct AgentConnection {
     shared: Arc<Shared>,
     writer: mpsc::Sender<WriteJob>,
-    kill: Mutex<Option<oneshot::Sender<()>>>,
+    takedown: watch::Sender<Takedown>,
     exit: watch::Receiver<Option<ProcessExit>>,
+    /// True once no process of the agent's tree is left (after `exit`).
+    down: watch::Receiver<bool>,
     reader: JoinHandle<()>,
     pid: Option<u32>,
 }
@@ -466,15 +490,26 @@ impl std::fmt::Debug for WriteJob {
 }
 
 impl AgentConnection {
-    /// Starts the agent and the connection's tasks. Must be called inside a tokio
-    /// runtime. The events must be drained (see the module docs).
+    /// Starts the agent (with its watchdog) and the connection's tasks. Must be called
+    /// inside a tokio runtime. The events must be drained (see the module docs).
     pub fn spawn(
         command: &AgentCommand,
         config: ConnectionConfig,
     ) -> Result<(AgentConnection, AgentEvents), SpawnError> {
+        // The watchdog starts first: should we die right after the agent started, it
+        // finds the agent by its marker.
+        let marker = crate::process::new_marker();
+        let watchdog = config
+            .watchdog
+            .resolve()
+            .and_then(|program| Watchdog::spawn(&program, &marker));
         let mut cmd = Command::new(&command.program);
         cmd.args(&command.args)
             .envs(command.env.iter().map(|(k, v)| (k, v)))
+            .env(TREE_ENV, &marker)
+            // Its own group: the tree is signalled as one, and a terminal's Ctrl-C (sent
+            // to the foreground group) reaches the supervisor, which stops it in order.
+            .process_group(0)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(match config.stderr {
@@ -487,23 +522,48 @@ impl AgentConnection {
         if let Some(dir) = &command.current_dir {
             cmd.current_dir(dir);
         }
-        let mut child = cmd.spawn().map_err(SpawnError::Spawn)?;
-        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            // Dropping `child` kills it (kill_on_drop).
-            return Err(SpawnError::MissingPipe);
+        let mut child = match cmd.spawn() {
+            Ok(child) => child,
+            Err(error) => {
+                if let Some(watchdog) = watchdog {
+                    watchdog.abandon();
+                }
+                return Err(SpawnError::Spawn(error));
+            }
         };
         let pid = child.id();
+        let tree = ProcessTree::new(TreeId {
+            pgid: pid.unwrap_or(0),
+            marker,
+        });
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            // Dropping `tree` kills the group, dropping `child` kills it (kill_on_drop).
+            if let Some(watchdog) = watchdog {
+                watchdog.abandon();
+            }
+            return Err(SpawnError::MissingPipe);
+        };
 
         let shared = Arc::new(Shared {
             wire: Mutex::new(Wire::new(config.garbage_budget)),
             kill_requested: AtomicBool::new(false),
         });
         let (exit_tx, exit_rx) = watch::channel(None);
-        let (kill_tx, kill_rx) = oneshot::channel();
+        let (down_tx, down_rx) = watch::channel(false);
+        let (takedown_tx, takedown_rx) = watch::channel(Takedown::None);
         let (write_tx, write_rx) = mpsc::channel(WRITE_QUEUE_LINES);
         let (event_tx, event_rx) = mpsc::channel(config.event_capacity.max(1));
 
-        tokio::spawn(supervise(child, kill_rx, exit_tx));
+        tokio::spawn(supervise(
+            Owned {
+                child,
+                tree,
+                watchdog,
+            },
+            takedown_rx,
+            exit_tx,
+            down_tx,
+        ));
         tokio::spawn(write_loop(stdin, write_rx));
         let reader = tokio::spawn(
             Reader {
@@ -518,8 +578,9 @@ impl AgentConnection {
         let connection = AgentConnection {
             shared,
             writer: write_tx,
-            kill: Mutex::new(Some(kill_tx)),
+            takedown: takedown_tx,
             exit: exit_rx,
+            down: down_rx,
             reader,
             pid,
         };
@@ -618,33 +679,62 @@ impl AgentConnection {
             .unwrap_or(Err(RpcFailure::TimedOut))
     }
 
-    /// Closes the agent's stdin after the lines already queued (ACP agents exit on EOF).
+    /// Closes the agent's stdin after the lines already queued (ACP agents may exit on
+    /// EOF; none of the real ones measured does).
     pub async fn close_stdin(&self) {
         // Fails only if the writer is gone, and then stdin is closed already.
         let _ = self.writer.send(WriteJob::CloseStdin).await;
     }
 
-    /// Sends SIGKILL to the agent (once; later calls do nothing). The supervisor reaps it;
-    /// in-flight requests fail with [`RpcFailure::Killed`].
-    pub fn kill(&self) {
+    fn take_down(&self, how: Takedown) {
         self.shared.kill_requested.store(true, Ordering::SeqCst);
-        let sender = self
-            .kill
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(sender) = sender {
-            // Fails only if the supervisor already finished: the child was reaped.
-            let _ = sender.send(());
-        }
+        // A harder request overrides a softer one; the supervisor task may be gone (the
+        // tree is down then), which is fine.
+        self.takedown.send_if_modified(|asked| {
+            let harder = how > *asked;
+            if harder {
+                *asked = how;
+            }
+            harder
+        });
     }
 
-    /// Waits until the agent was reaped, or `deadline`; its exit status, if reaped.
-    pub async fn wait_exit(&self, deadline: Instant) -> Option<ProcessExit> {
+    /// Sends SIGKILL to the agent's whole process tree. The supervisor reaps the agent and
+    /// waits for the rest of the tree to go; in-flight requests fail with
+    /// [`RpcFailure::Killed`].
+    pub fn kill(&self) {
+        self.take_down(Takedown::Kill);
+    }
+
+    /// Sends SIGTERM to the agent's whole process tree, and SIGKILL
+    /// [`TERM_GRACE`](crate::process::TERM_GRACE) later to whatever is left.
+    pub fn terminate(&self) {
+        self.take_down(Takedown::Terminate);
+    }
+
+    /// Stops the agent in order: close its stdin (it may save and exit), wait until
+    /// `grace_until`, then SIGTERM the tree, SIGKILL what is left after
+    /// [`TERM_GRACE`](crate::process::TERM_GRACE), and wait until no process of the tree
+    /// is left. The agent's exit status, if it was reaped.
+    pub async fn stop(&self, grace_until: Instant) -> Option<ProcessExit> {
+        self.close_stdin().await;
         let mut exit = self.exit.clone();
-        timeout_at(deadline, exited(&mut exit))
-            .await
-            .unwrap_or(None)
+        if timeout_at(grace_until, exited(&mut exit)).await.is_err() {
+            self.terminate();
+        }
+        // The agent exited by itself, or was told to: either way the supervisor task takes
+        // the rest of the tree down now.
+        self.wait_exit(Instant::now() + TREE_DOWN_BOUND).await
+    }
+
+    /// Waits until the agent was reaped and no process of its tree is left, or
+    /// `deadline`; the agent's exit status, if it was reaped.
+    pub async fn wait_exit(&self, deadline: Instant) -> Option<ProcessExit> {
+        let mut down = self.down.clone();
+        // The supervisor task publishes `down` only after the exit status; if it is
+        // dropped (runtime shutdown), its guard took the tree down.
+        let _ = timeout_at(deadline, down.wait_for(|down| *down)).await;
+        *self.exit.borrow()
     }
 
     /// [`kill`](Self::kill), then [`wait_exit`](Self::wait_exit).
@@ -697,27 +787,99 @@ async fn exited(exit: &mut watch::Receiver<Option<ProcessExit>>) -> Option<Proce
     }
 }
 
-/// Owns the child: waits for it, kills it when asked (or when the connection is gone),
-/// and always reaps it.
+/// How long a stop or kill may take from the first signal until no process of the tree
+/// is left: the SIGTERM grace, then the SIGKILL wait, with room to spare.
+const TREE_DOWN_BOUND: Duration = Duration::from_secs(12);
+const _: () = assert!(
+    TREE_DOWN_BOUND.as_millis()
+        > crate::process::TERM_GRACE.as_millis() + 2 * crate::process::DOWN_WITHIN.as_millis()
+);
+
+/// What the supervisor task owns: the agent, its tree, its watchdog.
+struct Owned {
+    child: Child,
+    tree: ProcessTree,
+    watchdog: Option<Watchdog>,
+}
+
+/// Owns the agent's process tree: waits for the agent, takes the tree down when asked (or
+/// when the connection is gone), always reaps the agent, and then takes down whatever is
+/// left of its tree (an agent that exits leaves no orphans behind). Publishes the exit
+/// status as soon as the agent is reaped, and `down` once the tree is gone.
 async fn supervise(
-    mut child: Child,
-    kill: oneshot::Receiver<()>,
+    owned: Owned,
+    mut takedown: watch::Receiver<Takedown>,
     exit: watch::Sender<Option<ProcessExit>>,
+    down: watch::Sender<bool>,
 ) {
-    let status = tokio::select! {
-        biased;
-        status = child.wait() => status,
-        // Either a kill request or the connection was dropped: both mean kill.
-        _ = kill => {
-            // Fails only if the child already exited; wait() then returns at once.
-            let _ = child.start_kill();
-            child.wait().await
+    let Owned {
+        mut child,
+        tree,
+        mut watchdog,
+    } = owned;
+    if let Some(watchdog) = watchdog.as_mut() {
+        watchdog.watch_group(tree.id().pgid).await;
+    }
+    let mut asked = Takedown::None;
+    let mut listening = true;
+    let mut escalate_at: Option<Instant> = None;
+    let status = loop {
+        tokio::select! {
+            biased;
+            status = child.wait() => break status,
+            changed = takedown.changed(), if listening => {
+                // A dropped connection means kill.
+                let wanted = match changed {
+                    Ok(()) => *takedown.borrow_and_update(),
+                    Err(_) => {
+                        listening = false;
+                        Takedown::Kill
+                    }
+                };
+                if wanted <= asked {
+                    continue;
+                }
+                asked = wanted;
+                match wanted {
+                    Takedown::None => {}
+                    Takedown::Terminate => {
+                        tree.id().signal(rustix::process::Signal::TERM);
+                        escalate_at = Some(Instant::now() + crate::process::TERM_GRACE);
+                    }
+                    Takedown::Kill => {
+                        tree.id().signal(rustix::process::Signal::KILL);
+                        // Fails only if the child already exited; wait() returns then.
+                        let _ = child.start_kill();
+                    }
+                }
+            }
+            _ = sleep_until(escalate_at.unwrap_or_else(Instant::now)), if escalate_at.is_some() => {
+                escalate_at = None;
+                asked = Takedown::Kill;
+                tree.id().signal(rustix::process::Signal::KILL);
+                let _ = child.start_kill();
+            }
         }
     };
     let status = status
         .map(ProcessExit::from)
         .unwrap_or(ProcessExit::Unknown);
     exit.send_replace(Some(status));
+    let gone = if asked == Takedown::Kill {
+        tree.id().kill().await
+    } else {
+        tree.id().terminate().await
+    };
+    if gone {
+        tree.set_down();
+        if let Some(watchdog) = watchdog {
+            watchdog.dismiss().await;
+        }
+    }
+    // Otherwise `tree`'s guard SIGKILLs again as it drops, and the watchdog, its lifeline
+    // dropped, keeps trying.
+    drop(tree);
+    down.send_replace(true);
 }
 
 /// Owns the child's stdin and writes whole lines, in order.

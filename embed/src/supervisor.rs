@@ -371,9 +371,10 @@ impl Supervisor {
         self.call(|reply| Command::Stats { reply }).await
     }
 
-    /// Hands the caller the output already admitted, kills and reaps every agent process
-    /// and stops the driver. The state file keeps the last step's state, exactly as after
-    /// a crash: a supervisor started from it recovers what was in flight.
+    /// Hands the caller the output already admitted, stops every agent (stdin EOF, the
+    /// stop grace, SIGTERM, SIGKILL: the whole process tree) and stops the driver. The state
+    /// file keeps the last step's state, exactly as after a crash: a supervisor started from
+    /// it recovers what was in flight.
     pub async fn shutdown(&self) {
         let _ = self.call(|reply| Command::Shutdown { reply }).await;
     }
@@ -646,7 +647,7 @@ impl Driver {
     }
 
     /// Hands the caller the output already admitted (the state file counts it as
-    /// delivered), then kills and reaps every agent; tells the engine nothing more (the
+    /// delivered), then stops every agent's tree; tells the engine nothing more (the
     /// state file keeps the last step, as after a crash).
     async fn shutdown(&mut self) {
         self.engine.flush_output(self.clock.now());
@@ -664,14 +665,16 @@ impl Driver {
                 }
             }
         }
+        // Every agent's tree is stopped as a StopExecution would: stdin EOF, the grace,
+        // SIGTERM, SIGKILL; all at once.
         let handles = std::mem::take(&mut self.handles);
-        for handle in handles.values() {
-            handle.conn.kill();
+        let grace_until =
+            Instant::now() + Duration::from_millis(self.engine.config().stop_grace_ms);
+        let mut stopping = JoinSet::new();
+        for handle in handles.into_values() {
+            stopping.spawn(async move { handle.conn.stop(grace_until).await });
         }
-        let until = Instant::now() + REAP_WITHIN;
-        for handle in handles.values() {
-            let _ = handle.conn.wait_exit(until).await;
-        }
+        while stopping.join_next().await.is_some() {}
     }
 
     fn message(&mut self, message: Inbox) {
@@ -800,12 +803,9 @@ impl Driver {
                 let grace_until = (Instant::now() + Duration::from_millis(grace_ms))
                     .min(self.clock.instant(deadline));
                 tokio::spawn(async move {
-                    // ACP agents exit on stdin EOF, and may save their conversation first.
-                    conn.close_stdin().await;
-                    let status = match conn.wait_exit(grace_until).await {
-                        Some(status) => Some(status),
-                        None => conn.kill_and_reap(Instant::now() + REAP_WITHIN).await,
-                    };
+                    // Stdin EOF (an agent may save and exit), the grace, then SIGTERM and
+                    // SIGKILL to the agent's whole process tree.
+                    let status = conn.stop(grace_until).await;
                     let _ = inbox.send(Inbox::Reaped { execution, status }).await;
                 });
             }

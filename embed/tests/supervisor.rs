@@ -507,6 +507,44 @@ async fn unknown_session_on_load_falls_back_to_session_new() {
     let _ = std::fs::remove_file(log);
 }
 
+/// Issue 13, Why 4: an agent that says `loadSession: false` gets `session/new` at once,
+/// reported as `CapabilityFalse` (it was reported as `CapabilityAbsent`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_session_false_replaces_the_conversation_as_capability_false() {
+    let log = temp_path("capability-false", "log");
+    let agent = test_agent(&[
+        "--exit-after-prompts",
+        "1",
+        "--load-session",
+        "false",
+        "--log",
+        log.to_str().unwrap(),
+    ]);
+    let mut h = Harness::start(config(), agent, None);
+    first_turn_then_idle_exit(&mut h).await;
+    let turn = h.supervisor.prompt(session(), "second").await.unwrap();
+    let ready = h
+        .until("new conversation", |e| match e {
+            SessionEvent::ConversationReady { .. } => Some(e.clone()),
+            _ => None,
+        })
+        .await;
+    let SessionEvent::ConversationReady { origin, .. } = &ready else {
+        unreachable!()
+    };
+    assert_eq!(
+        *origin,
+        ConversationOrigin::Replaced(ClassifyReason::CapabilityFalse)
+    );
+    assert_eq!(ready.to_json()["origin"], "replaced (CapabilityFalse)");
+    assert_eq!(h.turn_end(turn).await.0, TurnOutcome::Completed);
+    let entries = read_log(&log);
+    assert_eq!(requests_received(&entries, acp::SESSION_LOAD), 0);
+    assert_eq!(requests_received(&entries, acp::SESSION_NEW), 2);
+    h.finish(true).await;
+    let _ = std::fs::remove_file(log);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn load_timeout_reports_the_failure_and_keeps_the_conversation() {
     let log = temp_path("load-timeout", "log");

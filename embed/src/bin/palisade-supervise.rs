@@ -8,7 +8,12 @@
 //!
 //! Each prompt waits for the previous turn to end. Without `--prompt`, prompts are read
 //! from stdin, one per line. Exit code: 0 when every turn completed, 1 when one did not (or
-//! the supervisor could not run), 2 on bad usage or an unusable state file.
+//! the supervisor could not run), 2 on bad usage or an unusable state file, 130 / 143
+//! after SIGINT / SIGTERM (the agents were stopped first).
+//!
+//! Every agent runs in its own process group with a watchdog (`palisade-watchdog`, looked
+//! for beside this program): when this program exits, however it exits, no process of
+//! any agent tree it started is left.
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -42,7 +47,8 @@ options:
                              codex-acp, codex-acp-ts, gemini, goose, opencode
   --help                     this text
 
-exit: 0 every turn completed, 1 a turn did not (or the agent could not run), 2 bad usage";
+exit: 0 every turn completed, 1 a turn did not (or the agent could not run), 2 bad usage,
+      130/143 stopped by SIGINT/SIGTERM (every agent process is stopped first)";
 
 /// A turn the session was busy with is waited for at most this many times before a
 /// prompt is given up (a restored supervisor may be finishing the previous turn).
@@ -322,7 +328,56 @@ async fn run(options: Options) -> Result<bool, (u8, String)> {
     let mut listed = options.prompts.into_iter();
     let session = options.session;
     let mut all_completed = true;
-    while let Some(text) = next_prompt(&mut listed, &mut stdin, &mut events).await {
+    let mut stopped_by = None;
+    let work = prompt_all(
+        &supervisor,
+        &mut events,
+        session,
+        &mut listed,
+        &mut stdin,
+        &mut all_completed,
+    );
+    tokio::select! {
+        () = work => {}
+        signal = stop_signal() => stopped_by = signal,
+    }
+    // Stdin EOF, the grace, SIGTERM, SIGKILL for every agent tree, then the last events.
+    supervisor.shutdown().await;
+    while let Some(event) = events.try_recv() {
+        print(&event);
+    }
+    match stopped_by {
+        Some(code) => Err((code, "stopped by a signal; every agent was stopped".into())),
+        None => Ok(all_completed),
+    }
+}
+
+/// Resolves with the exit code (128 + signal) on the first SIGINT or SIGTERM; never if
+/// the handlers cannot be installed.
+async fn stop_signal() -> Option<u8> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut interrupt), Ok(mut terminate)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = interrupt.recv() => Some(130),
+        _ = terminate.recv() => Some(143),
+    }
+}
+
+/// Sends every prompt, each after the previous turn ended.
+async fn prompt_all(
+    supervisor: &Supervisor,
+    events: &mut SessionEvents,
+    session: SessionId,
+    listed: &mut std::vec::IntoIter<String>,
+    stdin: &mut Option<mpsc::Receiver<String>>,
+    all_completed: &mut bool,
+) {
+    while let Some(text) = next_prompt(listed, stdin, events).await {
         let mut busy = 0;
         let turn = loop {
             match supervisor.prompt(session, text.clone()).await {
@@ -332,7 +387,7 @@ async fn run(options: Options) -> Result<bool, (u8, String)> {
                 {
                     // A restored turn is still running: let it end first.
                     busy += 1;
-                    wait_turn(&mut events, session, None).await;
+                    wait_turn(events, session, None).await;
                 }
                 Err(error) => {
                     eprintln!("palisade-supervise: prompt not sent: {error}");
@@ -342,17 +397,12 @@ async fn run(options: Options) -> Result<bool, (u8, String)> {
         };
         match turn {
             Some(turn) => {
-                all_completed &=
-                    wait_turn(&mut events, session, Some(turn)).await == TurnOutcome::Completed;
+                *all_completed &=
+                    wait_turn(events, session, Some(turn)).await == TurnOutcome::Completed;
             }
-            None => all_completed = false,
+            None => *all_completed = false,
         }
     }
-    supervisor.shutdown().await;
-    while let Some(event) = events.try_recv() {
-        print(&event);
-    }
-    Ok(all_completed)
 }
 
 fn main() -> ExitCode {

@@ -27,6 +27,9 @@
 //! | `misbehave` | `none` `garbage` `close-stdout` `unknown-ids` `never-answer` `exit` (`none`) | instead of answering a request: write a garbage line; close stdout and stay alive; answer with an id we never got; stay silent; exit |
 //! | `misbehave-on` | method or `*` (`*`) | which requests `misbehave` applies to |
 //! | `log` | path (none) | append one JSON line per received message and per exit, for ground truth |
+//! | `launcher` | `none` `spawn` `double-fork` `setsid` (`none`) | run as a launcher that starts the real agent (itself, with the same options) and passes its stdio on: as its child, waiting for it (like codex-acp's npm launcher); or through an intermediate that exits at once, so the agent is reparented (`double-fork`), and also calls `setsid` (`setsid`), while the launcher stays alive |
+//! | `on-eof` | `exit` `stay` (`exit`) | at stdin EOF: exit 0, or keep running (as every real agent measured does) |
+//! | `ignore-sigterm` | `false` `true` (`false`) | catch SIGTERM and keep running (only SIGKILL ends it) |
 //!
 //! `load-error` values and the answer each real agent gives for an unknown session:
 //!
@@ -43,7 +46,10 @@
 //!
 //! A `session/cancel` ends the in-flight prompt of that session with `stopReason:
 //! "cancelled"` (in `answer` mode between chunks, in `hold` mode at once). Stdin EOF
-//! ends the agent with exit code 0, as real agents do.
+//! ends the agent with exit code 0 unless `on-eof stay`.
+//!
+//! Every process (launcher, intermediate, agent) logs a `start` line with its pid and
+//! role, so a test knows every process of the tree.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -80,7 +86,14 @@ const OPTIONS: &[&str] = &[
     "misbehave",
     "misbehave-on",
     "log",
+    "launcher",
+    "on-eof",
+    "ignore-sigterm",
+    "setsid",
 ];
+
+/// Internal: the intermediate of a double-forking launcher; starts the agent, exits.
+const FORK_MODE: &str = "--internal-fork";
 
 /// Internal: the image `close-stdout` execs into, with stdout on /dev/null.
 const SLEEP_MODE: &str = "--internal-stdout-closed";
@@ -111,6 +124,14 @@ enum Misbehave {
     UnknownIds,
     NeverAnswer,
     Exit,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Launcher {
+    None,
+    Spawn,
+    DoubleFork,
+    Setsid,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,6 +202,11 @@ struct Script {
     misbehave: Misbehave,
     misbehave_on: String,
     log: Option<String>,
+    launcher: Launcher,
+    stay_after_eof: bool,
+    ignore_sigterm: bool,
+    /// Internal (set by a `setsid` launcher): call `setsid` first.
+    setsid: bool,
 }
 
 fn parse_script(args: &[String]) -> Result<Script, String> {
@@ -273,7 +299,120 @@ fn parse_script(args: &[String]) -> Result<Script, String> {
         },
         misbehave_on: text("misbehave-on").unwrap_or_else(|| "*".to_owned()),
         log: text("log"),
+        launcher: match text("launcher").as_deref() {
+            None | Some("none") => Launcher::None,
+            Some("spawn") => Launcher::Spawn,
+            Some("double-fork") => Launcher::DoubleFork,
+            Some("setsid") => Launcher::Setsid,
+            Some(other) => return Err(format!("--launcher: unknown value {other:?}")),
+        },
+        stay_after_eof: match text("on-eof").as_deref() {
+            None | Some("exit") => false,
+            Some("stay") => true,
+            Some(other) => return Err(format!("--on-eof: unknown value {other:?}")),
+        },
+        ignore_sigterm: flag(text("ignore-sigterm"), "ignore-sigterm")?,
+        setsid: flag(text("setsid"), "setsid")?,
     })
+}
+
+fn flag(value: Option<String>, name: &str) -> Result<bool, String> {
+    match value.as_deref() {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(other) => Err(format!("--{name}: not true or false: {other:?}")),
+    }
+}
+
+/// Appends one line to the log, if there is one (best effort: a test fails on what is
+/// missing).
+fn log_line(path: Option<&str>, entry: &Value) {
+    if let Some(path) = path {
+        if let Ok(mut file) = OpenOptions::new().create(true).append(true).open(path) {
+            let _ = file.write_all(format!("{entry}\n").as_bytes());
+        }
+    }
+}
+
+/// Runs as a launcher: starts the agent (this program, `--launcher none`) with this
+/// process's stdio, as a child it waits for, or through an intermediate that exits at once.
+fn launch(script: &Script, args: &[String]) -> ExitCode {
+    log_line(
+        script.log.as_deref(),
+        &json!({"event": "start", "role": "launcher", "pid": std::process::id()}),
+    );
+    let Ok(exe) = std::env::current_exe() else {
+        return ExitCode::from(4);
+    };
+    let mut agent_args: Vec<String> = args.to_vec();
+    agent_args.extend(["--launcher".into(), "none".into()]);
+    if script.launcher == Launcher::Setsid {
+        agent_args.extend(["--setsid".into(), "true".into()]);
+    }
+    if script.launcher == Launcher::Spawn {
+        // Like codex-acp's npm launcher (spawnSync with stdio inherited).
+        return match std::process::Command::new(exe).args(&agent_args).status() {
+            Ok(status) => ExitCode::from(
+                status
+                    .code()
+                    .and_then(|c| u8::try_from(c).ok())
+                    .unwrap_or(1),
+            ),
+            Err(_) => ExitCode::from(4),
+        };
+    }
+    let started = std::process::Command::new(exe)
+        .arg(FORK_MODE)
+        .args(&agent_args)
+        .status();
+    if !started.is_ok_and(|status| status.success()) {
+        return ExitCode::from(4);
+    }
+    // The agent is a grandchild now, reparented; the launcher stays, reading nothing.
+    loop {
+        thread::park();
+    }
+}
+
+/// The intermediate of a double fork: starts the agent and exits at once.
+fn fork_mode(args: &[String]) -> ExitCode {
+    let log = parse_script(args).ok().and_then(|script| script.log);
+    log_line(
+        log.as_deref(),
+        &json!({"event": "start", "role": "intermediate", "pid": std::process::id()}),
+    );
+    let Ok(exe) = std::env::current_exe() else {
+        return ExitCode::from(4);
+    };
+    match std::process::Command::new(exe).args(args).spawn() {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(_) => ExitCode::from(4),
+    }
+}
+
+/// Catches SIGTERM for the rest of the process's life: only SIGKILL ends it.
+fn ignore_sigterm(log: Option<String>) {
+    let (ready_tx, ready) = mpsc::channel();
+    thread::spawn(move || {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        runtime.block_on(async move {
+            use tokio::signal::unix::{signal, SignalKind};
+            let Ok(mut terms) = signal(SignalKind::terminate()) else {
+                return;
+            };
+            let _ = ready_tx.send(());
+            while terms.recv().await.is_some() {
+                log_line(log.as_deref(), &json!({"event": "sigterm_ignored"}));
+            }
+        });
+    });
+    // The handler is installed before the agent says anything.
+    let _ = ready.recv();
 }
 
 /// The agent's shared state: output, ground-truth log, in-flight prompts.
@@ -587,6 +726,9 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some(SLEEP_MODE) {
         return stdout_closed_mode();
     }
+    if args.first().map(String::as_str) == Some(FORK_MODE) {
+        return fork_mode(&args[1..]);
+    }
     let script = match parse_script(&args) {
         Ok(script) => script,
         Err(message) => {
@@ -594,6 +736,16 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if script.setsid {
+        // Leaves the launcher's process group and session, as a daemon does.
+        let _ = rustix::process::setsid();
+    }
+    if script.ignore_sigterm {
+        ignore_sigterm(script.log.clone());
+    }
+    if script.launcher != Launcher::None {
+        return launch(&script, &args);
+    }
     let log = match &script.log {
         None => None,
         Some(path) => match OpenOptions::new().create(true).append(true).open(path) {
@@ -611,7 +763,7 @@ fn main() -> ExitCode {
         sessions_created: AtomicU64::new(0),
         prompts_answered: AtomicU64::new(0),
     });
-    agent.record(json!({"event": "start", "pid": std::process::id()}));
+    agent.record(json!({"event": "start", "role": "agent", "pid": std::process::id()}));
 
     let stdin = std::io::stdin();
     let mut bytes = Vec::new();
@@ -630,6 +782,12 @@ fn main() -> ExitCode {
                 agent.record(json!({"event": "stdin_error", "error": error.to_string()}));
                 break;
             }
+        }
+    }
+    if agent.script.stay_after_eof {
+        agent.record(json!({"event": "stdin_closed_staying"}));
+        loop {
+            thread::park();
         }
     }
     agent.exit(0, "stdin closed");
