@@ -84,6 +84,8 @@ pub struct Auditor {
     leases: BTreeMap<LeaseId, (SessionId, ExecutionId, Generation, AttemptId)>,
     /// The core never lets time go backwards; neither does the model.
     last_now: Timestamp,
+    /// Joiners waiting for an answer: attempt → (session, the earliest deadline promised).
+    joins: BTreeMap<AttemptId, (SessionId, Timestamp)>,
 }
 
 macro_rules! fail {
@@ -106,6 +108,7 @@ impl Auditor {
             stopping: BTreeSet::new(),
             leases: BTreeMap::new(),
             last_now: Timestamp::ZERO,
+            joins: BTreeMap::new(),
         }
     }
 
@@ -155,6 +158,8 @@ impl Auditor {
                         self.join_wait_ms
                     );
                 }
+                let pending = self.joins.entry(*attempt).or_insert((*session, *until));
+                pending.1 = pending.1.min(*until);
             }
             (Input::Prompt { session, turn }, Verdict::Claimed) => {
                 let s = self.sessions.entry(*session).or_default();
@@ -294,18 +299,42 @@ impl Auditor {
     }
 
     /// The embedder handed the core a time without anything else happening (a timeout that
-    /// fired nothing): the model keeps the same monotonic clock as the core.
-    pub fn observe_time(&mut self, now: Timestamp) {
+    /// fired nothing): the model keeps the same monotonic clock as the core, and every
+    /// joiner promised an answer by then has one.
+    pub fn observe_time(&mut self, now: Timestamp) -> Result<(), AuditViolation> {
         self.last_now = self.last_now.max(now);
+        self.joiners_answered()
     }
 
-    /// Effects drained after a timeout.
+    /// Effects drained after a timeout: every timer due by `now` fired, so every joiner
+    /// promised an answer by then has one.
     pub fn observe_timeout(
         &mut self,
         now: Timestamp,
         effects: &[Effect],
     ) -> Result<(), AuditViolation> {
-        self.effects(now, effects)
+        // A deadline before this step's time was due at an earlier one (the embedder fires
+        // timers in order): its answer cannot be in this step's effects.
+        self.joiners_answered_before(now.max(self.last_now))?;
+        self.effects(now, effects)?;
+        self.joiners_answered()
+    }
+
+    /// Rule 1: a joiner's wait ends at the deadline it was promised: every deadline at or
+    /// before the model's time is answered.
+    fn joiners_answered(&self) -> Result<(), AuditViolation> {
+        self.joiners_answered_before(self.last_now.plus_millis(1))
+    }
+
+    fn joiners_answered_before(&self, now: Timestamp) -> Result<(), AuditViolation> {
+        if let Some((attempt, (session, until))) = self.joins.iter().find(|(_, (_, u))| *u < now) {
+            fail!(
+                "R1-join-bounded",
+                "session {session}: a joiner of {attempt} was promised an answer by {until} and \
+                 had none at {now}"
+            );
+        }
+        Ok(())
     }
 
     /// The core restarted from a snapshot: outstanding leases died with it.
@@ -369,6 +398,7 @@ impl Auditor {
                 attempt,
                 outcome,
             } => {
+                self.joins.remove(&attempt);
                 let Some(a) = self.attempts.get_mut(&attempt) else {
                     fail!("R3-settle-once", "unknown attempt {attempt} settled");
                 };
@@ -586,7 +616,10 @@ impl Auditor {
                     s.active_turn = None;
                 }
             }
-            Effect::CancelPrompt { .. } | Effect::JoinTimedOut { .. } => {}
+            Effect::CancelPrompt { .. } => {}
+            Effect::JoinTimedOut { attempt, .. } => {
+                self.joins.remove(&attempt);
+            }
         }
         Ok(())
     }
@@ -732,7 +765,7 @@ impl Checker {
             Step::Input { input, verdict, .. } => {
                 self.auditor.observe(now, input, verdict, effects)?
             }
-            Step::Timeout if effects.is_empty() => self.auditor.observe_time(now),
+            Step::Timeout if effects.is_empty() => self.auditor.observe_time(now)?,
             Step::Timeout => self.auditor.observe_timeout(now, effects)?,
             Step::Restored => self.auditor.observe_restart(now, effects)?,
         }

@@ -201,6 +201,12 @@ impl Core {
         self.mutant.get()
     }
 
+    /// The re-created bug in force (always none without the feature `mutants`), for the
+    /// embedder's own queues built on [`crate::delivery`].
+    pub fn active_mutant(&self) -> ActiveMutant {
+        self.mutant
+    }
+
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.config
@@ -375,20 +381,22 @@ impl Core {
     }
 
     fn join(&mut self, now: Timestamp, session: SessionId, live: LiveAttempt) -> Verdict {
-        if mutant_on!(self.mutant, UnboundedJoinWait) {
+        // Every joiner of an attempt is answered at the attempt's one join deadline, set by
+        // its first joiner: a later join never extends an earlier joiner's wait (it gets the
+        // deadline already running, never more than the configured wait).
+        if let Some(until) = live.join_deadline {
             return Verdict::Joined {
                 attempt: live.id,
-                until: Timestamp::MAX,
+                until,
             };
         }
         let until = now.plus_millis(self.config.join_wait_ms);
-        if let Some(old) = live.join_deadline {
-            self.timers.remove(&(old, Timer::Join(session, live.id)));
-        }
-        let until = live.join_deadline.map_or(until, |old| old.max(until));
-        self.timers.insert((until, Timer::Join(session, live.id)));
         if let Some(l) = self.sess(session).live.as_mut() {
             l.join_deadline = Some(until);
+        }
+        // The bug: the deadline is promised but nothing enforces it.
+        if !mutant_on!(self.mutant, UnboundedJoinWait) {
+            self.timers.insert((until, Timer::Join(session, live.id)));
         }
         Verdict::Joined {
             attempt: live.id,

@@ -317,6 +317,14 @@ impl<T> NotificationQueue<T> {
         }
     }
 
+    /// The same queue with `mutant` in force (feature `mutants`; without it the queue is
+    /// unchanged): how an embedder's queue carries its core's re-created bug.
+    #[must_use]
+    pub fn mutated(mut self, mutant: ActiveMutant) -> Self {
+        self.mutant = mutant;
+        self
+    }
+
     /// Offers `item` to the queue; on success returns its sequence number.
     ///
     /// A full queue returns [`PushError::Backpressure`] with the item and stays open; the
@@ -363,6 +371,11 @@ impl<T> NotificationQueue<T> {
         Some(entry)
     }
 
+    /// The queued items, oldest first, with their sequence numbers (to persist them).
+    pub fn iter(&self) -> impl Iterator<Item = (Seq, &T)> {
+        self.items.iter().map(|(seq, item)| (*seq, item))
+    }
+
     /// Closes the queue: later pushes get [`PushError::Closed`]; queued items can still
     /// be popped. Call it when the transport is gone, never because the queue is full.
     pub fn close(&mut self) {
@@ -386,7 +399,9 @@ impl<T> NotificationQueue<T> {
 
     /// True when a push would meet backpressure.
     pub fn is_full(&self) -> bool {
-        self.items.len() >= self.capacity
+        // Compozy #454's queue never pushed back: it looked ready until it overflowed, and
+        // then it closed.
+        self.items.len() >= self.capacity && !mutant_on!(self.mutant, QueueOverflowCloses)
     }
 
     /// The most items the queue holds (after clamping).
@@ -837,6 +852,11 @@ impl<P: Payload> Coalescer<P> {
     /// The limits in force (after clamping).
     pub fn config(&self) -> CoalescerConfig {
         self.config
+    }
+
+    /// The events of the pending batch, in order (to persist them).
+    pub fn pending(&self) -> &[StreamEvent<P>] {
+        &self.pending
     }
 
     /// Events waiting in the pending batch.

@@ -76,6 +76,34 @@ fn second_resume_joins_the_live_attempt_with_a_bounded_wait() {
     assert_eq!(case_joiner_wait_is_bounded(H::default()), Ok(()));
 }
 
+/// Found by the sweep (reports/regressions/found/later-join-extends-earlier-wait.json):
+/// a second joiner moved the attempt's one join timer out, so the first joiner waited past
+/// the deadline it was promised.
+#[test]
+fn a_later_join_never_extends_an_earlier_joiners_wait() {
+    let mut h = H::default();
+    assert!(matches!(h.resume(1), Verdict::Started { .. }));
+    let Verdict::Joined { until: first, .. } = h.resume(1) else {
+        panic!("joins")
+    };
+    h.advance(h.core().config().join_wait_ms / 2);
+    let Verdict::Joined { until: second, .. } = h.resume(1) else {
+        panic!("joins again")
+    };
+    assert_eq!(
+        second, first,
+        "the later joiner gets the deadline already running"
+    );
+    let left = first.millis_since(h.now);
+    h.advance(left);
+    assert_eq!(
+        h.count(|e| matches!(e, Effect::JoinTimedOut { .. })),
+        1,
+        "the first joiner is answered at its own deadline"
+    );
+    h.assert_clean();
+}
+
 #[test]
 fn resume_after_cancel_retires_the_cancelled_attempt_and_starts_a_new_one() {
     let mut h = H::default();

@@ -12,8 +12,9 @@ use crate::rpc::ConnectionConfig;
 /// human-written prompt.
 pub const MAX_PROMPT_BYTES: usize = 1 << 20;
 
-/// Events waiting for the caller before the engine stops moving output out of the
-/// per-session delivery queues (which then fill and push back on the agents).
+/// Events (and output events in them) waiting for the caller before the engine stops
+/// moving output out of the per-session delivery queues (which then fill and push back on
+/// the agents).
 pub const READY_EVENTS: usize = 64;
 
 /// Everything the supervisor needs besides the agent command and the state file.

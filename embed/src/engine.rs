@@ -62,19 +62,20 @@ use palisade_core::driver::{Driver, Observer, Output, Step};
 use palisade_core::{
     AttemptId, Callback, ConversationToken, Core, Effect, Epoch, ErrorStamp, ExecutionId,
     Generation, Input, NewConversationReason, RejectReason, RuntimeEvent, SessionId, Timestamp,
-    TurnId, Verdict,
+    TurnId, TurnOutcome, Verdict,
 };
 use serde_json::{json, Value};
 
 use crate::acp;
 use crate::config::{SupervisorConfig, SupervisorConfigError, MAX_PROMPT_BYTES, READY_EVENTS};
 use crate::events::{
-    kind_of, origin_of, ConversationOrigin, FailureCause, OutputEvent, SessionEvent,
+    self, kind_of, origin_of, ConversationOrigin, FailureCause, OutputEvent, SessionEvent,
+    UpdateHead,
 };
-use crate::jsonrpc::{codes, RequestId, RpcError};
+use crate::jsonrpc::{codes, RawJson, RequestId, RpcError};
 use crate::replay::render_prompt;
 use crate::rpc::{AgentEvent, CloseReason, ProcessExit, RpcFailure};
-use crate::state::{self, ExecutionRecord, Header, SessionRecord, StateError};
+use crate::state::{self, ExecutionRecord, Header, QueuedOutput, SessionRecord, StateError};
 
 /// The name the supervisor gives itself in `initialize`.
 pub const CLIENT_NAME: &str = "palisade-supervise";
@@ -233,7 +234,7 @@ pub struct EngineStats {
 /// coalescer's byte cap, whatever its kind.
 #[derive(Debug, Clone, PartialEq)]
 struct OutputItem {
-    update: Value,
+    update: RawJson,
     wire_bytes: usize,
 }
 
@@ -267,6 +268,9 @@ struct PromptState {
     next_seq: u64,
     accepted: bool,
     idle_deadline: Timestamp,
+    /// A later dispatch waits behind it: the core no longer awaits this one, so its
+    /// updates and its answer only say when the agent is free again.
+    superseded: bool,
 }
 
 /// One agent process the engine knows.
@@ -284,6 +288,9 @@ struct Runtime {
     /// The ACP session id this runtime's conversation has.
     conversation: Option<String>,
     prompt: Option<PromptState>,
+    /// A dispatch waiting for the agent to answer the prompt before it (ACP runs one
+    /// prompt at a time per session): its state and its request's params.
+    held: Option<(PromptState, Value)>,
     close_reason: Option<CloseReason>,
     reaped: Option<Option<ProcessExit>>,
     exit_reported: bool,
@@ -306,6 +313,33 @@ impl Runtime {
             Some(CloseReason::ProcessExited(_)) => TransportState::ProcessExited,
             Some(_) => TransportState::Closed,
         }
+    }
+}
+
+/// Events waiting for the caller, and how many output events their batches hold: the
+/// engine stops moving output out of the delivery queues when either reaches
+/// [`READY_EVENTS`], so backpressure starts when the caller stops reading, not 64 full
+/// batches later.
+#[derive(Debug, Default)]
+struct Ready {
+    events: VecDeque<SessionEvent>,
+    outputs: usize,
+}
+
+impl Ready {
+    fn push(&mut self, event: SessionEvent) {
+        if let SessionEvent::Output { events, .. } = &event {
+            self.outputs += events.len();
+        }
+        self.events.push_back(event);
+    }
+
+    fn pop(&mut self) -> Option<SessionEvent> {
+        let event = self.events.pop_front()?;
+        if let SessionEvent::Output { events, .. } = &event {
+            self.outputs = self.outputs.saturating_sub(events.len());
+        }
+        Some(event)
     }
 }
 
@@ -342,7 +376,7 @@ pub struct Engine {
     runtimes: BTreeMap<ExecutionId, Runtime>,
     graveyard: VecDeque<ExecutionRecord>,
     outlets: BTreeMap<SessionId, Outlet>,
-    ready: VecDeque<SessionEvent>,
+    ready: Ready,
     actions: VecDeque<Action>,
     pending_output: Option<PendingOutput>,
     causes: VecDeque<CauseEntry>,
@@ -356,6 +390,9 @@ pub struct Engine {
     gated_since: Option<Timestamp>,
     /// Executions that died with the previous incarnation (reported exited on restore).
     previous_incarnation: BTreeSet<ExecutionId>,
+    /// Per session, the last failure seen since its turn was claimed: the cause a turn
+    /// that does not complete is ended with.
+    turn_causes: BTreeMap<SessionId, FailureCause>,
 }
 
 /// What the engine's driver shows every core step to: the engine's own counters, the
@@ -481,7 +518,7 @@ impl Engine {
             runtimes: BTreeMap::new(),
             graveyard: VecDeque::with_capacity(GRAVEYARD_RUNTIMES),
             outlets: BTreeMap::new(),
-            ready: VecDeque::new(),
+            ready: Ready::default(),
             actions: VecDeque::new(),
             pending_output: None,
             causes: VecDeque::with_capacity(CAUSES_REMEMBERED),
@@ -497,6 +534,7 @@ impl Engine {
             dirty: true,
             gated_since: None,
             previous_incarnation: BTreeSet::new(),
+            turn_causes: BTreeMap::new(),
         }
     }
 
@@ -510,12 +548,27 @@ impl Engine {
         bytes: &[u8],
         now: Timestamp,
     ) -> Result<Engine, StateError> {
+        Engine::restore_observed(config, bytes, now, None)
+    }
+
+    /// [`Engine::restore`], with `observer` watching from the first step (the restore's
+    /// own): see [`Engine::set_observer`].
+    pub fn restore_observed(
+        config: SupervisorConfig,
+        bytes: &[u8],
+        now: Timestamp,
+        observer: Option<Box<dyn Observer + Send>>,
+    ) -> Result<Engine, StateError> {
         let decoded = state::decode(bytes)?;
         let core = Core::restore(decoded.core_snapshot).map_err(StateError::Core)?;
         // The auditor cannot know the attempts before the restart: it would flag their
         // legitimate callbacks, so it stays off. The restore's own effects (turns rolled
         // back, conversation requests re-issued) wait in the driver for the first pull.
-        let mut engine = Engine::with_core(config, core, Watch::default());
+        let watch = Watch {
+            outer: observer,
+            ..Watch::default()
+        };
+        let mut engine = Engine::with_core(config, core, watch);
         // Live attempts that had no runtime bound: their StartRuntime was being carried out
         // when the previous incarnation died, so they get a runtime below (attempts bound
         // to a recorded execution fail when it is reported exited).
@@ -541,6 +594,9 @@ impl Engine {
             next_token: header.next_token.max(1),
         };
         for record in header.sessions {
+            if let Some((turn, items)) = record.queued_output {
+                engine.restore_outlet(record.session, turn, items);
+            }
             engine.books.insert(
                 record.session,
                 Book {
@@ -549,6 +605,10 @@ impl Engine {
                     stop_reason: None,
                 },
             );
+        }
+        // What the caller had not taken goes first.
+        for event in header.undelivered {
+            engine.ready.push(event);
         }
         // The runtimes died with the previous incarnation. They are reported exited after
         // the effects the restore queued (the driver's order); one of those that acts on a
@@ -616,6 +676,12 @@ impl Engine {
         self.driver.observer_mut().outer = Some(observer);
     }
 
+    /// Re-creates a known bug in the core (feature `mutants`; the simulator only).
+    #[cfg(feature = "mutants")]
+    pub fn set_mutant(&mut self, mutant: Option<palisade_core::mutants::Mutant>) {
+        self.driver.set_mutant(mutant);
+    }
+
     /// The driver's counters.
     #[must_use]
     pub fn driver_stats(&self) -> palisade_core::driver::DriverStats {
@@ -661,7 +727,7 @@ impl Engine {
             .values()
             .map(|o| o.queue.len() + o.coalescer.pending_len())
             .sum();
-        (queued, self.ready.len())
+        (queued, self.ready.events.len())
     }
 
     /// Agent processes the engine still tracks (started and not yet reaped).
@@ -692,6 +758,7 @@ impl Engine {
             // The text must be known before the effects run: a ready runtime gets the
             // prompt in this very step.
             self.books.entry(session).or_default().turn = Some((turn, text));
+            self.turn_causes.remove(&session);
         }
         self.run(now);
         match verdict {
@@ -753,6 +820,7 @@ impl Engine {
                 new_reason: None,
                 conversation: None,
                 prompt: None,
+                held: None,
                 close_reason: None,
                 reaped: None,
                 exit_reported: false,
@@ -950,11 +1018,13 @@ impl Engine {
     /// a full delivery queue stops [`Engine::can_accept`], and only this drains it.
     pub fn pump_outlets(&mut self, now: Timestamp) {
         let Engine { outlets, ready, .. } = self;
+        let room =
+            |ready: &Ready| ready.events.len() < READY_EVENTS && ready.outputs < READY_EVENTS;
         for (session, outlet) in outlets.iter_mut() {
             if let Some(batch) = outlet.coalescer.handle_timeout(now) {
-                ready.push_back(output_event(*session, outlet.turn, batch));
+                ready.push(output_event(*session, outlet.turn, batch));
             }
-            while ready.len() < READY_EVENTS {
+            while room(ready) {
                 let Some((seq, (kind, item))) = outlet.queue.pop() else {
                     break;
                 };
@@ -962,7 +1032,7 @@ impl Engine {
                     .coalescer
                     .push(now, StreamEvent::new(seq, kind, item))
                 {
-                    ready.push_back(output_event(*session, outlet.turn, batch));
+                    ready.push(output_event(*session, outlet.turn, batch));
                 }
             }
         }
@@ -1001,12 +1071,12 @@ impl Engine {
     /// Whether events wait for the caller.
     #[must_use]
     pub fn has_events(&self) -> bool {
-        !self.ready.is_empty()
+        !self.ready.events.is_empty()
     }
 
     /// The next event for the caller.
     pub fn pop_event(&mut self) -> Option<SessionEvent> {
-        self.ready.pop_front()
+        self.ready.pop()
     }
 
     /// The next thing the shell must do.
@@ -1036,8 +1106,22 @@ impl Engine {
                     session: *session,
                     conversation: book.conversation.clone(),
                     turn: book.turn.clone(),
+                    queued_output: self.outlets.get(session).map(|o| {
+                        let batching = o.coalescer.pending().iter().map(|e| (e.seq, &e.payload));
+                        let queued = o.queue.iter().map(|(seq, (_, item))| (seq, item));
+                        let items = batching
+                            .chain(queued)
+                            .map(|(seq, item)| QueuedOutput {
+                                seq: seq.get(),
+                                update: item.update.clone(),
+                                wire_bytes: item.wire_bytes,
+                            })
+                            .collect();
+                        (o.turn, items)
+                    }),
                 })
                 .collect(),
+            undelivered: self.ready.events.iter().cloned().collect(),
             executions: self
                 .runtimes
                 .iter()
@@ -1052,6 +1136,34 @@ impl Engine {
                 .collect(),
         };
         state::encode(now.as_millis(), &header, &self.driver.core().snapshot())
+    }
+
+    /// Rebuilds a session's delivery path from the output it held when the state was
+    /// written: the caller gets it, under the seqs the core already counted.
+    fn restore_outlet(&mut self, session: SessionId, turn: TurnId, items: Vec<QueuedOutput>) {
+        let Some(first) = items.first().and_then(|i| Seq::new(i.seq)) else {
+            return;
+        };
+        let mut outlet = Outlet {
+            turn,
+            queue: NotificationQueue::starting_at(self.config.delivery_queue_capacity, first),
+            coalescer: Coalescer::new(self.config.coalescer),
+        };
+        for item in items {
+            let kind = kind_of(&UpdateHead::of(&item.update));
+            let pushed = outlet.queue.try_push((
+                kind,
+                OutputItem {
+                    update: item.update,
+                    wire_bytes: item.wire_bytes,
+                },
+            ));
+            if pushed.is_err() {
+                // More than the queue holds: the state was written by a larger config.
+                self.stats.anomalies += 1;
+            }
+        }
+        self.outlets.insert(session, outlet);
     }
 
     // ----- internals: core plumbing --------------------------------------------------------
@@ -1146,13 +1258,13 @@ impl Engine {
     }
 
     fn emit(&mut self, event: SessionEvent) {
-        self.ready.push_back(event);
+        self.ready.push(event);
     }
 
     /// An event that must follow the session's output so far.
     fn emit_after_output(&mut self, now: Timestamp, event: SessionEvent) {
         self.flush_outlet(now, event.session());
-        self.ready.push_back(event);
+        self.ready.push(event);
     }
 
     fn flush_outlet(&mut self, now: Timestamp, session: SessionId) {
@@ -1164,13 +1276,11 @@ impl Engine {
                 .coalescer
                 .push(now, StreamEvent::new(seq, kind, item))
             {
-                self.ready
-                    .push_back(output_event(session, outlet.turn, batch));
+                self.ready.push(output_event(session, outlet.turn, batch));
             }
         }
         if let Some(batch) = outlet.coalescer.flush() {
-            self.ready
-                .push_back(output_event(session, outlet.turn, batch));
+            self.ready.push(output_event(session, outlet.turn, batch));
         }
     }
 
@@ -1278,24 +1388,45 @@ impl Engine {
                 let idle_deadline = now.plus_millis(self.config.prompt_idle_timeout_ms);
                 self.dispatches += 1;
                 let dispatch = self.dispatches;
-                if let Some(runtime) = self.runtimes.get_mut(&execution) {
-                    runtime.prompt = Some(PromptState {
-                        turn,
-                        dispatch,
-                        next_seq: 1,
-                        accepted: false,
-                        idle_deadline,
-                    });
+                let state = PromptState {
+                    turn,
+                    dispatch,
+                    next_seq: 1,
+                    accepted: false,
+                    idle_deadline,
+                    superseded: false,
+                };
+                let params = acp::prompt_params(&conversation, &text);
+                let Some(runtime) = self.runtimes.get_mut(&execution) else {
+                    return;
+                };
+                if let Some(earlier) = runtime.prompt.as_mut() {
+                    // The agent has not answered the prompt before this one (a cancelled
+                    // turn's, or an abandoned dispatch's): ACP runs one prompt at a time, and
+                    // until that answer every update it writes belongs to that prompt. Send
+                    // this one after it; a later dispatch replaces a held one.
+                    earlier.superseded = true;
+                    runtime.held = Some((state, params));
+                    return;
                 }
-                self.actions.push_back(Action::Request {
-                    execution,
-                    op: Op::Prompt { turn, dispatch },
-                    method: acp::SESSION_PROMPT,
-                    params: acp::prompt_params(&conversation, &text),
-                    deadline: now.plus_millis(PROMPT_REQUEST_DEADLINE_MS),
-                });
+                runtime.prompt = Some(state);
+                self.send_prompt(now, execution, state, params);
             }
-            Effect::CancelPrompt { execution, .. } => {
+            Effect::CancelPrompt {
+                execution, turn, ..
+            } => {
+                // A dispatch still held behind an earlier prompt never reached the agent:
+                // drop it, nothing to cancel.
+                if let Some(runtime) = self.runtimes.get_mut(&execution) {
+                    if runtime
+                        .held
+                        .as_ref()
+                        .is_some_and(|(held, _)| held.turn == turn)
+                    {
+                        runtime.held = None;
+                        return;
+                    }
+                }
                 let conversation = self
                     .runtimes
                     .get(&execution)
@@ -1321,6 +1452,7 @@ impl Engine {
                 };
                 runtime.stop_requested = true;
                 runtime.prompt = None;
+                runtime.held = None;
                 if !runtime.has_process {
                     self.finish_runtime(now, execution);
                 } else if runtime.reaped.is_none() {
@@ -1358,6 +1490,16 @@ impl Engine {
                     book.turn = None;
                 }
                 let stop_reason = book.stop_reason.take();
+                let cause = match outcome {
+                    TurnOutcome::Completed | TurnOutcome::Cancelled => None,
+                    // What went wrong last for this session since the turn was claimed;
+                    // nothing at all means the core gave up on a deadline of its own.
+                    TurnOutcome::Failed | TurnOutcome::RolledBack => Some(
+                        self.turn_causes
+                            .remove(&session)
+                            .unwrap_or(FailureCause::CoreDeadline),
+                    ),
+                };
                 self.emit_after_output(
                     now,
                     SessionEvent::TurnEnded {
@@ -1365,6 +1507,7 @@ impl Engine {
                         turn,
                         outcome,
                         stop_reason,
+                        cause,
                     },
                 );
                 // The turn's delivery path is done; the next turn gets a fresh one.
@@ -1391,6 +1534,7 @@ impl Engine {
             }
             Effect::FailureReported { session, failure } => {
                 let cause = self.cause_of(failure.stamp, failure.attempt);
+                self.turn_causes.insert(session, cause.clone());
                 self.emit_after_output(
                     now,
                     SessionEvent::FailureReported {
@@ -1424,9 +1568,10 @@ impl Engine {
         }
         let capacity = self.config.delivery_queue_capacity;
         let coalescer = self.config.coalescer;
+        let mutant = self.driver.core().active_mutant();
         let outlet = self.outlets.entry(session).or_insert_with(|| Outlet {
             turn,
-            queue: NotificationQueue::starting_at(capacity, first),
+            queue: NotificationQueue::starting_at(capacity, first).mutated(mutant),
             coalescer: Coalescer::new(coalescer),
         });
         let mut item = (pending.kind, pending.item);
@@ -1446,8 +1591,7 @@ impl Engine {
                     let outlet_turn = outlet.turn;
                     while let Some((s, (k, i))) = outlet.queue.pop() {
                         for batch in outlet.coalescer.push(now, StreamEvent::new(s, k, i)) {
-                            self.ready
-                                .push_back(output_event(session, outlet_turn, batch));
+                            self.ready.push(output_event(session, outlet_turn, batch));
                         }
                     }
                     if outlet.queue.is_closed() {
@@ -1464,17 +1608,39 @@ impl Engine {
         &mut self,
         now: Timestamp,
         execution: ExecutionId,
-        mut params: Value,
+        params: RawJson,
         wire_bytes: usize,
     ) {
+        /// What the engine reads of a `session/update`'s params, borrowed from the raw text.
+        #[derive(serde::Deserialize)]
+        struct UpdateParams<'a> {
+            #[serde(rename = "sessionId", borrow, default)]
+            session_id: Option<std::borrow::Cow<'a, str>>,
+            #[serde(borrow, default)]
+            update: Option<&'a serde_json::value::RawValue>,
+        }
         let idle_ms = self.config.prompt_idle_timeout_ms;
         let Some(runtime) = self.runtimes.get_mut(&execution) else {
             self.stats.notifications_ignored += 1;
             return;
         };
-        let ours = runtime.conversation.as_deref().is_some()
-            && params.get("sessionId").and_then(Value::as_str) == runtime.conversation.as_deref();
-        let Some(prompt) = runtime.prompt.as_mut().filter(|_| ours) else {
+        let parsed: UpdateParams<'_> = params.parse().unwrap_or(UpdateParams {
+            session_id: None,
+            update: None,
+        });
+        let ours = runtime.conversation.is_some()
+            && parsed.session_id.as_deref() == runtime.conversation.as_deref();
+        let update = parsed.update.map_or_else(RawJson::null, RawJson::from);
+        let head = UpdateHead::of(&update);
+        // The session's own state (its commands, mode, title) is not a turn's output, nor a
+        // sign the agent took a prompt: agents send it unprompted, e.g. right after
+        // `session/new`, so it may arrive after a prompt was sent but before it was read.
+        let session_state = events::is_session_state(&head);
+        let Some(prompt) = runtime
+            .prompt
+            .as_mut()
+            .filter(|p| ours && !session_state && !p.superseded)
+        else {
             // History replayed by session/load, or chatter outside a prompt.
             self.stats.notifications_ignored += 1;
             return;
@@ -1486,14 +1652,11 @@ impl Engine {
         let first = !prompt.accepted;
         prompt.accepted = true;
         let session = runtime.session;
+        let kind = kind_of(&head);
+        drop(head);
         if first {
             self.callback(now, execution, RuntimeEvent::PromptAccepted { turn });
         }
-        let update = params
-            .get_mut("update")
-            .map(Value::take)
-            .unwrap_or(Value::Null);
-        let kind = kind_of(&update);
         self.pending_output = Some(PendingOutput {
             session,
             turn,
@@ -1639,6 +1802,58 @@ impl Engine {
         };
         let session = runtime.session;
         let attempt = runtime.attempt;
+        // The agent answered: a prompt held behind this one may go now, after this answer
+        // is acted on.
+        let held = runtime.held.take();
+        if prompt.superseded {
+            runtime.prompt = None;
+        } else {
+            self.prompt_result(now, execution, session, attempt, turn, prompt, result);
+        }
+        if let Some((state, params)) = held {
+            if let Some(runtime) = self.runtimes.get_mut(&execution).filter(|r| r.alive()) {
+                if runtime.prompt.is_none() {
+                    runtime.prompt = Some(state);
+                    self.send_prompt(now, execution, state, params);
+                }
+            }
+        }
+    }
+
+    /// Sends a dispatch's `session/prompt`.
+    fn send_prompt(
+        &mut self,
+        now: Timestamp,
+        execution: ExecutionId,
+        state: PromptState,
+        params: Value,
+    ) {
+        self.actions.push_back(Action::Request {
+            execution,
+            op: Op::Prompt {
+                turn: state.turn,
+                dispatch: state.dispatch,
+            },
+            method: acp::SESSION_PROMPT,
+            params,
+            deadline: now.plus_millis(PROMPT_REQUEST_DEADLINE_MS),
+        });
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn prompt_result(
+        &mut self,
+        now: Timestamp,
+        execution: ExecutionId,
+        session: SessionId,
+        attempt: AttemptId,
+        turn: TurnId,
+        prompt: PromptState,
+        result: Result<Value, RpcFailure>,
+    ) {
+        let Some(runtime) = self.runtimes.get_mut(&execution) else {
+            return;
+        };
         match result {
             Ok(answer) => {
                 runtime.prompt = None;
@@ -1661,7 +1876,9 @@ impl Engine {
                 if !prompt.accepted {
                     self.callback(now, execution, RuntimeEvent::PromptAccepted { turn });
                 }
-                let stamp = self.stamp(attempt, FailureCause::Prompt(RpcFailure::Rpc(error)));
+                let cause = FailureCause::Prompt(RpcFailure::Rpc(error));
+                self.turn_causes.insert(session, cause.clone());
+                let stamp = self.stamp(attempt, cause);
                 self.callback(now, execution, RuntimeEvent::PromptFailed { turn, stamp });
             }
             Err(failure) if is_transport(&failure) => runtime.prompt = None,
@@ -1675,6 +1892,7 @@ impl Engine {
         };
         runtime.close_reason = Some(reason.clone());
         runtime.prompt = None;
+        runtime.held = None;
         runtime.loading = None;
         let ours = runtime.stop_requested
             || runtime.kill_requested
@@ -1702,7 +1920,9 @@ impl Engine {
             }
             runtime.exit_reported = true;
             runtime.prompt = None;
+            runtime.held = None;
             let attempt = runtime.attempt;
+            self.turn_causes.insert(runtime.session, cause.clone());
             let stamp = self.stamp(attempt, cause);
             self.stats.exits_reported += 1;
             self.callback(now, execution, RuntimeEvent::Exited { stamp });
@@ -1720,6 +1940,7 @@ impl Engine {
             } else {
                 cause
             };
+            self.turn_causes.insert(record.session, cause.clone());
             let stamp = self.stamp(record.attempt, cause);
             self.stats.exits_reported += 1;
             self.submit(
@@ -1847,7 +2068,7 @@ mod tests {
         AgentEvent::Notification {
             method: acp::SESSION_UPDATE.to_owned(),
             wire_bytes: params.to_string().len(),
-            params,
+            params: RawJson::from_value(&params),
         }
     }
 
@@ -2133,24 +2354,31 @@ mod tests {
         now = engine.poll_timeout().unwrap();
         engine.handle_timeout(now);
         let abandoned = prompt_request(&mut engine);
+        // The re-dispatch waits: the agent has not answered the abandoned prompt yet, and
+        // ACP runs one prompt at a time (its updates until then are that prompt's).
         while let Some(due) = engine.poll_timeout() {
             now = due;
             engine.handle_timeout(now);
-            if engine.actions.iter().any(|a| {
-                matches!(
-                    a,
-                    Action::Request {
-                        op: Op::Prompt { .. },
-                        ..
-                    }
-                )
-            }) {
+            if engine
+                .runtimes
+                .get(&second)
+                .is_some_and(|r| r.held.is_some())
+            {
                 break;
             }
         }
-        let current = prompt_request(&mut engine);
-        assert_ne!(abandoned, current);
-        // The abandoned prompt answers late: nothing ends.
+        assert!(
+            !engine.actions.iter().any(|a| matches!(
+                a,
+                Action::Request {
+                    op: Op::Prompt { .. },
+                    ..
+                }
+            )),
+            "{:?}",
+            engine.actions
+        );
+        // The abandoned prompt answers late: nothing ends, and the held dispatch goes.
         engine.reply(
             now,
             second,
@@ -2164,6 +2392,8 @@ mod tests {
                 .any(|e| matches!(e, SessionEvent::TurnEnded { .. })),
             "{before:?}"
         );
+        let current = prompt_request(&mut engine);
+        assert_ne!(abandoned, current);
         // The current one ends the turn, once.
         engine.reply(now, second, current, Ok(json!({"stopReason": "end_turn"})));
         let ended: Vec<_> = events(&mut engine)
@@ -2215,6 +2445,207 @@ mod tests {
         assert!(projected.data_present);
         let bare = classify_error(&RpcError::new(-32002, "Resource not found"));
         assert_eq!((bare.data_details, bare.data_present), (None, false));
+    }
+
+    /// A session with a ready runtime (`c1`) and one completed turn; the runtime's
+    /// execution.
+    fn ready_session(engine: &mut Engine, now: Timestamp) -> ExecutionId {
+        engine.prompt(now, session(1), "first".into()).unwrap();
+        let (s, attempt) = spawn_action(engine);
+        let execution = engine.spawned(now, s, attempt, Ok(Some(1)));
+        answer(
+            engine,
+            now,
+            execution,
+            acp::INITIALIZE,
+            json!({"agentCapabilities": {"loadSession": true}}),
+        );
+        answer(
+            engine,
+            now,
+            execution,
+            acp::SESSION_NEW,
+            json!({"sessionId": "c1"}),
+        );
+        let op = prompt_request(engine);
+        engine.reply(now, execution, op, Ok(json!({"stopReason": "end_turn"})));
+        events(engine);
+        execution
+    }
+
+    fn update(kind: &str) -> AgentEvent {
+        let params =
+            json!({"sessionId": "c1", "update": {"sessionUpdate": kind, "availableCommands": []}});
+        AgentEvent::Notification {
+            method: acp::SESSION_UPDATE.to_owned(),
+            wire_bytes: params.to_string().len(),
+            params: RawJson::from_value(&params),
+        }
+    }
+
+    #[test]
+    fn an_unprompted_session_state_update_is_neither_output_nor_acceptance() {
+        let now = Timestamp::from_millis(1);
+        let mut engine = Engine::new(config()).unwrap();
+        let execution = ready_session(&mut engine, now);
+        let turn = engine.prompt(now, session(1), "second".into()).unwrap();
+        prompt_request(&mut engine);
+        // Written right after session/new, read after the prompt went out.
+        engine.agent_event(now, execution, update("available_commands_update"));
+        engine.agent_event(now, execution, update("current_mode_update"));
+        engine.pump_outlets(now);
+        engine.flush_output(now);
+        let got = events(&mut engine);
+        assert!(
+            !got.iter().any(|e| matches!(e, SessionEvent::Output { .. })),
+            "{got:?}"
+        );
+        // Not accepted: the runtime dying now rolls the turn back, with its cause.
+        engine.agent_event(
+            now,
+            execution,
+            AgentEvent::Closed(CloseReason::ProcessExited(ProcessExit::Code(1))),
+        );
+        let ended: Vec<_> = events(&mut engine)
+            .into_iter()
+            .filter_map(|e| match e {
+                SessionEvent::TurnEnded {
+                    turn: t,
+                    outcome,
+                    cause,
+                    ..
+                } if t == turn => Some((outcome, cause)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            ended,
+            [(
+                TurnOutcome::RolledBack,
+                Some(FailureCause::Connection(CloseReason::ProcessExited(
+                    ProcessExit::Code(1)
+                )))
+            )]
+        );
+    }
+
+    #[test]
+    fn a_prompt_waits_for_the_agent_to_answer_the_cancelled_one_before_it() {
+        let now = Timestamp::from_millis(1);
+        let mut engine = Engine::new(config()).unwrap();
+        let execution = ready_session(&mut engine, now);
+        let cancelled = engine.prompt(now, session(1), "second".into()).unwrap();
+        let old = prompt_request(&mut engine);
+        // Cancelled before the agent showed any sign of it: the turn ends at once.
+        engine.cancel(now, session(1));
+        let third = engine.prompt(now, session(1), "third".into()).unwrap();
+        let actions: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
+        assert!(
+            !actions.iter().any(|a| matches!(
+                a,
+                Action::Request {
+                    op: Op::Prompt { .. },
+                    ..
+                }
+            )),
+            "the third prompt must wait for the agent's answer to the second: {actions:?}"
+        );
+        // The agent streams the cancelled prompt's output, then answers it.
+        engine.agent_event(now, execution, chunk("late output of the cancelled prompt"));
+        engine.reply(now, execution, old, Ok(json!({"stopReason": "cancelled"})));
+        let new = prompt_request(&mut engine);
+        engine.agent_event(now, execution, chunk("third's output"));
+        engine.reply(now, execution, new, Ok(json!({"stopReason": "end_turn"})));
+        let got = events(&mut engine);
+        let outputs: Vec<(TurnId, String)> = got
+            .iter()
+            .filter_map(|e| match e {
+                SessionEvent::Output { turn, events, .. } => Some(
+                    events
+                        .iter()
+                        .map(|o| (*turn, o.update.to_value()["content"]["text"].to_string())),
+                ),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        assert_eq!(
+            outputs,
+            [(third, "\"third's output\"".to_owned())],
+            "{got:?}"
+        );
+        assert!(got.iter().any(|e| matches!(
+            e,
+            SessionEvent::TurnEnded { turn, outcome: TurnOutcome::Completed, .. } if *turn == third
+        )));
+        let cancelled_ends: Vec<_> = got
+            .iter()
+            .filter_map(|e| match e {
+                SessionEvent::TurnEnded { turn, outcome, .. } if *turn == cancelled => {
+                    Some(*outcome)
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(cancelled_ends, [TurnOutcome::Cancelled]);
+    }
+
+    #[test]
+    fn a_failed_prompt_ends_its_turn_with_the_agents_error() {
+        let now = Timestamp::from_millis(1);
+        let mut engine = Engine::new(config()).unwrap();
+        let execution = ready_session(&mut engine, now);
+        let turn = engine.prompt(now, session(1), "second".into()).unwrap();
+        let op = prompt_request(&mut engine);
+        let error = RpcError::new(-32000, "Authentication required");
+        engine.reply(now, execution, op, Err(RpcFailure::Rpc(error.clone())));
+        let ended: Vec<_> = events(&mut engine)
+            .into_iter()
+            .filter_map(|e| match e {
+                SessionEvent::TurnEnded {
+                    turn: t,
+                    outcome,
+                    cause,
+                    ..
+                } if t == turn => Some((outcome, cause)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            ended,
+            [(
+                TurnOutcome::Failed,
+                Some(FailureCause::Prompt(RpcFailure::Rpc(error)))
+            )]
+        );
+    }
+
+    #[test]
+    fn output_admitted_but_not_yet_handed_out_survives_a_restart() {
+        let now = Timestamp::from_millis(1);
+        let mut engine = Engine::new(config()).unwrap();
+        let execution = ready_session(&mut engine, now);
+        let turn = engine.prompt(now, session(1), "second".into()).unwrap();
+        prompt_request(&mut engine);
+        engine.agent_event(now, execution, chunk("one"));
+        engine.agent_event(now, execution, chunk("two"));
+        // Both admitted (the core counted them delivered), still batching for the caller.
+        engine.pump_outlets(now);
+        assert_eq!(engine.backlog().0, 2);
+        let bytes = engine.encode_state(now);
+        let mut restored = Engine::restore(config(), &bytes, now.plus_millis(5)).unwrap();
+        restored.flush_output(now.plus_millis(5));
+        let outputs: Vec<(TurnId, u64)> = events(&mut restored)
+            .into_iter()
+            .filter_map(|e| match e {
+                SessionEvent::Output { turn, events, .. } => {
+                    Some(events.into_iter().map(move |o| (turn, o.seq)))
+                }
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        assert_eq!(outputs, [(turn, 1), (turn, 2)]);
     }
 
     #[test]

@@ -13,21 +13,23 @@ use palisade_core::{
 };
 use serde_json::{json, Value};
 
+use crate::jsonrpc::RawJson;
 use crate::rpc::{CloseReason, ProcessExit, RpcFailure};
 
 /// One streamed `session/update` of a turn, as the caller receives it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct OutputEvent {
     /// Caller sequence number: contiguous per turn from 1, across recoveries.
     pub seq: u64,
     /// What it carries (from `update.sessionUpdate`).
     pub kind: EventKind,
-    /// The raw `update` object; unknown kinds pass through untouched.
-    pub update: Value,
+    /// The `update` object as the agent wrote it (raw JSON); unknown kinds pass through
+    /// untouched.
+    pub update: RawJson,
 }
 
 /// How the conversation of a runtime came to be.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ConversationOrigin {
     /// `session/load` of the session's existing conversation succeeded.
     Loaded,
@@ -39,7 +41,7 @@ pub enum ConversationOrigin {
 
 /// Why a runtime failed; attached to [`SessionEvent::FailureReported`] and
 /// [`SessionEvent::RuntimeExited`]. Closed: each variant names who is at fault.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum FailureCause {
     /// The agent program could not be started.
     Spawn(String),
@@ -92,7 +94,7 @@ impl std::fmt::Display for FailureCause {
 }
 
 /// Something that happened to a session. Delivered in order per session.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum SessionEvent {
     /// An agent process was started for an attempt and bound to an execution.
     RuntimeStarted {
@@ -146,6 +148,10 @@ pub enum SessionEvent {
         outcome: TurnOutcome,
         /// The agent's `stopReason`, when it answered the prompt.
         stop_reason: Option<String>,
+        /// Why a turn that did not complete ended: what the supervisor saw go wrong last
+        /// (a prompt's JSON-RPC error, the runtime's death, a deadline). `None` for a
+        /// completed or cancelled turn.
+        cause: Option<FailureCause>,
     },
     /// The runtime died under an accepted turn; a replacement starts at `at`.
     RecoveryStarted {
@@ -289,18 +295,20 @@ impl SessionEvent {
                 "events": events.iter().map(|e| json!({
                     "seq": e.seq,
                     "kind": format!("{:?}", e.kind),
-                    "update": e.update,
+                    "update": e.update.raw(),
                 })).collect::<Vec<_>>(),
             }),
             SessionEvent::TurnEnded {
                 turn,
                 outcome,
                 stop_reason,
+                cause,
                 ..
             } => json!({
                 "turn": id(turn.get()),
                 "outcome": format!("{outcome:?}"),
                 "stop_reason": stop_reason,
+                "cause": cause.as_ref().map(ToString::to_string),
             }),
             SessionEvent::RecoveryStarted { turn, step, at, .. } => {
                 json!({"turn": id(turn.get()), "step": step, "at_ms": at.as_millis()})
@@ -347,16 +355,52 @@ pub(crate) fn origin_of(reason: NewConversationReason) -> ConversationOrigin {
     }
 }
 
+/// Whether a `session/update` describes the session's own state rather than a turn's
+/// output: the commands it offers, its mode, its configuration, its title. Agents send
+/// these whenever they change, unprompted (claude-agent-acp and codex-acp send
+/// `available_commands_update` right after `session/new`), so they are never a turn's
+/// output nor a sign that the agent took a prompt.
+pub(crate) fn is_session_state(head: &UpdateHead<'_>) -> bool {
+    matches!(
+        head.kind.as_deref(),
+        Some(
+            "available_commands_update"
+                | "current_mode_update"
+                | "config_option_update"
+                | "session_info_update"
+        )
+    )
+}
+
+/// What the engine reads of a `session/update`'s `update`: its kind and its content's
+/// type, borrowed from the raw text (everything else is skipped, not parsed).
+#[derive(Debug, Default, serde::Deserialize)]
+pub(crate) struct UpdateHead<'a> {
+    #[serde(rename = "sessionUpdate", borrow, default)]
+    pub(crate) kind: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default)]
+    content: Option<ContentHead<'a>>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct ContentHead<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+}
+
+impl<'a> UpdateHead<'a> {
+    /// The head of a raw `update` (an `update` that is not an object has none).
+    pub(crate) fn of(update: &'a RawJson) -> UpdateHead<'a> {
+        update.parse().unwrap_or_default()
+    }
+}
+
 /// `update.sessionUpdate` → [`EventKind`]. Resource content in a message chunk counts as
 /// a resource; anything unknown is `Other` (and still delivered).
-pub(crate) fn kind_of(update: &Value) -> EventKind {
-    match update.get("sessionUpdate").and_then(Value::as_str) {
+pub(crate) fn kind_of(head: &UpdateHead<'_>) -> EventKind {
+    match head.kind.as_deref() {
         Some("agent_message_chunk") => {
-            match update
-                .get("content")
-                .and_then(|c| c.get("type"))
-                .and_then(Value::as_str)
-            {
+            match head.content.as_ref().and_then(|c| c.kind.as_deref()) {
                 Some("resource" | "resource_link") => EventKind::Resource,
                 _ => EventKind::Text,
             }
@@ -432,7 +476,7 @@ mod tests {
                 events: vec![OutputEvent {
                     seq: 1,
                     kind: EventKind::Text,
-                    update: json!({}),
+                    update: RawJson::from_value(&json!({})),
                 }],
             },
             SessionEvent::TurnEnded {
@@ -440,6 +484,7 @@ mod tests {
                 turn,
                 outcome: TurnOutcome::Completed,
                 stop_reason: None,
+                cause: None,
             },
             SessionEvent::RecoveryStarted {
                 session,
@@ -495,7 +540,10 @@ mod tests {
 
     #[test]
     fn update_kinds_map_to_event_kinds() {
-        let kind = |v: Value| kind_of(&v);
+        let kind = |v: Value| {
+            let raw = RawJson::from_value(&v);
+            kind_of(&UpdateHead::of(&raw))
+        };
         assert_eq!(
             kind(json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text"}})),
             EventKind::Text

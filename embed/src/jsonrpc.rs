@@ -5,7 +5,8 @@
 //! unknown fields and update kinds pass through untouched), and turns everything else into
 //! a [`FrameError`] a caller can count and report. It never panics on input.
 
-use serde_json::{Map, Value};
+use serde_json::value::RawValue;
+use serde_json::Value;
 
 pub use agent_client_protocol_schema::v1::RequestId;
 
@@ -31,7 +32,7 @@ pub mod codes {
 
 /// A JSON-RPC error object exactly as the peer sent it: nothing is mapped or dropped, so
 /// a classifier can match on the code and on an exact message projection.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RpcError {
     /// The error code. JSON-RPC says integer; `i64` holds every integer JSON number we
     /// accept.
@@ -39,6 +40,7 @@ pub struct RpcError {
     /// The human-readable message.
     pub message: String,
     /// Optional structured data (`{"details": ...}`, `{"uri": ...}`, a string, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<Value>,
 }
 
@@ -58,16 +60,6 @@ impl RpcError {
         self.data = Some(data);
         self
     }
-
-    fn to_value(&self) -> Value {
-        let mut error = Map::new();
-        error.insert("code".into(), Value::from(self.code));
-        error.insert("message".into(), Value::from(self.message.clone()));
-        if let Some(data) = &self.data {
-            error.insert("data".into(), data.clone());
-        }
-        Value::Object(error)
-    }
 }
 
 impl std::fmt::Display for RpcError {
@@ -81,6 +73,64 @@ impl std::fmt::Display for RpcError {
 }
 
 impl std::error::Error for RpcError {}
+
+/// JSON text kept as it came: a payload passed on untouched is neither built into a tree
+/// nor serialized again. Compared by its text.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct RawJson(Box<RawValue>);
+
+impl RawJson {
+    /// The JSON text.
+    #[must_use]
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The raw value, to embed in a larger serialization.
+    #[must_use]
+    pub fn raw(&self) -> &RawValue {
+        &self.0
+    }
+
+    /// Parsed into a tree.
+    #[must_use]
+    pub fn to_value(&self) -> Value {
+        value(&self.0)
+    }
+
+    /// Parsed into `T`.
+    pub fn parse<'a, T: serde::Deserialize<'a>>(&'a self) -> serde_json::Result<T> {
+        serde_json::from_str(self.0.get())
+    }
+
+    /// The text of `value`.
+    #[must_use]
+    pub fn from_value(value: &Value) -> RawJson {
+        RawJson(
+            serde_json::value::to_raw_value(value)
+                .expect("a Value always serializes (its keys are strings)"),
+        )
+    }
+
+    /// `null`.
+    #[must_use]
+    pub fn null() -> RawJson {
+        RawJson(null_params())
+    }
+}
+
+impl PartialEq for RawJson {
+    fn eq(&self, other: &RawJson) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl From<&RawValue> for RawJson {
+    fn from(raw: &RawValue) -> RawJson {
+        RawJson(raw.to_owned())
+    }
+}
 
 /// One well-formed JSON-RPC message.
 #[derive(Debug, Clone, PartialEq)]
@@ -105,8 +155,9 @@ pub enum Frame {
     Notification {
         /// The method name.
         method: String,
-        /// The parameters; `Null` when absent.
-        params: Value,
+        /// The parameters as raw JSON (`null` when absent): a notification's payload is
+        /// usually passed on untouched, so it is not parsed into a tree here.
+        params: RawJson,
     },
 }
 
@@ -147,38 +198,86 @@ impl std::fmt::Display for FrameError {
 
 impl std::error::Error for FrameError {}
 
+/// The top level of a message, borrowed from the line: each member is kept as raw JSON
+/// and parsed only if the message needs it, so a notification's (possibly large) params
+/// are scanned once and never built into a tree.
+#[derive(serde::Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    jsonrpc: Option<&'a RawValue>,
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    method: Option<&'a RawValue>,
+    #[serde(borrow)]
+    params: Option<&'a RawValue>,
+    #[serde(borrow)]
+    result: Option<&'a RawValue>,
+    #[serde(borrow)]
+    error: Option<&'a RawValue>,
+}
+
+fn value(raw: &RawValue) -> Value {
+    // A member of a message that parsed is valid JSON: this cannot fail.
+    serde_json::from_str(raw.get()).unwrap_or(Value::Null)
+}
+
 /// Parses one line (without its newline) into a [`Frame`].
 pub fn parse_frame(line: &[u8]) -> Result<Frame, FrameError> {
-    let value: Value = serde_json::from_slice(line).map_err(|_| FrameError::NotJson)?;
-    let Value::Object(mut object) = value else {
-        return Err(FrameError::NotObject);
+    let envelope: Envelope<'_> = match serde_json::from_slice(line) {
+        Ok(envelope) => envelope,
+        Err(_) => {
+            // Valid JSON of the wrong shape (an array, a number, a repeated member), or
+            // not JSON at all?
+            return Err(
+                match serde_json::from_slice::<serde::de::IgnoredAny>(line) {
+                    Ok(_) => FrameError::NotObject,
+                    Err(_) => FrameError::NotJson,
+                },
+            );
+        }
     };
-    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+    if envelope.jsonrpc.map(RawValue::get) != Some("\"2.0\"") {
         return Err(FrameError::BadVersion);
     }
-    let id = match object.remove("id") {
+    let id = match envelope.id {
         None => None,
-        Some(id) => Some(parse_id(id)?),
+        Some(id) => Some(parse_id(value(id))?),
     };
-    let params = object.remove("params").unwrap_or(Value::Null);
-    match object.remove("method") {
-        Some(Value::String(method)) => Ok(match id {
-            Some(id) => Frame::Request { id, method, params },
-            None => Frame::Notification { method, params },
-        }),
-        Some(_) => Err(FrameError::BadMethod),
+    match envelope.method {
+        Some(method) => {
+            let Ok(method) = serde_json::from_str::<String>(method.get()) else {
+                return Err(FrameError::BadMethod);
+            };
+            Ok(match id {
+                Some(id) => Frame::Request {
+                    id,
+                    method,
+                    params: envelope.params.map_or(Value::Null, value),
+                },
+                None => Frame::Notification {
+                    method,
+                    params: envelope.params.map_or_else(RawJson::null, RawJson::from),
+                },
+            })
+        }
         None => {
             // A response. An id is required (it may be null when the peer could not read
             // our id, which then matches no request).
             let id = id.ok_or(FrameError::BadResponseShape)?;
-            let outcome = match (object.remove("result"), object.remove("error")) {
-                (Some(result), None) => Ok(result),
-                (None, Some(error)) => Err(parse_error_object(error)?),
+            let outcome = match (envelope.result, envelope.error) {
+                (Some(result), None) => Ok(value(result)),
+                (None, Some(error)) => Err(parse_error_object(value(error))?),
                 _ => return Err(FrameError::BadResponseShape),
             };
             Ok(Frame::Response { id, outcome })
         }
     }
+}
+
+/// A notification's params when it has none.
+fn null_params() -> Box<RawValue> {
+    RawValue::from_string("null".to_owned()).expect("null is JSON")
 }
 
 fn parse_id(id: Value) -> Result<RequestId, FrameError> {
@@ -211,59 +310,80 @@ fn parse_error_object(error: Value) -> Result<RpcError, FrameError> {
     })
 }
 
-fn id_to_value(id: &RequestId) -> Value {
-    match id {
-        RequestId::Null => Value::Null,
-        RequestId::Number(n) => Value::from(*n),
-        RequestId::Str(s) => Value::from(s.clone()),
+/// A message as written: borrowed parts, serialized in one pass (nothing is cloned into an
+/// intermediate tree).
+#[derive(serde::Serialize)]
+struct Outgoing<'a> {
+    jsonrpc: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a RequestId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    method: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    params: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a RpcError>,
+}
+
+impl Outgoing<'_> {
+    fn line(&self) -> String {
+        let mut line =
+            serde_json::to_string(self).expect("a message of Values and strings always serializes");
+        line.push('\n');
+        line
     }
 }
 
-fn envelope() -> Map<String, Value> {
-    let mut message = Map::new();
-    message.insert("jsonrpc".into(), Value::from("2.0"));
-    message
-}
-
-fn finish(message: Map<String, Value>) -> String {
-    let mut line = Value::Object(message).to_string();
-    line.push('\n');
-    line
-}
+const NONE: Outgoing<'static> = Outgoing {
+    jsonrpc: "2.0",
+    id: None,
+    method: None,
+    params: None,
+    result: None,
+    error: None,
+};
 
 /// Encodes a request as one line, newline included.
 #[must_use]
 pub fn encode_request(id: &RequestId, method: &str, params: &Value) -> String {
-    let mut message = envelope();
-    message.insert("id".into(), id_to_value(id));
-    message.insert("method".into(), Value::from(method));
-    if !params.is_null() {
-        message.insert("params".into(), params.clone());
+    Outgoing {
+        id: Some(id),
+        method: Some(method),
+        params: (!params.is_null()).then_some(params),
+        ..NONE
     }
-    finish(message)
+    .line()
 }
 
 /// Encodes a notification as one line, newline included.
 #[must_use]
 pub fn encode_notification(method: &str, params: &Value) -> String {
-    let mut message = envelope();
-    message.insert("method".into(), Value::from(method));
-    if !params.is_null() {
-        message.insert("params".into(), params.clone());
+    Outgoing {
+        method: Some(method),
+        params: (!params.is_null()).then_some(params),
+        ..NONE
     }
-    finish(message)
+    .line()
 }
 
 /// Encodes a response (result or error) as one line, newline included.
 #[must_use]
 pub fn encode_response(id: &RequestId, outcome: &Result<Value, RpcError>) -> String {
-    let mut message = envelope();
-    message.insert("id".into(), id_to_value(id));
     match outcome {
-        Ok(result) => message.insert("result".into(), result.clone()),
-        Err(error) => message.insert("error".into(), error.to_value()),
-    };
-    finish(message)
+        Ok(result) => Outgoing {
+            id: Some(id),
+            result: Some(result),
+            ..NONE
+        },
+        Err(error) => Outgoing {
+            id: Some(id),
+            error: Some(error),
+            ..NONE
+        },
+    }
+    .line()
 }
 
 #[cfg(test)]

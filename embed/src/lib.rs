@@ -93,6 +93,7 @@
 //! ```
 
 pub mod acp;
+pub mod agent_model;
 pub mod config;
 pub mod engine;
 pub mod events;

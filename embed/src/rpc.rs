@@ -45,7 +45,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, timeout_at, Instant};
 
-use crate::jsonrpc::{encode_notification, encode_response, FrameError, RequestId, RpcError};
+use crate::jsonrpc::{
+    encode_notification, encode_response, FrameError, RawJson, RequestId, RpcError,
+};
 use crate::process::{ProcessTree, TreeId, Watchdog, WatchdogProgram, TREE_ENV};
 use crate::wire::{Incoming, Wire};
 
@@ -110,7 +112,7 @@ impl From<std::process::ExitStatus> for ProcessExit {
 
 /// Why a request (or notification, or response) did not get its answer. Closed: each
 /// variant maps to one action of the caller.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum RpcFailure {
     /// The agent answered with a JSON-RPC error. Action: classify it (e.g. load fallback).
     Rpc(RpcError),
@@ -153,15 +155,51 @@ impl std::fmt::Display for RpcFailure {
 
 impl std::error::Error for RpcFailure {}
 
+/// An I/O error's kind in a state file: by name (`std::io::ErrorKind` has no serde form);
+/// a name this build does not know reads back as `Other`.
+mod error_kind {
+    use std::io::ErrorKind;
+
+    const KNOWN: [ErrorKind; 10] = [
+        ErrorKind::BrokenPipe,
+        ErrorKind::ConnectionReset,
+        ErrorKind::ConnectionAborted,
+        ErrorKind::UnexpectedEof,
+        ErrorKind::InvalidData,
+        ErrorKind::Interrupted,
+        ErrorKind::PermissionDenied,
+        ErrorKind::TimedOut,
+        ErrorKind::WouldBlock,
+        ErrorKind::Other,
+    ];
+
+    pub(super) fn serialize<S: serde::Serializer>(
+        kind: &ErrorKind,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{kind:?}"))
+    }
+
+    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<ErrorKind, D::Error> {
+        let name: String = serde::Deserialize::deserialize(d)?;
+        Ok(KNOWN
+            .into_iter()
+            .find(|k| format!("{k:?}") == name)
+            .unwrap_or(ErrorKind::Other))
+    }
+}
+
 /// Why the connection ended; the last event on [`AgentEvents`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CloseReason {
     /// stdout ended and the process exited.
     ProcessExited(ProcessExit),
     /// stdout ended but the process kept running past [`EXIT_GRACE`].
     StdoutClosed,
     /// Reading stdout failed.
-    ReadFailed(io::ErrorKind),
+    ReadFailed(#[serde(with = "error_kind")] io::ErrorKind),
     /// The garbage budget was used up by this line (sample).
     Garbage(String),
     /// We killed the agent; its exit status, if it was reaped within [`EXIT_GRACE`].
@@ -220,8 +258,8 @@ pub enum AgentEvent {
     Notification {
         /// The method, e.g. [`crate::acp::SESSION_UPDATE`].
         method: String,
-        /// The raw params: unknown update kinds pass through untouched.
-        params: Value,
+        /// The params as raw JSON: unknown update kinds pass through untouched.
+        params: RawJson,
         /// Bytes of the line on the wire, newline included (for coalescing budgets).
         wire_bytes: usize,
     },

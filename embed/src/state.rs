@@ -38,7 +38,7 @@ const FIXED_LEN: usize = PREFIX_LEN + 8 + 4;
 pub(crate) const BODY_OFFSET: usize = PREFIX_LEN + 8;
 
 /// The supervisor's own state, beside the core's snapshot.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Header {
     pub(crate) next_execution: u64,
     pub(crate) next_turn: u64,
@@ -46,16 +46,32 @@ pub(crate) struct Header {
     pub(crate) next_token: u64,
     pub(crate) sessions: Vec<SessionRecord>,
     pub(crate) executions: Vec<ExecutionRecord>,
+    /// Events the caller had not taken yet, in order: they are handed out first after a
+    /// restart (write-ahead: a step's state is written before its events leave).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) undelivered: Vec<crate::events::SessionEvent>,
 }
 
 /// What the supervisor remembers of one session.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct SessionRecord {
     pub(crate) session: SessionId,
     /// The conversation token the core holds, and the ACP session id it stands for.
     pub(crate) conversation: Option<(ConversationToken, String)>,
     /// The turn in flight and the caller's original text.
     pub(crate) turn: Option<(TurnId, String)>,
+    /// Output the core admitted for the caller that was still queued or being batched:
+    /// the turn, and each event's seq, update and wire size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) queued_output: Option<(TurnId, Vec<QueuedOutput>)>,
+}
+
+/// One admitted output event not yet batched for the caller.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct QueuedOutput {
+    pub(crate) seq: u64,
+    pub(crate) update: crate::jsonrpc::RawJson,
+    pub(crate) wire_bytes: usize,
 }
 
 /// An execution that was bound when the state was written.
@@ -206,8 +222,10 @@ mod tests {
                 session: SessionId::new(1).unwrap(),
                 conversation: Some((ConversationToken::new(3).unwrap(), "s-1".into())),
                 turn: Some((TurnId::new(8).unwrap(), "hello".into())),
+                queued_output: None,
             }],
             executions: Vec::new(),
+            undelivered: Vec::new(),
         }
     }
 

@@ -109,7 +109,7 @@ fn updates(events: &[AgentEvent]) -> Vec<String> {
         .iter()
         .filter_map(|event| match event {
             AgentEvent::Notification { method, params, .. } if method == acp::SESSION_UPDATE => {
-                Some(chunk_text(params))
+                Some(chunk_text(&params.to_value()))
             }
             _ => None,
         })
@@ -389,7 +389,7 @@ async fn eleven_hundred_notifications_arrive_in_order_through_a_small_queue() {
                     wire_bytes: bytes,
                     ..
                 } => {
-                    texts.push(chunk_text(&params));
+                    texts.push(chunk_text(&params.to_value()));
                     wire_bytes += bytes;
                     if texts.len() % 100 == 0 {
                         // A slow consumer: the agent must wait, not lose anything.

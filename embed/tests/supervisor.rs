@@ -258,7 +258,10 @@ impl Harness {
             }
             assert!(!events.is_empty(), "an output batch is never empty");
             for out in events {
-                match receiver.accept(Seq::new(out.seq).unwrap(), chunk_text(&out.update)) {
+                match receiver.accept(
+                    Seq::new(out.seq).unwrap(),
+                    chunk_text(&out.update.to_value()),
+                ) {
                     Receipt::Delivered(text) => texts.push(text),
                     other => panic!("output lost or repeated: {other:?}"),
                 }

@@ -283,7 +283,7 @@ fn cmd_sweep(args: SweepArgs) -> Result<u8, Fail> {
         .map(|r| match (args.seeds, args.seed_range) {
             (Some(n), _) => SeedRange::first(n),
             (None, Some(range)) => range,
-            (None, None) => SeedRange::first(sweep::default_seeds(&r.scenario.name)),
+            (None, None) => SeedRange::first(sweep::default_seeds(&r.scenario)),
         })
         .collect();
     prepare_report_dir(&args.report_dir)?;
@@ -606,21 +606,32 @@ fn cmd_mutants(args: MutantsArgs) -> Result<u8, Fail> {
                     args.report_dir.join(&c.file).display()
                 );
             }
-            None => {
-                survived += 1;
-                say!(
-                    "SURVIVED {:<32} {} seed runs without a failure",
+            None => match scoreboard::unreachable_reason(r.mutant) {
+                Some(why) => say!(
+                    "unreachable {:<29} {} seed runs without a failure: {why}",
                     r.mutant.name(),
                     r.runs
-                );
-            }
+                ),
+                None => {
+                    survived += 1;
+                    say!(
+                        "SURVIVED {:<32} {} seed runs without a failure",
+                        r.mutant.name(),
+                        r.runs
+                    );
+                }
+            },
         }
     }
     runs.sort_unstable();
+    let unreachable = results
+        .iter()
+        .filter(|r| r.caught.is_none() && scoreboard::unreachable_reason(r.mutant).is_some())
+        .count();
     say!(
-        "mutants: {} mutants, {} caught, {survived} survived; seed runs to first failure: median {}, max {} ({})",
+        "mutants: {} mutants, {} caught, {survived} survived, {unreachable} unreachable; seed runs to first failure: median {}, max {} ({})",
         results.len(),
-        results.len() - survived,
+        results.len() - survived - unreachable,
         runs.get(runs.len().saturating_sub(1) / 2).map_or("-".into(), |m| m.to_string()),
         runs.last().map_or("-".into(), |m| m.to_string()),
         path.display()
@@ -690,7 +701,7 @@ fn cmd_scenarios() -> Result<u8, Fail> {
             "{:<width$}  v{}  {:>4} seeds  {}",
             s.name,
             s.version,
-            sweep::default_seeds(&s.name),
+            sweep::default_seeds(s),
             first_sentence(&s.description)
         );
         if !s.source.is_empty() {

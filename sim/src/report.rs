@@ -235,7 +235,7 @@ pub fn summarize(
             version: r.scenario.version,
             spec: r.spec.clone(),
             seed_range: *range,
-            default_seeds: sweep::default_seeds(&r.scenario.name),
+            default_seeds: sweep::default_seeds(&r.scenario),
             seeds: 0,
             failed: 0,
             events: 0,

@@ -264,6 +264,11 @@ pub struct Faults {
     pub hang_teardown: Bounds<f64>,
     /// The orchestrator's clock jumps forward.
     pub clock_jump: Bounds<f64>,
+    /// The caller stops taking events for up to `max_stall_ms` (backpressure reaches the
+    /// agents).
+    pub caller_stall: Bounds<f64>,
+    /// The longest a stalled caller takes no events.
+    pub max_stall_ms: u64,
     /// The longest delay a delayed callback suffers.
     pub max_delay_ms: u64,
     /// Notifications in one burst.
@@ -272,7 +277,7 @@ pub struct Faults {
 
 impl Faults {
     /// Names of the probability fields, in declaration order.
-    pub const PROBABILITY_NAMES: [&'static str; 11] = [
+    pub const PROBABILITY_NAMES: [&'static str; 12] = [
         "delay",
         "duplicate",
         "reorder",
@@ -284,10 +289,11 @@ impl Faults {
         "crash_restart",
         "hang_teardown",
         "clock_jump",
+        "caller_stall",
     ];
 
     /// Every probability range with its field name, in declaration order.
-    pub fn probabilities(&self) -> [(&'static str, Bounds<f64>); 11] {
+    pub fn probabilities(&self) -> [(&'static str, Bounds<f64>); 12] {
         let values = [
             self.delay,
             self.duplicate,
@@ -300,6 +306,7 @@ impl Faults {
             self.crash_restart,
             self.hang_teardown,
             self.clock_jump,
+            self.caller_stall,
         ];
         std::array::from_fn(|i| (Self::PROBABILITY_NAMES[i], values[i]))
     }
@@ -320,6 +327,8 @@ impl Default for Faults {
             crash_restart: never,
             hang_teardown: never,
             clock_jump: never,
+            caller_stall: never,
+            max_stall_ms: 2_000,
             max_delay_ms: 500,
             // Just past the 1,024-notification queue that closed compozy's connection.
             burst_size: Bounds::new(1_025, 1_100),
@@ -384,6 +393,10 @@ pub struct Limits {
     pub quiesce_ms: u64,
     /// A run recording more trace events than this is a failure (a livelock guard).
     pub max_events: u64,
+    /// Seeds a sweep runs when `--seeds` is not given (the main job's size for this
+    /// scenario); absent: 2,000.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_seeds: Option<u64>,
 }
 
 impl Default for Limits {
@@ -393,6 +406,7 @@ impl Default for Limits {
             // The default recovery schedule (1 s + 2 s + 4 s) plus stop deadlines fits.
             quiesce_ms: 30_000,
             max_events: 200_000,
+            default_seeds: None,
         }
     }
 }

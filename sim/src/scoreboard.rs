@@ -22,6 +22,22 @@ pub const DEFAULT_SEEDS_PER_SCENARIO: u64 = 200;
 /// Seed runs spent minimising each mutant's first failure.
 pub const MINIMIZE_RUNS: usize = 200;
 
+/// Why the production embedding cannot show a mutant's bug at all, so no sweep of it can
+/// catch it: the core still fences the bug for embedders without the embedding's
+/// guarantees, and the core's unit case and the fuzzer (which drive the core directly, with
+/// any timing and any execution ID) catch it. `None` for every mutant a sweep must catch.
+pub fn unreachable_reason(mutant: Mutant) -> Option<&'static str> {
+    match mutant {
+        Mutant::ToctouGeneration => Some(
+            "no replacement can slip between a lease's check and its act in the production              embedding: the driver confirms a lease in the call that hands its effect out,              inputs raised meanwhile wait in its FIFO inbox, and the engine gives every runtime              a fresh execution ID (no later generation of an execution exists)",
+        ),
+        Mutant::OldAttemptStopsSuccessor => Some(
+            "the engine gives every runtime a fresh execution ID, so no later attempt ever binds              an execution an earlier attempt still holds",
+        ),
+        _ => None,
+    }
+}
+
 /// How a mutant was caught.
 #[derive(Debug)]
 pub struct Caught {
@@ -168,11 +184,17 @@ pub fn render(results: &[MutantResult], seeds: u64, scenarios: &[Resolved], dir:
         scenarios.len(),
         report::commit()
     );
+    let reachable = results
+        .iter()
+        .filter(|r| unreachable_reason(r.mutant).is_none())
+        .count();
     let _ = writeln!(
         md,
-        "**{} of {} caught**; seed runs to first failure: median {}, max {}.\n",
+        "**{} of {} caught** ({} mutants the production embedding cannot show, below); seed runs \
+         to first failure: median {}, max {}.\n",
         caught.len(),
-        results.len(),
+        reachable,
+        results.len() - reachable,
         median.map_or("–".into(), |m| m.to_string()),
         max.map_or("–".into(), |m| m.to_string()),
     );
@@ -230,6 +252,14 @@ pub fn render(results: &[MutantResult], seeds: u64, scenarios: &[Resolved], dir:
                     min
                 );
             }
+            None if unreachable_reason(r.mutant).is_some() => {
+                let _ = writeln!(
+                    md,
+                    "| `{}` | ⛔ unreachable (below) | – ({} runs) | – | – | – | – | – |",
+                    r.mutant.name(),
+                    r.runs
+                );
+            }
             None => {
                 let _ = writeln!(
                     md,
@@ -238,6 +268,22 @@ pub fn render(results: &[MutantResult], seeds: u64, scenarios: &[Resolved], dir:
                     r.runs
                 );
             }
+        }
+    }
+    let unreachable: Vec<(Mutant, &str)> = results
+        .iter()
+        .filter_map(|r| Some((r.mutant, unreachable_reason(r.mutant)?)))
+        .collect();
+    if !unreachable.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n## Mutants the production embedding cannot show\n\nThe sweep drives the \
+             production engine; these bugs need something it never does. The core keeps their \
+             fences for embedders without its guarantees; the core's unit cases \
+             (`core/tests/rules.rs`) and the fuzzer (`callback_orderings`) catch them.\n"
+        );
+        for (m, why) in unreachable {
+            let _ = writeln!(md, "- `{}`: {why}.", m.name());
         }
     }
     let _ = writeln!(

@@ -15,8 +15,6 @@ use crate::runner::{self, SeedRun, Timed};
 use crate::scenario::Resolved;
 use crate::world::{FaultPlan, Mutant, SeedStats};
 
-/// Default seeds per sweep for `swarm`, the scenario that carries most of the search.
-pub const DEFAULT_SEEDS_SWARM: u64 = 10_000;
 /// Default seeds per sweep for every other scenario. Together with the swarm's, the
 /// default sweep of all shipped scenarios must finish in about a minute on 2 cores.
 pub const DEFAULT_SEEDS: u64 = 2_000;
@@ -32,13 +30,10 @@ pub const PANIC_INVARIANT: &str = "panic";
 /// The invariant recorded for a seed whose re-run gave another trace.
 pub const DETERMINISM_INVARIANT: &str = "determinism";
 
-/// How many seeds a sweep of `scenario` runs when `--seeds` is not given.
-pub fn default_seeds(scenario: &str) -> u64 {
-    if scenario == "swarm" {
-        DEFAULT_SEEDS_SWARM
-    } else {
-        DEFAULT_SEEDS
-    }
+/// How many seeds a sweep of `scenario` runs when `--seeds` is not given: its own
+/// `[limits] default_seeds`, else [`DEFAULT_SEEDS`].
+pub fn default_seeds(scenario: &crate::scenario::Scenario) -> u64 {
+    scenario.limits.default_seeds.unwrap_or(DEFAULT_SEEDS)
 }
 
 /// A half-open range of seeds, `start..end`.

@@ -1,9 +1,9 @@
 //! The simulated world: actors, fault plan, oracle. The CLI and sweep layer call
 //! [`run_seed`].
 
+mod agents;
 mod oracle;
 pub mod plan;
-mod provider;
 mod run;
 mod trace;
 

@@ -1,20 +1,22 @@
-//! The oracle: every rule as an invariant on the trace. It runs the core's independent
-//! reference model (`palisade_core::audit::Auditor`) and the core's own invariants after
-//! every step (of the sessions the step named; of the whole core every few steps and after
-//! timers and restarts), judges what the provider really saw (ground truth), and checks liveness once the
-//! faults stop. A violation names the rule and the trace events that broke it.
+//! The oracle: every rule as a check on **ground truth** — what the environment recorded
+//! about what really happened: which agent processes ran and when they died, what each
+//! agent received (its prompts, with their text) and wrote (every stream event, with its
+//! marker), which conversations really exist on the agent's disk, and what each client
+//! really got. It never reads the core's or the engine's view of themselves.
+//!
+//! Beside it, the engine's driver runs the shared [`palisade_core::audit::Checker`] (the
+//! reference model and the core's own invariants) after every core step; see `run.rs`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use palisade_core::audit::Auditor;
-use palisade_core::{
-    Config, Core, Effect, ExecutionId, Generation, Input, NewConversationReason, PromptRequest,
-    RejectReason, RuntimeEvent, SessionId, Timestamp, TurnId, Verdict,
-};
+use palisade_core::{AttemptId, AttemptOutcome, ExecutionId, TurnId, TurnOutcome};
+use palisade_embed::agent_model::{Behaviour, LoadCapability, Seen, StreamEvent};
+use palisade_embed::events::ConversationOrigin;
+use palisade_embed::replay::REPLAY_BLOCK_TAG;
+use palisade_embed::{OutputEvent, SessionEvent, SupervisorConfig};
 
-use super::provider::Provider;
 use super::Violation;
-use crate::scenario::{Agent, Scenario};
+use crate::scenario::Scenario;
 
 /// Every coverage mark the world can record (rare interleavings worth seeing).
 pub const MARKS: &[&str] = &[
@@ -24,34 +26,16 @@ pub const MARKS: &[&str] = &[
     "lease-expired",
     "restart-with-attempt-in-flight",
     "duplicate-terminal-suppressed",
+    "kill-between-turns",
+    "late-answer-after-teardown",
+    "backpressure",
 ];
 
-/// Oracle state for one seed.
-#[derive(Debug)]
-pub(crate) struct Oracle {
-    audit: Auditor,
-    /// `PALISADE_ORACLE=off` skips the rule checks (to measure their cost); marks and
-    /// ground truth bookkeeping stay.
-    enabled: bool,
-    pub(crate) marks: BTreeMap<String, u64>,
-    responses: BTreeMap<u64, u32>,
-    recoveries: BTreeMap<(u32, TurnId), u32>,
-    arrivals: BTreeMap<(u32, TurnId), u32>,
-    active_turn: BTreeMap<u64, TurnId>,
-    fallback_allowed: bool,
-    pub(crate) turns: u32,
-    /// Invariant checks so far (every [`FULL_CHECK_EVERY`]-th is a full one).
-    checks: u64,
-    /// Scratch: the sessions the current step named.
-    touched: Vec<SessionId>,
-}
+/// Slack for a deadline judged by the environment: the core acts on a deadline when the
+/// embedder next wakes it, and the environment's messages take a few milliseconds.
+const DEADLINE_SLACK_MS: u64 = 50;
 
-/// Every this many steps the oracle checks the whole core instead of the sessions the step
-/// named, so a step that wrongly writes to another session is still caught, a few steps
-/// late. Timers and restarts always get the full check.
-const FULL_CHECK_EVERY: u64 = 16;
-
-fn v(invariant: &str, message: String, idx: u64) -> Violation {
+pub(crate) fn v(invariant: &str, message: String, idx: u64) -> Violation {
     Violation {
         invariant: invariant.to_owned(),
         message,
@@ -59,277 +43,762 @@ fn v(invariant: &str, message: String, idx: u64) -> Violation {
     }
 }
 
+/// One agent process, as the environment saw it.
+#[derive(Debug, Clone)]
+pub(crate) struct ProcTruth {
+    pub(crate) session: u32,
+    pub(crate) behaviour: Behaviour,
+    pub(crate) alive: bool,
+    /// When the engine asked to stop or kill it.
+    pub(crate) stop_asked_at: Option<u64>,
+    /// A prompt it accepted (wrote an event for) got `session/cancel` and is unanswered.
+    pub(crate) cancelled_accepted: Option<String>,
+    /// The prompt in flight: its tag and whether it wrote an event yet.
+    pub(crate) prompting: Option<(String, bool)>,
+    /// Orphaned by an orchestrator crash (killed with it).
+    pub(crate) orphaned: bool,
+}
+
+/// One prompt as an agent received it.
+#[derive(Debug, Clone)]
+pub(crate) struct PromptTruth {
+    /// The client text it carried (replay blocks stripped).
+    pub(crate) original: String,
+    /// Events written, in order.
+    pub(crate) events: Vec<StreamEvent>,
+    /// `Some(true)` answered end_turn / cancelled, `Some(false)` answered with an error.
+    pub(crate) answered: Option<bool>,
+}
+
+/// One prompt a client sent.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SentTurn {
+    pub(crate) session: u32,
+    pub(crate) text: String,
+    pub(crate) ended: Option<TurnOutcome>,
+    pub(crate) outputs: u64,
+    /// Markers received, per prompt tag: the highest index so far.
+    pub(crate) marks_seen: BTreeMap<String, u32>,
+    pub(crate) recoveries: u32,
+    pub(crate) exhausted: u32,
+    pub(crate) cancelled: bool,
+    /// A failure was shown to the client since the turn was sent.
+    pub(crate) explained: bool,
+}
+
+/// Per session, what its client got.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ClientTruth {
+    /// The conversation the client was last told is ready, and its runtime.
+    pub(crate) conversation: Option<(String, ExecutionId)>,
+    /// Runtimes reported exited to the client.
+    pub(crate) exited: BTreeSet<ExecutionId>,
+    pub(crate) failed_attempts: BTreeSet<AttemptId>,
+    pub(crate) reported_attempts: BTreeSet<AttemptId>,
+    /// Joins waiting for an answer: attempt → joined at (ms).
+    pub(crate) joins: BTreeMap<AttemptId, u64>,
+    pub(crate) answered_attempts: BTreeSet<AttemptId>,
+}
+
+/// What the environment recorded, and the checks on it.
+#[derive(Debug)]
+pub(crate) struct Oracle {
+    enabled: bool,
+    pub(crate) procs: BTreeMap<ExecutionId, ProcTruth>,
+    /// Prompts by tag.
+    pub(crate) prompts: BTreeMap<String, PromptTruth>,
+    /// Sent turns, by (session, turn).
+    pub(crate) turns: BTreeMap<(u32, TurnId), SentTurn>,
+    /// Client texts sent, to recognise a prompt's original.
+    texts: BTreeSet<String>,
+    pub(crate) clients: BTreeMap<u32, ClientTruth>,
+    /// Prompt tags per original text, in the order agents received them.
+    dispatched: BTreeMap<String, Vec<String>>,
+    /// The last `session/load` answer per execution: (conversation, existed, proof-shaped).
+    loads: BTreeMap<ExecutionId, (String, bool, Result<(), i64>)>,
+    pub(crate) turns_claimed: u32,
+    schedule_len: usize,
+    stop_deadline_ms: u64,
+    join_wait_ms: u64,
+    coalesce_events: usize,
+    coalesce_bytes: u64,
+    fallback_allowed: bool,
+    responses_per_session: Option<u32>,
+    responses: BTreeMap<u32, u32>,
+}
+
 impl Oracle {
-    pub(crate) fn new(config: &Config, scenario: &Scenario) -> Self {
+    pub(crate) fn new(config: &SupervisorConfig, scenario: &Scenario) -> Oracle {
         Oracle {
-            audit: Auditor::new(config),
             enabled: std::env::var_os("PALISADE_ORACLE").is_none_or(|v| v != "off"),
-            marks: BTreeMap::new(),
-            responses: BTreeMap::new(),
-            recoveries: BTreeMap::new(),
-            arrivals: BTreeMap::new(),
-            active_turn: BTreeMap::new(),
+            procs: BTreeMap::new(),
+            prompts: BTreeMap::new(),
+            turns: BTreeMap::new(),
+            texts: BTreeSet::new(),
+            clients: BTreeMap::new(),
+            dispatched: BTreeMap::new(),
+            loads: BTreeMap::new(),
+            turns_claimed: 0,
+            schedule_len: config.core.recovery_delays_ms.len(),
+            stop_deadline_ms: config.core.stop_deadline_ms,
+            join_wait_ms: config.core.join_wait_ms,
+            coalesce_events: config.coalescer.max_events,
+            coalesce_bytes: config.coalescer.max_bytes,
             fallback_allowed: scenario.expect.fallback_allowed,
-            turns: 0,
-            checks: 0,
-            touched: Vec::new(),
+            responses_per_session: scenario.expect.responses_per_session,
+            responses: BTreeMap::new(),
         }
     }
 
-    pub(crate) fn mark(&mut self, name: &str) {
-        *self.marks.entry(name.to_owned()).or_insert(0) += 1;
-    }
-
-    fn bookkeeping(&mut self, effects: &[Effect]) {
-        for e in effects {
-            match e {
-                Effect::TurnEnded { session, turn, .. } => {
-                    *self.responses.entry(session.get()).or_insert(0) += 1;
-                    if self.active_turn.get(&session.get()) == Some(turn) {
-                        self.active_turn.remove(&session.get());
-                    }
-                }
-                Effect::RecoveryStarted { session, turn, .. } => {
-                    *self
-                        .recoveries
-                        .entry((session.get() as u32, *turn))
-                        .or_insert(0) += 1;
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// After one input.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn step(
-        &mut self,
-        core: &Core,
-        now: Timestamp,
-        input: &Input,
-        about: Option<SessionId>,
-        verdict: &Verdict,
-        effects: &[Effect],
-        _provider: &Provider,
+    fn check(
+        &self,
+        ok: bool,
+        invariant: &str,
+        message: impl FnOnce() -> String,
         idx: u64,
     ) -> Result<(), Violation> {
-        match (input, verdict) {
-            (Input::Prompt { session, turn }, Verdict::Claimed) => {
-                self.turns += 1;
-                self.active_turn.insert(session.get(), *turn);
+        if ok || !self.enabled {
+            Ok(())
+        } else {
+            Err(v(invariant, message(), idx))
+        }
+    }
+
+    // ----- the environment ------------------------------------------------------------
+
+    pub(crate) fn spawned(&mut self, exec: ExecutionId, session: u32, behaviour: Behaviour) {
+        self.procs.insert(
+            exec,
+            ProcTruth {
+                session,
+                behaviour,
+                alive: true,
+                stop_asked_at: None,
+                cancelled_accepted: None,
+                prompting: None,
+                orphaned: false,
+            },
+        );
+    }
+
+    pub(crate) fn died(&mut self, exec: ExecutionId) {
+        if let Some(p) = self.procs.get_mut(&exec) {
+            p.alive = false;
+            p.prompting = None;
+            p.cancelled_accepted = None;
+        }
+    }
+
+    /// The engine asked to stop or kill `exec`. Rule 5: a runtime whose accepted prompt
+    /// the user cancelled is not torn down for it.
+    pub(crate) fn stop_asked(
+        &mut self,
+        exec: ExecutionId,
+        now: u64,
+        idx: u64,
+    ) -> Result<(), Violation> {
+        let Some(p) = self.procs.get_mut(&exec) else {
+            return Ok(());
+        };
+        if p.stop_asked_at.is_none() {
+            p.stop_asked_at = Some(now);
+        }
+        let cancelled = p.cancelled_accepted.clone();
+        let session = p.session;
+        self.check(
+            cancelled.is_none() || !p_alive(&self.procs, exec),
+            "R5-cancel-keeps-runtime",
+            || {
+                format!(
+                    "session {session}: {exec} was torn down while its agent was still \
+                     answering the accepted prompt {} the user cancelled",
+                    cancelled.unwrap_or_default()
+                )
+            },
+            idx,
+        )
+    }
+
+    /// The engine killed `exec`.
+    pub(crate) fn kill_asked(&mut self, exec: ExecutionId, now: u64) {
+        if let Some(p) = self.procs.get_mut(&exec) {
+            p.stop_asked_at.get_or_insert(now);
+        }
+    }
+
+    /// Rule 5: a teardown the engine asked for at `asked` is over by its deadline.
+    pub(crate) fn stop_deadline_passed(
+        &mut self,
+        exec: ExecutionId,
+        idx: u64,
+    ) -> Result<(), Violation> {
+        let Some(p) = self.procs.get(&exec) else {
+            return Ok(());
+        };
+        let late = p.alive && !p.orphaned;
+        let session = p.session;
+        let deadline = self.stop_deadline_ms;
+        self.check(
+            !late,
+            "R5-stop-deadline",
+            || {
+                format!(
+                    "session {session}: {exec} still runs {deadline} ms (+{DEADLINE_SLACK_MS}) \
+                     after the engine asked to stop it"
+                )
+            },
+            idx,
+        )
+    }
+
+    /// How long after the engine asks for a teardown it must be over (the core's stop
+    /// deadline, plus the slack of a deadline acted on at the next wake-up).
+    pub(crate) fn stop_deadline_ms(&self) -> u64 {
+        self.stop_deadline_ms + DEADLINE_SLACK_MS
+    }
+
+    /// What an agent process received (a request, a notification).
+    pub(crate) fn agent_received(
+        &mut self,
+        exec: ExecutionId,
+        seen: Seen,
+        idx: u64,
+    ) -> Result<(), Violation> {
+        match seen {
+            Seen::Prompt { tag, text, .. } => {
+                let blocks = text.matches(REPLAY_BLOCK_TAG).count();
+                let original = strip_blocks(&text).to_owned();
+                let earlier = self.dispatched.get(&original).map_or(0, Vec::len);
+                self.dispatched
+                    .entry(original.clone())
+                    .or_default()
+                    .push(tag.clone());
+                let known = self.texts.contains(&original);
+                if let Some(p) = self.procs.get_mut(&exec) {
+                    p.prompting = Some((tag.clone(), false));
+                }
+                self.prompts.insert(
+                    tag.clone(),
+                    PromptTruth {
+                        original: original.clone(),
+                        events: Vec::new(),
+                        answered: None,
+                    },
+                );
+                self.check(
+                    known,
+                    "R7-prompt-text",
+                    || format!("{exec} received a prompt no client sent: {text:?}"),
+                    idx,
+                )?;
+                self.check(
+                    blocks <= 1,
+                    "R8-replay-once",
+                    || format!("{exec} received a prompt with {blocks} replay blocks: {tag}"),
+                    idx,
+                )?;
+                let wanted = usize::from(earlier > 0);
+                self.check(
+                    blocks == wanted,
+                    "R8-replay-block",
+                    || {
+                        format!(
+                            "{exec}: prompt {tag} carries {blocks} replay blocks; its text was \
+                             dispatched {earlier} times before"
+                        )
+                    },
+                    idx,
+                )
             }
-            (Input::Cancel { session }, Verdict::Accepted) => {
-                if let Some(t) = self.active_turn.get(&session.get()) {
-                    if self.recoveries.contains_key(&(session.get() as u32, *t)) {
-                        self.mark("cancel-after-provider-exit");
+            Seen::Cancel { .. } => {
+                if let Some(p) = self.procs.get_mut(&exec) {
+                    if let Some((tag, true)) = &p.prompting {
+                        p.cancelled_accepted = Some(tag.clone());
                     }
                 }
+                Ok(())
             }
-            (_, Verdict::Reject(RejectReason::AttemptEvicted)) => {
-                self.mark("stale-callback-after-tombstone-eviction")
+            _ => Ok(()),
+        }
+    }
+
+    /// What an agent process wrote (an answer, a stream event), as it wrote it.
+    pub(crate) fn agent_wrote(&mut self, exec: ExecutionId, seen: Seen) {
+        match seen {
+            Seen::Event { tag, event } => {
+                if let Some(p) = self.procs.get_mut(&exec) {
+                    if let Some((t, accepted)) = p.prompting.as_mut() {
+                        if *t == tag {
+                            *accepted = true;
+                        }
+                    }
+                }
+                if let Some(p) = self.prompts.get_mut(&tag) {
+                    p.events.push(event);
+                }
             }
-            (_, Verdict::Reject(RejectReason::LeaseExpired)) => self.mark("lease-expired"),
-            (Input::Callback(cb), Verdict::Reject(RejectReason::WrongTurn))
-                if matches!(
-                    cb.event,
-                    RuntimeEvent::PromptCompleted { .. } | RuntimeEvent::PromptFailed { .. }
-                ) =>
-            {
-                self.mark("duplicate-terminal-suppressed")
+            Seen::PromptAnswered { tag, answer } => {
+                if let Some(p) = self.procs.get_mut(&exec) {
+                    if p.prompting.as_ref().is_some_and(|(t, _)| *t == tag) {
+                        p.prompting = None;
+                        p.cancelled_accepted = None;
+                    }
+                }
+                if let Some(p) = self.prompts.get_mut(&tag) {
+                    p.answered = Some(answer.is_ok());
+                }
+            }
+            Seen::Load {
+                id,
+                existed,
+                answer,
+            } => {
+                let code = answer.map_err(|e| e.code);
+                self.loads.insert(exec, (id, existed, code));
             }
             _ => {}
         }
-        self.bookkeeping(effects);
-        if !self.enabled {
-            return Ok(());
-        }
-        if let Err(e) = self.audit.observe(now, input, verdict, effects) {
-            return Err(v(e.rule, e.detail, idx));
-        }
-        self.invariants(core, about, effects, idx)
     }
 
-    /// The core's own invariants after a step: the sessions the step was about (its
-    /// input's, or a performed lease's, and its effects'), and every
-    /// [`FULL_CHECK_EVERY`]-th step, or when the step is about no known session (an
-    /// execution stopped), the whole core.
-    fn invariants(
+    // ----- the clients ----------------------------------------------------------------
+
+    pub(crate) fn client_sent(&mut self, session: u32, turn: TurnId, text: &str) {
+        self.turns_claimed += 1;
+        self.texts.insert(text.to_owned());
+        self.turns.insert(
+            (session, turn),
+            SentTurn {
+                session,
+                text: text.to_owned(),
+                ..SentTurn::default()
+            },
+        );
+    }
+
+    /// The engine wrote a `session/prompt` with `text` to an agent's stdin. Rule 8: a
+    /// re-prompt (one carrying a replay block) never goes out after the user cancelled its
+    /// turn.
+    pub(crate) fn prompt_sent(&mut self, text: &str, idx: u64) -> Result<(), Violation> {
+        if !text.starts_with(REPLAY_BLOCK_TAG) {
+            return Ok(());
+        }
+        let original = strip_blocks(text);
+        let cancelled = self
+            .turns
+            .iter()
+            .find(|(_, t)| t.text == original)
+            .filter(|(_, t)| t.cancelled)
+            .map(|(k, _)| *k);
+        self.check(
+            cancelled.is_none(),
+            "R8-no-recovery-after-cancel",
+            || {
+                let (session, turn) = cancelled.unwrap_or((0, TurnId::new(1).expect("1")));
+                format!("session {session}: turn {turn} is re-prompted after the user cancelled it")
+            },
+            idx,
+        )
+    }
+
+    pub(crate) fn client_cancelled(&mut self, session: u32) {
+        for t in self.turns.values_mut() {
+            if t.session == session && t.ended.is_none() {
+                t.cancelled = true;
+            }
+        }
+    }
+
+    pub(crate) fn client_joined(&mut self, session: u32, attempt: AttemptId, now: u64) {
+        self.clients
+            .entry(session)
+            .or_default()
+            .joins
+            .entry(attempt)
+            .or_insert(now);
+    }
+
+    /// How long after a join its joiner must have an answer.
+    pub(crate) fn join_wait_ms(&self) -> u64 {
+        self.join_wait_ms + DEADLINE_SLACK_MS
+    }
+
+    /// Rule 1: a joiner is answered within the join wait.
+    pub(crate) fn join_deadline_passed(
         &mut self,
-        core: &Core,
-        input_session: Option<SessionId>,
-        effects: &[Effect],
+        session: u32,
+        attempt: AttemptId,
+        caller_stalled: bool,
         idx: u64,
     ) -> Result<(), Violation> {
-        self.checks += 1;
-        let result = match input_session {
-            Some(s) if !self.checks.is_multiple_of(FULL_CHECK_EVERY) => {
-                self.touched.clear();
-                self.touched.push(s);
-                for e in effects {
-                    let s = e.session();
-                    if !self.touched.contains(&s) {
-                        self.touched.push(s);
+        let c = self.clients.entry(session).or_default();
+        let waiting = c.joins.contains_key(&attempt) && !c.answered_attempts.contains(&attempt);
+        let wait = self.join_wait_ms;
+        self.check(
+            !waiting || caller_stalled,
+            "R1-join-bounded",
+            || {
+                format!(
+                    "session {session}: a client joined attempt {attempt} and got no answer \
+                     within the join wait ({wait} ms)"
+                )
+            },
+            idx,
+        )
+    }
+
+    /// An event reached the client.
+    pub(crate) fn client_got(&mut self, event: &SessionEvent, idx: u64) -> Result<(), Violation> {
+        let session = event.session().get() as u32;
+        match event {
+            SessionEvent::Output { turn, events, .. } => self.output(session, *turn, events, idx),
+            SessionEvent::TurnEnded { turn, outcome, .. } => {
+                *self.responses.entry(session).or_insert(0) += 1;
+                let Some(t) = self.turns.get_mut(&(session, *turn)) else {
+                    return self.check(
+                        false,
+                        "R7-turn-ended-once",
+                        || format!("session {session}: turn {turn} ended, but no client sent it"),
+                        idx,
+                    );
+                };
+                let again = t.ended.replace(*outcome);
+                let (outputs, explained) = (t.outputs, t.explained);
+                self.check(
+                    again.is_none(),
+                    "R7-turn-ended-once",
+                    || format!("session {session}: turn {turn} ended twice ({again:?}, then {outcome:?})"),
+                    idx,
+                )?;
+                self.check(
+                    !(*outcome == TurnOutcome::RolledBack && outputs > 0),
+                    "R7-rolled-back-after-output",
+                    || {
+                        format!(
+                            "session {session}: turn {turn} was rolled back after {outputs} output \
+                             events reached the client"
+                        )
+                    },
+                    idx,
+                )?;
+                self.check(
+                    matches!(outcome, TurnOutcome::Completed | TurnOutcome::Cancelled)
+                        || explained
+                        || cause_given(event),
+                    "R7-turn-says-why",
+                    || {
+                        format!(
+                            "session {session}: turn {turn} ended {outcome:?} and nothing told the \
+                             client why"
+                        )
+                    },
+                    idx,
+                )
+            }
+            SessionEvent::RecoveryStarted { turn, .. } => {
+                let schedule = self.schedule_len;
+                let Some(t) = self.turns.get_mut(&(session, *turn)) else {
+                    return Ok(());
+                };
+                t.recoveries += 1;
+                let n = t.recoveries;
+                self.check(
+                    (n as usize) <= schedule,
+                    "R8-recovery-bounded",
+                    || format!("session {session}: turn {turn}: recovery step {n} of a schedule of {schedule}"),
+                    idx,
+                )
+            }
+            SessionEvent::RecoveryExhausted { turn, .. } => {
+                let Some(t) = self.turns.get_mut(&(session, *turn)) else {
+                    return Ok(());
+                };
+                t.exhausted += 1;
+                t.explained = true;
+                let (n, recoveries) = (t.exhausted, t.recoveries);
+                self.check(
+                    n == 1 && recoveries >= 1,
+                    "R8-exhausted-once",
+                    || {
+                        format!(
+                            "session {session}: turn {turn}: recovery_exhausted #{n} after {recoveries} \
+                             recoveries"
+                        )
+                    },
+                    idx,
+                )
+            }
+            SessionEvent::FailureReported { failure, .. } => {
+                let c = self.clients.entry(session).or_default();
+                c.reported_attempts.insert(failure.attempt);
+                for t in self.turns.values_mut() {
+                    if t.session == session && t.ended.is_none() {
+                        t.explained = true;
                     }
                 }
-                core.check_invariants_of(&self.touched)
+                Ok(())
             }
-            _ => core.check_invariants(),
-        };
-        result.map_err(|e| v(e.rule, format!("core invariant: {}", e.detail), idx))
-    }
-
-    /// The core saw this time, with nothing else happening.
-    pub(crate) fn tick(&mut self, now: Timestamp) {
-        self.audit.observe_time(now);
-    }
-
-    /// After timers fired.
-    pub(crate) fn timeout(
-        &mut self,
-        core: &Core,
-        now: Timestamp,
-        effects: &[Effect],
-        idx: u64,
-    ) -> Result<(), Violation> {
-        self.bookkeeping(effects);
-        if !self.enabled {
-            return Ok(());
-        }
-        if let Err(e) = self.audit.observe_timeout(now, effects) {
-            return Err(v(e.rule, e.detail, idx));
-        }
-        core.check_invariants()
-            .map_err(|e| v(e.rule, format!("core invariant: {}", e.detail), idx))
-    }
-
-    /// After a crash-restart.
-    pub(crate) fn restart(
-        &mut self,
-        core: &Core,
-        now: Timestamp,
-        effects: &[Effect],
-        idx: u64,
-    ) -> Result<(), Violation> {
-        self.bookkeeping(effects);
-        if !self.enabled {
-            return Ok(());
-        }
-        if let Err(e) = self.audit.observe_restart(now, effects) {
-            return Err(v(e.rule, e.detail, idx));
-        }
-        core.check_invariants()
-            .map_err(|e| v(e.rule, format!("core invariant: {}", e.detail), idx))
-    }
-
-    /// Ground truth, rule 6: `session/new` is about to replace the session's conversation.
-    pub(crate) fn new_conversation(
-        &mut self,
-        core: &Core,
-        session: SessionId,
-        reason: NewConversationReason,
-        provider: &Provider,
-        agent: Agent,
-    ) -> Result<(), Violation> {
-        let NewConversationReason::Fallback(r) = reason else {
-            return Ok(());
-        };
-        if !self.enabled {
-            return Ok(());
-        }
-        if let Some(token) = core.conversation(session) {
-            if agent != Agent::NoLoad && provider.conversations.contains(&token.get()) {
-                return Err(v("R6-fallback-proof", format!("session {session}: conversation {token} replaced by session/new ({r:?}) although the provider still has it"), 0));
+            SessionEvent::AttemptSettled {
+                attempt, outcome, ..
+            } => {
+                let c = self.clients.entry(session).or_default();
+                c.answered_attempts.insert(*attempt);
+                if *outcome == AttemptOutcome::Failed {
+                    c.failed_attempts.insert(*attempt);
+                }
+                Ok(())
+            }
+            SessionEvent::JoinTimedOut { attempt, .. } => {
+                let c = self.clients.entry(session).or_default();
+                c.answered_attempts.insert(*attempt);
+                Ok(())
+            }
+            SessionEvent::ConversationReady {
+                execution,
+                conversation,
+                origin,
+                ..
+            } => self.conversation_ready(session, *execution, conversation, *origin, idx),
+            SessionEvent::RuntimeExited { execution, .. } => {
+                self.clients
+                    .entry(session)
+                    .or_default()
+                    .exited
+                    .insert(*execution);
+                Ok(())
+            }
+            SessionEvent::RuntimeStarted { .. } | SessionEvent::ConversationLoading { .. } => {
+                Ok(())
             }
         }
-        if !self.fallback_allowed {
-            return Err(v("R6-fallback-proof", format!("session {session}: fallback to session/new ({r:?}) in a scenario where every load can succeed"), 0));
-        }
-        Ok(())
     }
 
-    /// Ground truth, rules 2, 4, 7 and 8: a prompt reached the provider.
-    pub(crate) fn prompt_arrived(
+    /// Rule 6 on ground truth: a conversation the agent still has is replaced only when
+    /// nothing available could have told the two apart.
+    fn conversation_ready(
+        &mut self,
+        session: u32,
+        exec: ExecutionId,
+        conversation: &str,
+        origin: ConversationOrigin,
+        idx: u64,
+    ) -> Result<(), Violation> {
+        let previous = self
+            .clients
+            .entry(session)
+            .or_default()
+            .conversation
+            .replace((conversation.to_owned(), exec));
+        let ConversationOrigin::Replaced(reason) = origin else {
+            return Ok(());
+        };
+        let Some(p) = self.procs.get(&exec) else {
+            return Ok(());
+        };
+        let capable = p.behaviour.load_capability == LoadCapability::True;
+        let lists = p.behaviour.lists_sessions;
+        let Some((old, existed, answer)) = self.loads.get(&exec).cloned() else {
+            // No load was answered by this runtime: the capability was absent or false.
+            return self.check(
+                !capable,
+                "R6-fallback-proof",
+                || {
+                    format!(
+                        "session {session}: {exec} replaced the conversation ({reason:?}) without \
+                         a failed load, although the agent can load sessions"
+                    )
+                },
+                idx,
+            );
+        };
+        let _ = previous;
+        self.check(
+            self.fallback_allowed,
+            "R6-fallback-proof",
+            || {
+                format!(
+                    "session {session}: fallback to session/new ({reason:?}) in a scenario where \
+                     every load can succeed"
+                )
+            },
+            idx,
+        )?;
+        // An agent that lost the conversation may be told apart; one that still has it
+        // may not, unless its own answer proved nothing and it could say so (session/list).
+        let unavoidable = matches!(answer, Err(-32002) | Err(-32601)) && !lists;
+        self.check(
+            !existed || unavoidable,
+            "R6-conversation-kept",
+            || {
+                format!(
+                    "session {session}: {exec} replaced conversation {old} ({reason:?}) although \
+                     the agent still has it (its load answer: {answer:?}; session/list: {lists})"
+                )
+            },
+            idx,
+        )
+    }
+
+    fn output(
         &mut self,
         session: u32,
         turn: TurnId,
-        exec: ExecutionId,
-        generation: Generation,
-        _request: PromptRequest,
-        provider: &mut Provider,
-    ) -> Result<(), Violation> {
-        let n = self.arrivals.entry((session, turn)).or_insert(0);
-        *n += 1;
-        let n = *n;
-        if !self.enabled {
-            return Ok(());
-        }
-        if let Some(c) = provider.containers.get(&exec) {
-            if let Some(a) = c
-                .agent
-                .filter(|a| c.alive && a.alive && a.generation != generation)
-            {
-                return Err(v("R4-toctou", format!("session {session} turn {turn}: prompt leased for {exec}/{generation} reached its replacement generation {}", a.generation), 0));
-            }
-        }
-        let allowed = 1 + self.recoveries.get(&(session, turn)).copied().unwrap_or(0);
-        if n > allowed {
-            return Err(v("R7-prompt-once", format!("session {session} turn {turn}: prompt reached an agent {n} times with {} recoveries", allowed - 1), 0));
-        }
-        Ok(())
-    }
-
-    /// Liveness once the faults stopped and the quiesce time passed.
-    pub(crate) fn liveness(
-        &mut self,
-        core: &Core,
-        provider: &Provider,
-        scenario: &Scenario,
+        events: &[OutputEvent],
         idx: u64,
     ) -> Result<(), Violation> {
-        if provider.closed_on_full > 0 {
+        let enabled = self.enabled;
+        let (max_events, max_bytes) = (self.coalesce_events, self.coalesce_bytes);
+        let mut bytes = 0u64;
+        let prompts = &self.prompts;
+        let Some(t) = self.turns.get_mut(&(session, turn)) else {
             return Err(v(
-                "R9-queue-never-closes",
+                "R9-output-of-a-sent-turn",
+                format!("session {session}: output for turn {turn}, which no client sent"),
+                idx,
+            ));
+        };
+        for e in events {
+            t.outputs += 1;
+            if enabled && e.seq != t.outputs {
+                return Err(v(
+                    "R9-output-seq",
+                    format!(
+                        "session {session}: turn {turn}: output seq {} where {} was next",
+                        e.seq, t.outputs
+                    ),
+                    idx,
+                ));
+            }
+            let Some((tag, k)) = marker(&e.update) else {
+                return Err(v(
+                    "R9-foreign-output",
+                    format!(
+                        "session {session}: turn {turn}: an output event no prompt of it wrote: {}",
+                        e.update.get()
+                    ),
+                    idx,
+                ));
+            };
+            let Some(p) = prompts.get(tag) else {
+                return Err(v(
+                    "R9-foreign-output",
+                    format!("session {session}: turn {turn}: output of an unknown prompt {tag}"),
+                    idx,
+                ));
+            };
+            if enabled && p.original != t.text {
+                return Err(v(
+                    "R9-output-of-another-turn",
+                    format!(
+                        "session {session}: turn {turn} got output of prompt {tag}, which carried \
+                         another turn's text"
+                    ),
+                    idx,
+                ));
+            }
+            let last = t.marks_seen.entry(tag.to_owned()).or_insert(0);
+            if enabled && k != *last + 1 {
+                let got = *last;
+                return Err(v(
+                    "R9-no-loss-no-duplicate",
+                    format!(
+                        "session {session}: turn {turn}: event #{k} of prompt {tag} after #{got} \
+                         (lost, duplicated or reordered on its way to the client)"
+                    ),
+                    idx,
+                ));
+            }
+            *last = k;
+            bytes += p
+                .events
+                .get(k as usize - 1)
+                .map_or(0, |ev| ev.wire_bytes as u64);
+        }
+        if enabled && events.len() > 1 && (events.len() > max_events || bytes > max_bytes) {
+            return Err(v(
+                "R9-coalescer-caps",
                 format!(
-                    "a notification queue closed the connection because it was full ({} times)",
-                    provider.closed_on_full
+                    "session {session}: turn {turn}: a batch of {} events and {bytes} bytes (caps: \
+                     {max_events} events, {max_bytes} bytes)",
+                    events.len()
                 ),
                 idx,
             ));
         }
-        if let Err(e) = self.audit.check_quiescent() {
-            return Err(v(e.rule, e.detail, idx));
-        }
-        for s in 1..=scenario.workload.sessions {
-            let id = SessionId::new(u64::from(s)).expect("1-based");
-            if core.session_busy(id) {
+        Ok(())
+    }
+
+    // ----- the end ----------------------------------------------------------------------
+
+    /// Liveness once the faults stopped and the quiesce time passed.
+    pub(crate) fn liveness(&mut self, sessions: u32, idx: u64) -> Result<(), Violation> {
+        for ((session, turn), t) in &self.turns {
+            if t.ended.is_none() {
                 return Err(v(
-                    "R7-never-busy-idle",
-                    format!("session {s} still busy after the quiesce time"),
+                    "R7-liveness",
+                    format!("session {session}: turn {turn} never ended"),
                     idx,
                 ));
             }
+            if t.ended == Some(TurnOutcome::Completed) && self.enabled {
+                // Every event of the prompt that completed it reached the client.
+                let last = self
+                    .dispatched
+                    .get(&t.text)
+                    .and_then(|tags| tags.last())
+                    .and_then(|tag| self.prompts.get(tag).map(|p| (tag, p)));
+                if let Some((tag, p)) = last.filter(|(_, p)| p.answered == Some(true)) {
+                    let got = t.marks_seen.get(tag).copied().unwrap_or(0) as usize;
+                    if got != p.events.len() {
+                        return Err(v(
+                            "R9-complete",
+                            format!(
+                                "session {session}: turn {turn} completed, but the client got {got}                                  of the {} events its agent wrote for prompt {tag}",
+                                p.events.len()
+                            ),
+                            idx,
+                        ));
+                    }
+                }
+            }
         }
-        for (exec, c) in &provider.containers {
-            if !c.alive {
+        for (session, c) in &self.clients {
+            for attempt in &c.failed_attempts {
+                if !c.reported_attempts.contains(attempt) {
+                    return Err(v(
+                        "R10-failure-reported",
+                        format!(
+                            "session {session}: attempt {attempt} failed and no failure was shown"
+                        ),
+                        idx,
+                    ));
+                }
+            }
+        }
+        for (exec, p) in &self.procs {
+            if !p.alive || p.orphaned {
                 continue;
             }
-            let id = SessionId::new(u64::from(c.session)).expect("1-based");
-            if core.runtime(id) != Some(*exec) {
-                let what = if c.stopping {
+            let serving = self
+                .clients
+                .get(&p.session)
+                .and_then(|c| c.conversation.as_ref())
+                .is_some_and(|(_, e)| e == exec);
+            if !serving || p.stop_asked_at.is_some() {
+                let what = if p.stop_asked_at.is_some() {
                     "teardown never finished"
                 } else {
-                    "still running, owned by no one"
+                    "still running, serving no one"
                 };
                 return Err(v(
                     "R5-leaked-execution",
-                    format!("session {}: execution {exec} {what}", c.session),
+                    format!("session {}: {exec} {what}", p.session),
                     idx,
                 ));
             }
         }
-        if let Some(n) = scenario.expect.responses_per_session {
-            for s in 1..=scenario.workload.sessions {
-                let got = self.responses.get(&u64::from(s)).copied().unwrap_or(0);
+        if let Some(n) = self.responses_per_session {
+            for s in 1..=sessions {
+                let got = self.responses.get(&s).copied().unwrap_or(0);
                 if got != n {
                     return Err(v(
                         "responses",
@@ -341,4 +810,38 @@ impl Oracle {
         }
         Ok(())
     }
+}
+
+fn p_alive(procs: &BTreeMap<ExecutionId, ProcTruth>, exec: ExecutionId) -> bool {
+    procs.get(&exec).is_some_and(|p| p.alive)
+}
+
+/// Whether a turn's end names its cause.
+fn cause_given(event: &SessionEvent) -> bool {
+    matches!(event, SessionEvent::TurnEnded { cause: Some(_), .. })
+}
+
+/// The text after every leading replay block.
+fn strip_blocks(text: &str) -> &str {
+    let mut rest = text;
+    while rest.starts_with(REPLAY_BLOCK_TAG) {
+        match rest.find("</palisade-resume>\n\n") {
+            Some(end) => rest = &rest[end + "</palisade-resume>\n\n".len()..],
+            None => break,
+        }
+    }
+    rest
+}
+
+/// The marker an agent put at the start of an event (its prompt's tag and index), read
+/// off the raw JSON the client got: the text of a chunk, or a tool call's id.
+fn marker(update: &palisade_embed::jsonrpc::RawJson) -> Option<(&str, u32)> {
+    let raw = update.get();
+    let start = ["\"toolCallId\":\"", "\"text\":\""]
+        .iter()
+        .find_map(|key| raw.find(key).map(|at| at + key.len()))?;
+    let rest = &raw[start..];
+    let head = &rest[..rest.find([' ', '"'])?];
+    let (tag, k) = head.rsplit_once('#')?;
+    Some((tag, k.parse().ok()?))
 }

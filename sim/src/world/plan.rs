@@ -47,6 +47,9 @@ pub enum FaultKind {
     Cancel,
     /// The session's agent process exits.
     ProviderExit,
+    /// The session's agent process exits right after it answers its prompt (the agent
+    /// goes away between turns; the next prompt may find it dying).
+    ExitAfterTurn,
     /// The orchestrator crashes and restarts from its durable snapshot.
     CrashRestart,
     /// The session's next prompt streams `count` notifications at once.
@@ -54,7 +57,8 @@ pub enum FaultKind {
         /// Notifications.
         count: u32,
     },
-    /// A held-back callback of the session's first attempt arrives `delay_ms` later.
+    /// The session's next agent process writes everything `delay_ms` late (its stdout
+    /// stalls from its start), and ignores the stdin EOF of its teardown.
     LateCallback {
         /// Extra delay.
         delay_ms: u64,
@@ -68,6 +72,11 @@ pub enum FaultKind {
     },
     /// The session's next `session/load` never answers (the controller times it out).
     LoadTimeout,
+    /// The caller takes no events for `ms` (a caller that stops reading).
+    CallerStall {
+        /// Milliseconds.
+        ms: u64,
+    },
     /// The orchestrator's clock jumps by `ms` (negative: backwards).
     ClockJump {
         /// Milliseconds.
@@ -98,6 +107,7 @@ impl std::hash::Hash for FaultKind {
             FaultKind::Retry => 2u8.hash(h),
             FaultKind::Cancel => 3u8.hash(h),
             FaultKind::ProviderExit => 4u8.hash(h),
+            FaultKind::ExitAfterTurn => 14u8.hash(h),
             FaultKind::CrashRestart => 5u8.hash(h),
             FaultKind::Burst { count } => (6u8, count).hash(h),
             FaultKind::LateCallback { delay_ms } => (7u8, delay_ms).hash(h),
@@ -105,6 +115,7 @@ impl std::hash::Hash for FaultKind {
             FaultKind::LoadError { class } => (9u8, class).hash(h),
             FaultKind::LoadTimeout => 10u8.hash(h),
             FaultKind::ClockJump { ms } => (11u8, ms).hash(h),
+            FaultKind::CallerStall { ms } => (13u8, ms).hash(h),
             FaultKind::Jitter {
                 until_ms,
                 delay_p,
@@ -142,7 +153,7 @@ impl Fault {
     pub fn is_global(&self) -> bool {
         matches!(
             self.kind,
-            FaultKind::CrashRestart | FaultKind::ClockJump { .. }
+            FaultKind::CrashRestart | FaultKind::ClockJump { .. } | FaultKind::CallerStall { .. }
         )
     }
 }
@@ -257,6 +268,8 @@ pub fn draw(scenario: &Scenario, seed: u64) -> FaultPlan {
     let crash_restart = p("crash_restart", f.crash_restart, &mut rng);
     let hang_teardown = p("hang_teardown", f.hang_teardown, &mut rng);
     let clock_jump = p("clock_jump", f.clock_jump, &mut rng);
+    // Drawn last, so the draws of every older fault class are what they always were.
+    let caller_stall = p("caller_stall", f.caller_stall, &mut rng);
 
     let mut faults = Vec::new();
     for step in &scenario.steps {
@@ -326,10 +339,15 @@ pub fn draw(scenario: &Scenario, seed: u64) -> FaultPlan {
                 }
             }
             if rng.gen_bool(provider_exit.clamp(0.0, 1.0)) {
+                let kind = if rng.gen_bool(0.5) {
+                    FaultKind::ProviderExit
+                } else {
+                    FaultKind::ExitAfterTurn
+                };
                 faults.push(Fault {
                     at_ms: at(&mut rng),
                     session,
-                    kind: FaultKind::ProviderExit,
+                    kind,
                 });
             }
             if rng.gen_bool(burst.clamp(0.0, 1.0)) {
@@ -381,6 +399,14 @@ pub fn draw(scenario: &Scenario, seed: u64) -> FaultPlan {
                         at_ms: at(&mut rng),
                         session,
                         kind: FaultKind::ClockJump { ms },
+                    });
+                }
+                if caller_stall > 0.0 && rng.gen_bool(caller_stall.clamp(0.0, 1.0)) {
+                    let ms = rng.gen_range(1..=f.max_stall_ms.max(1));
+                    faults.push(Fault {
+                        at_ms: at(&mut rng),
+                        session,
+                        kind: FaultKind::CallerStall { ms },
                     });
                 }
             }

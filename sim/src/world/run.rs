@@ -1,143 +1,259 @@
-//! The world of one seed: an orchestrator (a thin shell around the real core, with a
-//! durable store that survives its crash), the provider (agent controllers and agents),
-//! and one client per session, as madsim tasks exchanging messages with delays,
-//! duplication and reordering. The shell carries out effects and delivers inputs; every
-//! decision is the core's.
+//! The world of one seed: the production orchestrator (`palisade-embed`'s [`Engine`], the
+//! very code `palisade-supervise` runs) and its environment — simulated ACP agent
+//! processes speaking JSON-RPC over pipes, the agents' disk of conversations, one client
+//! per session, the clock and the faults.
+//!
+//! The world holds only the environment. It carries out what the engine asks
+//! ([`Action`]s) the way processes and pipes would: a spawn starts an agent process (a
+//! [`AgentModel`] from the behaviour table of real agents), a request is framed by the
+//! production [`Wire`] and written to the agent's stdin, the agent's stdout is read back
+//! through the same `Wire` (in wire order, and only while the engine can take more), a
+//! stop closes stdin and kills after the grace, a kill kills. Every decision is the
+//! engine's (and, inside it, the core's); every check is the oracle's, on what the
+//! environment recorded.
+//!
+//! Everything runs in one madsim task as a discrete-event loop over an agenda ordered by
+//! (time, posting order): cheap, and deterministic by construction.
 
-use std::cell::RefCell;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
-use std::future::Future;
-use std::pin::Pin;
-use std::rc::Rc;
-use std::task::{Poll, Waker};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use futures::channel::mpsc::{unbounded, UnboundedReceiver, UnboundedSender};
-use futures::StreamExt;
-use madsim::task::spawn_local;
-use madsim::time::{sleep, Instant};
-
-use palisade_core::delivery::{NotificationQueue, PushError};
-use palisade_core::mutants::{ActiveMutant, Mutant};
+use palisade_core::audit::Checker;
+use palisade_core::driver::{Observer, Step};
+use palisade_core::mutants::Mutant;
 use palisade_core::{
-    AttemptId, Callback, Config, ConversationToken, Core, Effect, Epoch, ExecutionId, Generation,
-    Input, LeaseId, RejectReason, RuntimeEvent, SessionId, Timestamp, TurnId, TurnOutcome, Verdict,
+    AttemptId, Config, Core, Effect, ExecutionId, RejectReason, SessionId, Timestamp, TurnId,
+    TurnOutcome, Verdict,
+};
+use palisade_embed::agent_model::{AgentModel, MemoryStore, NextLoad, Out, Seen};
+use palisade_embed::jsonrpc::{encode_notification, encode_response, RpcError};
+use palisade_embed::wire::{Incoming, Wire};
+use palisade_embed::{
+    Action, AgentEvent, CloseReason, Engine, Op, ProcessExit, PromptError, RpcFailure,
+    SessionEvent, SupervisorConfig,
 };
 
+use super::agents::{behaviour, profile};
 use super::oracle::Oracle;
 use super::plan::{chance, mix, pick, Fault, FaultKind, FaultPlan, LoadErrorClass, WorkloadCut};
-use super::provider::{load_failure, profile, AgentProc, Provider};
 use super::trace::Tracer;
 use super::Violation;
-use crate::scenario::{Agent, Scenario};
+use crate::scenario::Scenario;
 
-/// The controller's own `session/load` deadline: past it, it reports a timeout.
-const CONTROLLER_LOAD_TIMEOUT_MS: u64 = 5_000;
-/// Prompts a client retries after a roll-back or failure.
+/// Prompts a client resends after a roll-back or failure.
 const CLIENT_RETRIES: u32 = 2;
 /// How long a user waits before resending a prompt the session refused as busy.
 const CLIENT_BUSY_RETRY_MS: u64 = 100;
-/// Notifications the controller forwards per millisecond of simulated time.
-const DRAIN_PER_MS: usize = 64;
+/// A line's trip through a pipe.
+const PIPE_MS: u64 = 1;
+/// The engine's own deadlines in the sim: short enough that a hung agent is given up on
+/// well inside the liveness window.
+const ENGINE_REQUEST_TIMEOUT_MS: u64 = 5_000;
+/// The grace a stopping agent gets to exit after its stdin closes.
+const STOP_GRACE_MS: u64 = 500;
 
-/// What travels to the orchestrator.
+/// What happens at a time.
 #[derive(Debug)]
-enum Msg {
-    /// An input from a client (`actor = client`), the provider (`provider`) or the
-    /// executor (`executor`).
-    Input(&'static str, Input),
-    /// The orchestrator's own async work for a leased effect is done: perform it now.
-    Perform(LeaseId, u32),
+enum Ev {
     /// A planned fault fires.
     Fault(Fault),
-    /// Agents whose startup delay ended report `agent_ready`.
-    AgentReady,
+    /// A line reaches an agent's stdin.
+    ToAgent { exec: ExecutionId, line: String },
+    /// An agent's stdin closed (the engine stopped it).
+    StdinEof { exec: ExecutionId },
+    /// An agent has something to write or do.
+    AgentWake { exec: ExecutionId },
+    /// An agent's stdout may have a line to read.
+    Readable { exec: ExecutionId },
+    /// A request's deadline.
+    Deadline { exec: ExecutionId, id: i64 },
+    /// A stop's grace is over: kill.
+    StopGrace { exec: ExecutionId },
+    /// The oracle judges a teardown's deadline.
+    StopCheck { exec: ExecutionId, due: Timestamp },
+    /// The oracle judges a join's deadline.
+    JoinCheck {
+        session: u32,
+        attempt: AttemptId,
+        due: Timestamp,
+    },
+    /// A client's next action.
+    ClientStep { session: u32 },
+    /// The stalled caller takes events again.
+    CallerResumes,
 }
 
-/// What a client hears about its prompt.
-#[derive(Clone, Copy, Debug)]
-enum ClientEvent {
-    Rejected(TurnId, RejectReason),
-    Ended(TurnId, TurnOutcome),
+/// One simulated agent process and the engine's connection to it.
+#[derive(Debug)]
+struct Proc {
+    session: u32,
+    model: AgentModel,
+    /// The connection's bookkeeping (the production code).
+    wire: Wire<Op>,
+    alive: bool,
+    stdin_open: bool,
+    /// It ignores stdin EOF (a hung teardown), whatever its behaviour says.
+    ignores_eof: bool,
+    /// Lines written, with the time each becomes readable.
+    stdout: VecDeque<(u64, String)>,
+    /// Nothing on its stdout is readable before this (a stalled pipe).
+    stall_until: u64,
+    exit: Option<ProcessExit>,
+    /// The engine asked for it to die (a kill, or a stop's grace ran out).
+    kill_requested: bool,
+    /// A stop or kill waits for the process to be reaped.
+    reap_pending: bool,
+    /// The engine got its connection's close.
+    closed: bool,
+    reaped: bool,
+    /// Killed with an orchestrator that crashed: nothing of it reaches the new one.
+    orphaned: bool,
+    wake_at: Option<u64>,
+    read_at: Option<u64>,
+    /// Dies right after writing its first stream event (an exit fault armed before it ran).
+    exit_after_event: bool,
+    /// Dies right after answering a prompt (the agent goes away between turns).
+    exit_after_answer: bool,
 }
 
-/// Per-session state of the world (faults armed for the next occurrence).
+/// A client: prompts with think time, waits for each turn's end, resends after a
+/// roll-back or failure, resumes and cancels when the plan says.
 #[derive(Debug, Default)]
-struct SessionFaults {
-    burst: Option<u32>,
-    /// Exits that found no running agent: the next agent to take a prompt dies mid-turn.
-    exits_armed: u32,
-    load_error: Option<LoadErrorClass>,
-    load_timeout: bool,
-    hang_teardown: bool,
-    jitter: Vec<(u64, u64, f64, f64, f64, u64)>,
-    msg_counter: u64,
-    next_turn: u64,
-    /// The first callback of the session's first attempt, held back for `late_callback`.
-    first_callback: Option<Input>,
+struct Client {
+    turns_left: u32,
+    sends: u32,
+    tries: u32,
+    /// The turn it waits for, and its text.
+    awaiting: Option<TurnId>,
+    /// The text to (re)send.
+    text: Option<String>,
+    until_ms: u64,
+    runs: bool,
 }
 
-/// An agent starting up: (session, execution, attempt, generation, loadSession capability).
-type Starting = (u32, ExecutionId, AttemptId, Generation, bool);
+/// Faults armed for a session's next occurrence of something.
+#[derive(Debug, Default)]
+struct Arms {
+    burst: Option<u32>,
+    exits: u32,
+    load: Option<LoadErrorClass>,
+    load_hang: bool,
+    hang_teardown: bool,
+    kill_between_turns: bool,
+    jitter: Vec<(u64, u64, f64, u64)>,
+    extra_prompts: u32,
+    /// The next agent process's stdout stalls this long from its start.
+    late: Option<u64>,
+}
+
+/// What the engine's observer shares with the world: the trace, the shared checker (the
+/// reference model and the core's invariants) and the coverage marks.
+#[derive(Debug)]
+pub(crate) struct Watch {
+    pub(crate) tracer: Tracer,
+    checker: Checker,
+    pub(crate) marks: BTreeMap<String, u64>,
+    now_ms: u64,
+    found: Option<Violation>,
+}
+
+impl Watch {
+    pub(crate) fn mark(&mut self, name: &str) {
+        *self.marks.entry(name.to_owned()).or_insert(0) += 1;
+    }
+}
+
+/// The engine's observer: every core step goes into the trace and through the checker.
+struct Observe(Arc<Mutex<Watch>>);
+
+fn lock(watch: &Arc<Mutex<Watch>>) -> MutexGuard<'_, Watch> {
+    watch
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Observer for Observe {
+    fn observe(&mut self, now: Timestamp, core: &Core, step: Step<'_>, effects: &[Effect]) {
+        let mut w = lock(&self.0);
+        let t = w.now_ms;
+        let idx = match step {
+            Step::Input { input, verdict, .. } => {
+                match verdict {
+                    Verdict::Reject(RejectReason::AttemptEvicted) => {
+                        w.mark("stale-callback-after-tombstone-eviction")
+                    }
+                    Verdict::Reject(RejectReason::LeaseExpired) => w.mark("lease-expired"),
+                    Verdict::Reject(RejectReason::WrongTurn)
+                        if matches!(
+                            input,
+                            palisade_core::Input::Callback(cb) if matches!(
+                                cb.event,
+                                palisade_core::RuntimeEvent::PromptCompleted { .. }
+                                    | palisade_core::RuntimeEvent::PromptFailed { .. }
+                            )
+                        ) =>
+                    {
+                        w.mark("duplicate-terminal-suppressed")
+                    }
+                    _ => {}
+                }
+                w.tracer.input(t, "engine", input, verdict)
+            }
+            Step::Timeout if effects.is_empty() => {
+                w.checker.observe(now, core, step, effects);
+                return;
+            }
+            Step::Timeout => w.tracer.line(t, "core", "timeout", &[]),
+            Step::Restored => w.tracer.line(t, "core", "restored", &[]),
+        };
+        for e in effects {
+            w.tracer.effect(t, e);
+        }
+        w.checker.observe(now, core, step, effects);
+        if let Some(found) = w.checker.take_found() {
+            if w.found.is_none() {
+                w.found = Some(Violation {
+                    invariant: found.violation.rule.to_owned(),
+                    message: format!("{} (after {})", found.violation.detail, found.after),
+                    events: vec![idx],
+                });
+            }
+        }
+    }
+}
 
 /// The world of one seed.
 pub(crate) struct World {
-    scenario: Rc<Scenario>,
+    scenario: std::rc::Rc<Scenario>,
     seed: u64,
     mutant: Option<Mutant>,
-    start: Instant,
-    /// madsim's clock, held so a read is one lock instead of `Instant::now()`'s trip
-    /// through the intercepted `clock_gettime`.
     clock: madsim::time::TimeHandle,
-    /// The clock's reading at `start`.
     start_elapsed: Duration,
-    /// The clock, read once per task wake-up.
     now: u64,
-    core: Core,
-    incarnation: u32,
+    config: SupervisorConfig,
+    engine: Engine,
+    watch: Arc<Mutex<Watch>>,
     skew_ms: i64,
-    /// Messages in flight to the orchestrator, by (arrival ms, send order): one agenda
-    /// instead of a task per message, and same-millisecond arrivals keep send order.
-    /// The messages themselves sit in `letters` (the agenda, a min-heap, orders small
-    /// slot numbers instead of moving whole `Msg`s); `free_letters` are slots to reuse.
+    /// The latest engine time so far.
+    mono: Timestamp,
     agenda: BinaryHeap<Reverse<(u64, u64, usize)>>,
     agenda_seq: u64,
-    letters: Vec<Option<Msg>>,
+    letters: Vec<Option<Ev>>,
     free_letters: Vec<usize>,
-    /// While the orchestrator sleeps: until when, and its waker. A post that arrives
-    /// before then wakes it; a later one does not need to (it is on the agenda, and the
-    /// orchestrator's next sleep accounts for it).
-    sleeping_until: Option<u64>,
-    orchestrator: Option<Waker>,
-    clients: BTreeMap<u32, UnboundedSender<ClientEvent>>,
-    provider: Provider,
-    sessions: BTreeMap<u32, SessionFaults>,
-    /// How much of the scenario's own workload runs (the plan's cut).
+    procs: BTreeMap<ExecutionId, Proc>,
+    store: MemoryStore,
+    oracle: Oracle,
+    clients: BTreeMap<u32, Client>,
+    arms: BTreeMap<u32, Arms>,
+    /// Agents whose stdout waits for the engine to take more.
+    blocked: BTreeSet<ExecutionId>,
+    /// The caller takes no events before this (a caller that stops reading).
+    caller_stall_until: u64,
+    next_pid: u32,
     workload: WorkloadCut,
-    /// Agents starting up: (ready at ms, exec, generation) → who.
-    pending_ready: BTreeMap<(u64, u64, u64), Starting>,
-    /// A spare effects buffer for `step`.
-    effects: Vec<Effect>,
-    /// The session of the leased effect being performed (an `Input::Perform` names only
-    /// its lease), for the oracle.
-    performing: Option<SessionId>,
-    /// Leased effects waiting for the orchestrator's async work.
-    leased: BTreeMap<LeaseId, (Effect, u64)>,
-    /// Order-preserving delivery per agent connection: the last scheduled arrival.
-    fifo: BTreeMap<(ExecutionId, Generation), u64>,
-    pub(crate) tracer: Tracer,
-    pub(crate) oracle: Oracle,
-    pub(crate) violation: Option<Violation>,
-}
-
-type Shared = Rc<RefCell<World>>;
-
-/// Borrows the world after a wake-up and brings its clock up to date.
-fn enter(w: &Shared) -> std::cell::RefMut<'_, World> {
-    let mut me = w.borrow_mut();
-    me.now = me.elapsed_ms();
-    me
+    violation: Option<Violation>,
 }
 
 fn ms(n: u64) -> Duration {
@@ -145,30 +261,51 @@ fn ms(n: u64) -> Duration {
 }
 
 impl World {
-    /// Simulated milliseconds since the start, read from the clock now (equal to
-    /// `Instant::now() - start`: both are madsim's elapsed time).
     fn elapsed_ms(&self) -> u64 {
         (self.clock.elapsed() - self.start_elapsed).as_millis() as u64
     }
 
-    /// Simulated milliseconds since the start, as of the last [`enter`].
-    fn now_ms(&self) -> u64 {
-        self.now
+    /// The engine's clock: simulated time, shifted by the clock-jump faults.
+    fn ts(&self) -> Timestamp {
+        let t = self.now as i64 + self.skew_ms;
+        Timestamp::from_millis(t.max(0) as u64)
     }
 
-    fn core_now(&self) -> Timestamp {
-        let t = self.now_ms() as i64 + self.skew_ms;
-        Timestamp::from_millis(t.max(0) as u64)
+    /// The engine's clock as the core keeps it: never backwards (a clock that jumps back
+    /// delays every deadline until it catches up).
+    fn mono(&mut self) -> Timestamp {
+        self.mono = self.mono.max(self.ts());
+        self.mono
+    }
+
+    /// An engine time as simulated milliseconds (never before now).
+    fn world_ms(&self, at: Timestamp) -> u64 {
+        if at == Timestamp::MAX {
+            return u64::MAX;
+        }
+        let t = at.as_millis() as i64 - self.skew_ms;
+        (t.max(0) as u64).max(self.now)
     }
 
     fn key(&self, a: u64, b: u64, c: u64) -> u64 {
         mix(self.seed, a, b, c)
     }
 
+    fn watch(&self) -> MutexGuard<'_, Watch> {
+        let mut w = lock(&self.watch);
+        w.now_ms = self.now;
+        w
+    }
+
+    fn note(&self, actor: &str, kind: &str, fields: &[(&'static str, u64)]) -> u64 {
+        self.watch().tracer.note(self.now, actor, kind, fields)
+    }
+
     fn violate(&mut self, v: Violation) {
         if self.violation.is_none() {
-            self.tracer.line(
-                self.now_ms(),
+            let now = self.now;
+            self.watch().tracer.line(
+                now,
                 "oracle",
                 "violation",
                 &[("invariant", &v.invariant), ("message", &v.message)],
@@ -177,67 +314,32 @@ impl World {
         }
     }
 
-    /// Feeds one input to the core and carries out what follows.
-    fn step(&mut self, w: &Shared, actor: &'static str, input: Input) -> Verdict {
-        let now = self.core_now();
-        let verdict = self.core.handle(now, input.clone());
-        // A nested step (an effect carried out below may take one) finds the buffer empty
-        // and makes its own.
-        let mut effects = std::mem::take(&mut self.effects);
-        while let Some(e) = self.core.poll_effect() {
-            effects.push(e);
-        }
-        let idx = self.tracer.input(self.now_ms(), actor, &input, &verdict);
-        for e in &effects {
-            self.tracer.effect(self.now_ms(), e);
-        }
-        let about = input.session().or(self.performing.take());
-        if let Err(v) = self.oracle.step(
-            &self.core,
-            now,
-            &input,
-            about,
-            &verdict,
-            &effects,
-            &self.provider,
-            idx,
-        ) {
+    fn checked(&mut self, result: Result<(), Violation>) {
+        if let Err(v) = result {
             self.violate(v);
-        }
-        for e in effects.drain(..) {
-            self.carry_out(w, e);
-        }
-        self.effects = effects;
-        verdict
-    }
-
-    fn handle_timeout(&mut self, w: &Shared) {
-        let now = self.core_now();
-        self.core.handle_timeout(now);
-        let mut effects = Vec::new();
-        while let Some(e) = self.core.poll_effect() {
-            effects.push(e);
-        }
-        if effects.is_empty() {
-            self.oracle.tick(now);
-            return;
-        }
-        let idx = self.tracer.line(self.now_ms(), "core", "timeout", &[]);
-        for e in &effects {
-            self.tracer.effect(self.now_ms(), e);
-        }
-        if let Err(v) = self.oracle.timeout(&self.core, now, &effects, idx) {
-            self.violate(v);
-        }
-        for e in effects {
-            self.carry_out(w, e);
         }
     }
 
-    /// The first message due by `now`, taken off the agenda.
-    fn due(&mut self, now: u64) -> Option<Msg> {
+    /// Schedules `ev` at simulated time `at` (not before now).
+    fn post(&mut self, at: u64, ev: Ev) {
+        let at = at.max(self.now);
+        self.agenda_seq += 1;
+        let slot = match self.free_letters.pop() {
+            Some(slot) => {
+                self.letters[slot] = Some(ev);
+                slot
+            }
+            None => {
+                self.letters.push(Some(ev));
+                self.letters.len() - 1
+            }
+        };
+        self.agenda.push(Reverse((at, self.agenda_seq, slot)));
+    }
+
+    fn due(&mut self) -> Option<Ev> {
         match self.agenda.peek() {
-            Some(&Reverse((at, _, _))) if at <= now => {
+            Some(&Reverse((at, _, _))) if at <= self.now => {
                 let Reverse((_, _, slot)) = self.agenda.pop()?;
                 self.free_letters.push(slot);
                 self.letters[slot].take()
@@ -246,867 +348,911 @@ impl World {
         }
     }
 
-    /// Sends `msg` to the orchestrator `delay` ms from now.
-    fn post(&mut self, delay: u64, msg: Msg) {
-        let at = self.now_ms() + delay;
-        self.agenda_seq += 1;
-        let slot = match self.free_letters.pop() {
-            Some(slot) => {
-                self.letters[slot] = Some(msg);
-                slot
-            }
-            None => {
-                self.letters.push(Some(msg));
-                self.letters.len() - 1
-            }
+    /// Extra pipe latency for `session` now (its jitter fault).
+    fn jitter(&self, session: u32, key: u64) -> u64 {
+        let now = self.now;
+        let Some(arms) = self.arms.get(&session) else {
+            return 0;
         };
-        self.agenda.push(Reverse((at, self.agenda_seq, slot)));
-        if self.sleeping_until.is_some_and(|t| at < t) {
-            self.sleeping_until = None;
-            if let Some(w) = self.orchestrator.take() {
-                w.wake();
+        match arms.jitter.iter().find(|j| j.0 <= now && now < j.1) {
+            Some(&(_, _, p, max)) if chance(self.key(key, 42, now), p) => {
+                pick(self.key(key, 43, now), 1, max.max(1))
             }
+            _ => 0,
         }
     }
 
-    /// A callback from an agent: through its connection (order-preserving), with the
-    /// session's jitter faults (delay, duplicate, reorder).
-    fn send_callback(
-        &mut self,
-        session: u32,
-        exec: ExecutionId,
-        attempt: AttemptId,
-        generation: Generation,
-        event: RuntimeEvent,
-    ) {
-        let now = self.now_ms();
-        let input = Input::Callback(Callback {
-            session: SessionId::new(u64::from(session)).expect("sessions start at 1"),
-            execution: exec,
-            attempt: Some(attempt),
-            generation,
-            event,
-        });
-        let sf = self.sessions.entry(session).or_default();
-        sf.msg_counter += 1;
-        let n = sf.msg_counter;
-        if sf.first_callback.is_none() {
-            sf.first_callback = Some(input.clone());
-        }
-        let jitter = sf.jitter.iter().find(|j| j.0 <= now && now < j.1).copied();
-        let k = self.key(u64::from(session), n, 0xca11);
-        let mut delay = 1 + k % 3;
-        let mut duplicate = None;
-        let mut ordered = true;
-        if let Some((_, _, dp, up, rp, max)) = jitter {
-            if chance(self.key(u64::from(session), n, 1), dp) {
-                delay += pick(self.key(u64::from(session), n, 2), 1, max.max(1));
-            }
-            if chance(self.key(u64::from(session), n, 3), up) {
-                duplicate = Some(pick(self.key(u64::from(session), n, 4), 1, max.max(1)));
-            }
-            let lifecycle = !matches!(
-                &input,
-                Input::Callback(Callback {
-                    event: RuntimeEvent::Stream { .. }
-                        | RuntimeEvent::PromptAccepted { .. }
-                        | RuntimeEvent::PromptCompleted { .. }
-                        | RuntimeEvent::PromptFailed { .. }
-                        | RuntimeEvent::Exited { .. },
-                    ..
-                })
-            );
-            ordered = !(lifecycle && chance(self.key(u64::from(session), n, 5), rp));
-        }
-        let mut at = now + delay;
-        if ordered {
-            let last = self.fifo.entry((exec, generation)).or_insert(0);
-            at = at.max(*last);
-            *last = at;
-        }
-        if let Some(extra) = duplicate {
-            self.post(at + extra - now, Msg::Input("provider", input.clone()));
-        }
-        self.post(at - now, Msg::Input("provider", input));
-    }
+    // ----- the engine's side: after every call, carry out what it asks -------------
 
-    fn carry_out(&mut self, w: &Shared, effect: Effect) {
-        let now = self.now_ms();
-        match effect {
-            Effect::StartRuntime {
-                session, attempt, ..
-            } => {
-                let s = session.get() as u32;
-                let delay = 1 + self.key(attempt.raw(), 7, 0) % 5;
-                let reuse = self.key(attempt.raw(), 8, 0) % 10 < 6;
-                let w2 = w.clone();
-                spawn_local(async move {
-                    sleep(ms(delay)).await;
-                    let mut me = enter(&w2);
-                    me.start_runtime(s, attempt, reuse, false);
-                });
+    /// Carries out the engine's actions and hands its events to the clients, until it
+    /// has nothing more; then lets blocked agents be read again if it can take more.
+    fn settle(&mut self) {
+        loop {
+            let mut busy = false;
+            while let Some(action) = self.engine.poll_action() {
+                busy = true;
+                self.carry_out(action);
             }
-            Effect::LoadConversation { lease, .. }
-            | Effect::NewConversation { lease, .. }
-            | Effect::DispatchPrompt { lease, .. } => {
-                // The orchestrator's own async work before acting (reading the prompt from
-                // its store, etc.); the delay fault stretches it.
-                let session = match &effect {
-                    Effect::LoadConversation { session, .. }
-                    | Effect::NewConversation { session, .. }
-                    | Effect::DispatchPrompt { session, .. } => session.get() as u32,
-                    _ => unreachable!(),
+            let now = self.ts();
+            self.engine.pump_outlets(now);
+            while self.now >= self.caller_stall_until {
+                let Some(event) = self.engine.pop_event() else {
+                    break;
                 };
-                let n = lease.get();
-                let jitter = self
-                    .sessions
-                    .get(&session)
-                    .and_then(|sf| sf.jitter.iter().find(|j| j.0 <= now && now < j.1).copied());
-                let mut delay = self.key(n, 11, 0) % 3;
-                if let Some((_, _, dp, _, _, max)) = jitter {
-                    if chance(self.key(n, 12, 0), dp) {
-                        delay += pick(self.key(n, 13, 0), 1, max.max(1));
+                busy = true;
+                self.client_event(event);
+            }
+            if !busy {
+                break;
+            }
+        }
+        if self.engine.can_accept() && !self.blocked.is_empty() {
+            let blocked = std::mem::take(&mut self.blocked);
+            for exec in blocked {
+                self.post(self.now, Ev::Readable { exec });
+            }
+        }
+        let found = lock(&self.watch).found.take();
+        if let Some(v) = found {
+            self.violate(v);
+        }
+    }
+
+    fn carry_out(&mut self, action: Action) {
+        let now = self.ts();
+        match action {
+            Action::Spawn { session, attempt } => {
+                self.next_pid += 1;
+                let pid = self.next_pid;
+                let s = session.get() as u32;
+                let behaviour = behaviour(&self.scenario, self.seed, u64::from(pid));
+                let execution = self.engine.spawned(now, session, attempt, Ok(Some(pid)));
+                self.note(
+                    "env",
+                    "spawn",
+                    &[("session", u64::from(s)), ("execution", execution.get())],
+                );
+                let mut model = AgentModel::new(
+                    execution.get().to_string(),
+                    behaviour.clone(),
+                    self.key(u64::from(pid), 17, 0),
+                    self.now,
+                );
+                if let Some(cap) = self.workload.notifications_per_turn {
+                    model.cap_events(cap);
+                }
+                let arms = self.arms.entry(s).or_default();
+                let exit_after_event = arms.exits > 0;
+                if exit_after_event {
+                    arms.exits -= 1;
+                }
+                let late = arms.late.take();
+                let ignores_eof = std::mem::take(&mut arms.hang_teardown) || late.is_some();
+                let stall_until = late.map_or(0, |d| self.now.saturating_add(d));
+                let exit_after_answer = std::mem::take(&mut arms.kill_between_turns);
+                self.oracle.spawned(execution, s, behaviour.clone());
+                self.procs.insert(
+                    execution,
+                    Proc {
+                        session: s,
+                        model,
+                        wire: Wire::new(self.config.connection.garbage_budget),
+                        alive: true,
+                        stdin_open: true,
+                        ignores_eof,
+                        stdout: VecDeque::new(),
+                        stall_until,
+                        exit: None,
+                        kill_requested: false,
+                        reap_pending: false,
+                        closed: false,
+                        reaped: false,
+                        orphaned: false,
+                        wake_at: None,
+                        read_at: None,
+                        exit_after_event,
+                        exit_after_answer,
+                    },
+                );
+                self.drive_agent(execution);
+            }
+            Action::Request {
+                execution,
+                op,
+                method,
+                params,
+                deadline,
+            } => {
+                let session = self.procs.get(&execution).map(|p| p.session);
+                let Some(p) = self.procs.get_mut(&execution).filter(|p| !p.orphaned) else {
+                    self.engine
+                        .reply(now, execution, op, Err(RpcFailure::TransportClosed));
+                    return;
+                };
+                match p.wire.request(method, &params, op) {
+                    Err((op, failure)) => self.engine.reply(now, execution, op, Err(failure)),
+                    Ok((id, line)) => {
+                        if method == palisade_embed::acp::SESSION_PROMPT {
+                            let text = params["prompt"][0]["text"].as_str().unwrap_or_default();
+                            let idx = lock(&self.watch).tracer.len() as u64;
+                            if let Err(v) = self.oracle.prompt_sent(text, idx) {
+                                self.violation.get_or_insert(v);
+                            }
+                        }
+                        if !p.alive || !p.stdin_open {
+                            // The write fails: the pipe is closed.
+                            let op = p.wire.abandon(id);
+                            if let Some(op) = op {
+                                self.engine.reply(
+                                    now,
+                                    execution,
+                                    op,
+                                    Err(RpcFailure::TransportClosed),
+                                );
+                            }
+                            return;
+                        }
+                        let late = self.jitter(session.unwrap_or(0), execution.get() ^ id as u64);
+                        self.post(
+                            self.now + PIPE_MS + late,
+                            Ev::ToAgent {
+                                exec: execution,
+                                line,
+                            },
+                        );
+                        let at = self.world_ms(deadline);
+                        if at != u64::MAX {
+                            self.post(
+                                at,
+                                Ev::Deadline {
+                                    exec: execution,
+                                    id,
+                                },
+                            );
+                        }
                     }
                 }
-                self.leased.insert(lease, (effect, now));
-                self.post(delay, Msg::Perform(lease, self.incarnation));
             }
-            Effect::CancelPrompt { execution, .. } => {
-                if let Some(a) = self
-                    .provider
-                    .containers
-                    .get_mut(&execution)
-                    .and_then(|c| c.agent.as_mut())
-                {
-                    a.cancel_requested = true;
-                }
-            }
-            Effect::StopExecution {
-                session, execution, ..
+            Action::Notify {
+                execution,
+                method,
+                params,
             } => {
-                let s = session.get() as u32;
-                let hang = self
-                    .sessions
-                    .get_mut(&s)
-                    .is_some_and(|sf| std::mem::take(&mut sf.hang_teardown));
-                self.provider.stop_pending.insert(execution);
-                if let Some(c) = self.provider.containers.get_mut(&execution) {
-                    c.stopping = true;
-                }
-                if hang {
-                    self.tracer.line(
-                        now,
-                        "provider",
-                        "teardown_hangs",
-                        &[("execution", &execution.to_string())],
-                    );
-                } else {
-                    let delay = 2 + self.key(execution.get(), now, 14) % 20;
-                    let w2 = w.clone();
-                    spawn_local(async move {
-                        sleep(ms(delay)).await;
-                        let mut me = enter(&w2);
-                        me.provider.kill(execution);
-                        me.provider.stop_pending.remove(&execution);
-                        me.post(1, Msg::Input("executor", Input::Stopped { execution }));
-                    });
-                }
+                let line = encode_notification(method, &params);
+                self.write_to_agent(execution, line);
             }
-            Effect::KillExecution { execution, .. } => {
-                self.provider.kill(execution);
-                self.provider.stop_pending.remove(&execution);
-            }
-            Effect::TurnEnded {
-                session,
-                turn,
+            Action::Respond {
+                execution,
+                id,
                 outcome,
             } => {
-                if let Some(tx) = self.clients.get(&(session.get() as u32)) {
-                    let _ = tx.unbounded_send(ClientEvent::Ended(turn, outcome));
+                let line = encode_response(&id, &outcome);
+                self.write_to_agent(execution, line);
+            }
+            Action::Stop {
+                execution,
+                deadline,
+                grace_ms,
+            } => {
+                let idx = self.note("env", "stop", &[("execution", execution.get())]);
+                let r = self.oracle.stop_asked(execution, self.now, idx);
+                self.checked(r);
+                // Judged on the engine's clock: a clock that jumps back delays every deadline.
+                let due = self.mono().plus_millis(self.oracle.stop_deadline_ms());
+                self.post(
+                    self.world_ms(due),
+                    Ev::StopCheck {
+                        exec: execution,
+                        due,
+                    },
+                );
+                let Some(p) = self.procs.get_mut(&execution).filter(|p| !p.orphaned) else {
+                    self.engine.reaped(now, execution, None);
+                    return;
+                };
+                p.reap_pending = true;
+                if !p.alive {
+                    if p.closed && !p.reaped {
+                        p.reaped = true;
+                        let status = p.exit;
+                        self.engine.reaped(now, execution, status);
+                    }
+                    return;
+                }
+                p.stdin_open = false;
+                self.post(self.now + PIPE_MS, Ev::StdinEof { exec: execution });
+                let grace = self.now + grace_ms;
+                let until = grace.min(self.world_ms(deadline));
+                self.post(until, Ev::StopGrace { exec: execution });
+            }
+            Action::Kill { execution } => {
+                // A kill follows a runtime the engine found dead or wedged (or a teardown
+                // past its deadline); rule 5's teardown decisions arrive as stops.
+                self.note("env", "kill", &[("execution", execution.get())]);
+                self.oracle.kill_asked(execution, self.now);
+                let Some(p) = self.procs.get_mut(&execution).filter(|p| !p.orphaned) else {
+                    self.engine.reaped(now, execution, None);
+                    return;
+                };
+                p.reap_pending = true;
+                p.kill_requested = true;
+                if p.alive {
+                    self.die(execution, ProcessExit::Signal(9));
+                } else if p.closed && !p.reaped {
+                    p.reaped = true;
+                    let status = p.exit;
+                    self.engine.reaped(now, execution, status);
                 }
             }
-            Effect::AttemptSettled { .. }
-            | Effect::JoinTimedOut { .. }
-            | Effect::Deliver { .. }
-            | Effect::RecoveryStarted { .. }
-            | Effect::RecoveryExhausted { .. }
-            | Effect::FailureReported { .. } => {}
         }
     }
 
-    /// The executor starts (or re-uses) a runtime for `attempt` and reports the binding.
-    /// The executor starts (or re-uses) a runtime for `attempt`; its report of the
-    /// binding travels to the orchestrator like any message (and may be late).
-    fn start_runtime(&mut self, session: u32, attempt: AttemptId, reuse: bool, fresh_only: bool) {
-        let exec = self.provider.allocate(session, reuse, fresh_only);
-        let input = Input::Bound {
-            session: SessionId::new(u64::from(session)).expect("1-based"),
-            attempt,
-            execution: exec,
+    fn write_to_agent(&mut self, exec: ExecutionId, line: String) {
+        let Some(p) = self.procs.get(&exec) else {
+            return;
         };
-        let delay = self.message_delay(session, attempt.raw() ^ exec.get());
-        self.post(delay, Msg::Input("executor", input));
-    }
-
-    /// Latency of a message of `session`, stretched by its jitter fault.
-    fn message_delay(&self, session: u32, key: u64) -> u64 {
-        let now = self.now_ms();
-        let mut delay = 1 + self.key(key, 41, 0) % 3;
-        let jitter = self
-            .sessions
-            .get(&session)
-            .and_then(|sf| sf.jitter.iter().find(|j| j.0 <= now && now < j.1).copied());
-        if let Some((_, _, dp, _, _, max)) = jitter {
-            if chance(self.key(key, 42, 0), dp) {
-                delay += pick(self.key(key, 43, 0), 1, max.max(1));
-            }
+        if !p.alive || !p.stdin_open || p.orphaned {
+            return;
         }
-        delay
+        let late = self.jitter(p.session, exec.get() ^ line.len() as u64);
+        self.post(self.now + PIPE_MS + late, Ev::ToAgent { exec, line });
     }
 
-    /// The orchestrator answered a binding report.
-    fn bound(&mut self, session: u32, attempt: AttemptId, exec: ExecutionId, verdict: &Verdict) {
-        match verdict {
-            Verdict::Bound { generation } => self.boot(session, exec, attempt, *generation),
-            Verdict::Reject(RejectReason::ExecutionStopping) => {
-                // The executor re-created an ID the core is still tearing down: what it
-                // just started under that ID is its own to kill; start a fresh one.
-                if self
-                    .provider
-                    .containers
-                    .get(&exec)
-                    .is_some_and(|c| c.agent.is_none())
-                {
-                    self.provider.kill(exec);
+    // ----- agents -----------------------------------------------------------------------
+
+    /// Lets the agent act on what is due, writes what it wrote, and schedules its next
+    /// wake-up and the reading of its stdout.
+    fn drive_agent(&mut self, exec: ExecutionId) {
+        let now = self.now;
+        let Some(p) = self.procs.get_mut(&exec) else {
+            return;
+        };
+        if !p.alive {
+            return;
+        }
+        p.model.on_wake(now);
+        let session = p.session;
+        let mut died = false;
+        let mut written = Vec::new();
+        while let Some((out, note)) = p.model.poll_out(now) {
+            match out {
+                Out::Line(line) => {
+                    let late = 0;
+                    let at = p.stdout.back().map_or(now, |(t, _)| *t).max(now) + PIPE_MS + late;
+                    p.stdout.push_back((at, line));
                 }
-                self.start_runtime(session, attempt, false, true)
+                Out::Stderr(_) => {}
+                Out::Exit(code) => {
+                    died = true;
+                    written.push((None, Some(ProcessExit::Code(code))));
+                    break;
+                }
             }
-            // The attempt is gone: the process stays up until the core's cleanup ownership
-            // decides who stops it (the oracle's leak check holds it to that).
-            _ => {}
+            if let Some(note) = note {
+                let dies_now = match &note {
+                    Seen::Event { event, .. } => p.exit_after_event && event.index == 1,
+                    Seen::PromptAnswered { .. } => p.exit_after_answer,
+                    _ => false,
+                };
+                if dies_now && p.exit_after_answer {
+                    lock(&self.watch).mark("kill-between-turns");
+                }
+                written.push((Some(note), None));
+                if dies_now {
+                    died = true;
+                    let code = if p.exit_after_answer { 0 } else { 1 };
+                    written.push((None, Some(ProcessExit::Code(code))));
+                    break;
+                }
+            }
+        }
+        let received: Vec<Seen> = p.model.poll_seen().collect();
+        for seen in received {
+            let idx = self.note("agent", "received", &[("execution", exec.get())]);
+            let r = self.oracle.agent_received(exec, seen, idx);
+            self.checked(r);
+        }
+        for (note, exit) in written {
+            if let Some(note) = note {
+                // A stream event shows in the trace as the core's stream input; an answer
+                // is noted here.
+                if !matches!(note, Seen::Event { .. }) {
+                    self.note("agent", "answer", &[("execution", exec.get())]);
+                }
+                self.oracle.agent_wrote(exec, note);
+            }
+            if let Some(status) = exit {
+                self.die(exec, status);
+            }
+        }
+        let _ = (session, died);
+        self.schedule_agent(exec);
+    }
+
+    fn schedule_agent(&mut self, exec: ExecutionId) {
+        let Some(p) = self
+            .procs
+            .get_mut(&exec)
+            .filter(|p| !p.orphaned && !p.closed)
+        else {
+            return;
+        };
+        let mut post = Vec::new();
+        if p.alive {
+            if let Some(at) = p.model.next_wake() {
+                if p.wake_at.is_none_or(|w| at < w || w < self.now) {
+                    p.wake_at = Some(at);
+                    post.push((at, Ev::AgentWake { exec }));
+                }
+            }
+        }
+        let readable = p
+            .stdout
+            .front()
+            .map(|(t, _)| (*t).max(p.stall_until))
+            .or((!p.alive && !p.closed).then_some(self.now));
+        if let Some(at) = readable {
+            if p.read_at.is_none_or(|r| at < r || r < self.now) {
+                p.read_at = Some(at);
+                post.push((at, Ev::Readable { exec }));
+            }
+        }
+        for (at, ev) in post {
+            self.post(at, ev);
         }
     }
 
-    fn boot(
-        &mut self,
-        session: u32,
-        exec: ExecutionId,
-        attempt: AttemptId,
-        generation: Generation,
-    ) {
-        if let Some(c) = self.provider.containers.get_mut(&exec) {
-            // The executor starts the agent it was asked for, even if the previous process
-            // under this ID died in the meantime (a managed-runtime restart).
-            c.alive = true;
-            c.stopping = false;
-            if let Some(old) = c.agent.as_mut() {
-                old.alive = false;
-            }
-            c.agent = Some(AgentProc {
-                attempt,
-                generation,
-                alive: true,
-                cancel_requested: false,
-            });
+    /// The process dies (it exited, or was killed): its stdout stays readable until
+    /// drained, then the engine gets the close.
+    fn die(&mut self, exec: ExecutionId, status: ProcessExit) {
+        let Some(p) = self.procs.get_mut(&exec) else {
+            return;
+        };
+        if !p.alive {
+            return;
         }
-        let cap = self.scenario.workload.agent != Agent::NoLoad;
-        self.send_callback(session, exec, attempt, generation, RuntimeEvent::BootReady);
-        let b = self.scenario.workload.boot_delay_ms;
-        let delay = pick(self.key(attempt.raw(), generation.get(), 44), b.lo, b.hi);
-        if delay <= 1 {
-            self.send_callback(
-                session,
-                exec,
-                attempt,
-                generation,
-                RuntimeEvent::AgentReady {
-                    load_capability: Some(cap),
+        p.alive = false;
+        p.stdin_open = false;
+        p.exit = Some(status);
+        p.model.kill();
+        self.oracle.died(exec);
+        let code = match status {
+            ProcessExit::Code(c) => c as u64,
+            ProcessExit::Signal(s) => 1000 + s as u64,
+            ProcessExit::Unknown => 2000,
+        };
+        self.note(
+            "env",
+            "process_died",
+            &[("execution", exec.get()), ("status", code)],
+        );
+        self.schedule_agent(exec);
+    }
+
+    /// Reads the agent's stdout into the engine while it can take more.
+    fn read(&mut self, exec: ExecutionId) {
+        enum Next {
+            Stop,
+            Blocked(u32),
+            Line(String),
+            Eof(CloseReason),
+        }
+        while self.violation.is_none() {
+            let now = self.now;
+            let can_accept = self.engine.can_accept();
+            let next = match self.procs.get_mut(&exec) {
+                None => Next::Stop,
+                Some(p) => {
+                    p.read_at = None;
+                    if p.orphaned || p.closed {
+                        Next::Stop
+                    } else {
+                        match p.stdout.front() {
+                            Some((at, _)) if *at > now || p.stall_until > now => Next::Stop,
+                            Some(_) if !can_accept => Next::Blocked(p.session),
+                            Some(_) => Next::Line(p.stdout.pop_front().expect("just seen").1),
+                            None if !p.alive => Next::Eof(match (p.kill_requested, p.exit) {
+                                (true, status) => CloseReason::Killed(status),
+                                (false, Some(status)) => CloseReason::ProcessExited(status),
+                                (false, None) => CloseReason::StdoutClosed,
+                            }),
+                            None => Next::Stop,
+                        }
+                    }
+                }
+            };
+            match next {
+                Next::Stop => {
+                    self.schedule_agent(exec);
+                    return;
+                }
+                Next::Blocked(session) => {
+                    self.blocked.insert(exec);
+                    lock(&self.watch).mark("backpressure");
+                    let recovering = self
+                        .oracle
+                        .turns
+                        .values()
+                        .any(|t| t.session == session && t.recoveries > 0 && t.ended.is_none());
+                    if recovering {
+                        lock(&self.watch).mark("queue-full-during-recovery");
+                    }
+                    return;
+                }
+                Next::Eof(reason) => {
+                    self.close(exec, reason);
+                    self.settle();
+                    return;
+                }
+                Next::Line(line) => {
+                    let ts = self.ts();
+                    let Some(p) = self.procs.get_mut(&exec) else {
+                        return;
+                    };
+                    match p.wire.receive(line.trim_end().as_bytes()) {
+                        Incoming::Reply { tag, result } => {
+                            self.engine.reply(ts, exec, tag, result);
+                        }
+                        Incoming::Event(event) => {
+                            let closes = p.wire.spend(&event);
+                            if matches!(
+                                event,
+                                AgentEvent::Anomaly(palisade_embed::Anomaly::LateResponse { .. })
+                            ) {
+                                lock(&self.watch).mark("late-answer-after-teardown");
+                            }
+                            self.engine.agent_event(ts, exec, event);
+                            if let Some(reason) = closes {
+                                // Garbage past the budget: the reader closes the connection.
+                                self.close(exec, reason);
+                                self.settle();
+                                return;
+                            }
+                        }
+                        Incoming::Nothing => {}
+                    }
+                    self.settle();
+                }
+            }
+        }
+    }
+
+    /// The connection closes: every request still waiting fails (in id order), then the
+    /// engine gets the close, then the reap a stop or kill waited for.
+    fn close(&mut self, exec: ExecutionId, reason: CloseReason) {
+        let ts = self.ts();
+        let Some(p) = self.procs.get_mut(&exec) else {
+            return;
+        };
+        if p.closed {
+            return;
+        }
+        p.closed = true;
+        let failed = p.wire.close(reason.clone());
+        for (op, failure) in failed {
+            self.engine.reply(ts, exec, op, Err(failure));
+        }
+        self.note("engine", "closed", &[("execution", exec.get())]);
+        self.engine
+            .agent_event(ts, exec, AgentEvent::Closed(reason.clone()));
+        if let Some(p) = self.procs.get_mut(&exec) {
+            if p.reap_pending && !p.reaped && !p.alive {
+                p.reaped = true;
+                let status = p.exit;
+                self.engine.reaped(ts, exec, status);
+            }
+        }
+    }
+
+    fn deliver_to_agent(&mut self, exec: ExecutionId, line: String) {
+        let Some(p) = self.procs.get_mut(&exec) else {
+            return;
+        };
+        if !p.alive || p.orphaned {
+            return;
+        }
+        let session = p.session;
+        let arms = self.arms.entry(session).or_default();
+        if line.contains("\"session/prompt\"") {
+            if let Some(count) = arms.burst.take() {
+                p.model.burst_next(count);
+            }
+        }
+        if line.contains("\"session/load\"") {
+            if std::mem::take(&mut arms.load_hang) {
+                p.model.set_next_load(NextLoad::Hang);
+            } else if let Some(class) = arms.load.take() {
+                match class {
+                    LoadErrorClass::UnknownSession => {
+                        // The agent's disk really lost the conversation.
+                        if let Ok(palisade_embed::jsonrpc::Frame::Request { params, .. }) =
+                            palisade_embed::jsonrpc::parse_frame(line.trim_end().as_bytes())
+                        {
+                            if let Some(id) = params.get("sessionId").and_then(|v| v.as_str()) {
+                                self.store.lose(id);
+                            }
+                        }
+                    }
+                    LoadErrorClass::Internal => p
+                        .model
+                        .set_next_load(NextLoad::Error(RpcError::new(-32603, "Internal error"))),
+                    LoadErrorClass::NotFoundSubstring => p.model.set_next_load(NextLoad::Error(
+                        RpcError::new(-32603, "resource not found while resolving configuration"),
+                    )),
+                    LoadErrorClass::AuthRequired => p.model.set_next_load(NextLoad::Error(
+                        RpcError::new(-32000, "Authentication required"),
+                    )),
+                }
+            }
+        }
+        let now = self.now;
+        p.model
+            .on_line(now, line.trim_end().as_bytes(), &mut self.store);
+        self.drive_agent(exec);
+    }
+
+    // ----- clients ----------------------------------------------------------------------
+
+    fn client_event(&mut self, event: SessionEvent) {
+        let now = self.now;
+        let idx = self.watch().tracer.client(now, &event);
+        let r = self.oracle.client_got(&event, idx);
+        self.checked(r);
+        if let SessionEvent::TurnEnded {
+            session,
+            turn,
+            outcome,
+            ..
+        } = event
+        {
+            let s = session.get() as u32;
+            let think = self.think(s, 7);
+            let Some(c) = self.clients.get_mut(&s) else {
+                return;
+            };
+            if c.awaiting != Some(turn) {
+                return;
+            }
+            c.awaiting = None;
+            match outcome {
+                TurnOutcome::RolledBack | TurnOutcome::Failed if c.tries <= CLIENT_RETRIES => {
+                    self.post(now + 50, Ev::ClientStep { session: s });
+                }
+                _ => {
+                    c.text = None;
+                    c.tries = 0;
+                    c.turns_left = c.turns_left.saturating_sub(1);
+                    if c.turns_left > 0 {
+                        self.post(now + think, Ev::ClientStep { session: s });
+                    }
+                }
+            }
+        }
+    }
+
+    fn think(&self, session: u32, salt: u64) -> u64 {
+        let wl = &self.scenario.workload;
+        let k = self.clients.get(&session).map_or(0, |c| u64::from(c.sends));
+        pick(
+            self.key(u64::from(session), k, 31 + salt),
+            wl.think_ms.lo,
+            wl.think_ms.hi,
+        )
+        .max(1)
+    }
+
+    fn client_step(&mut self, session: u32) {
+        let now = self.now;
+        let Some(c) = self.clients.get_mut(&session) else {
+            return;
+        };
+        if !c.runs || c.awaiting.is_some() || c.turns_left == 0 || now >= c.until_ms {
+            return;
+        }
+        if c.text.is_none() {
+            c.sends += 1;
+            c.text = Some(format!("s{session}.{}: summarise the repository", c.sends));
+        }
+        c.tries += 1;
+        // A resend is a new turn: its text says which try it is, so an agent's prompt
+        // names its turn.
+        let text = format!(
+            "{} (try {})",
+            c.text.as_deref().unwrap_or_default(),
+            c.tries
+        );
+        let sid = SessionId::new(u64::from(session)).expect("sessions start at 1");
+        let ts = self.ts();
+        match self.engine.prompt(ts, sid, text.clone()) {
+            Ok(turn) => {
+                if let Some(c) = self.clients.get_mut(&session) {
+                    c.awaiting = Some(turn);
+                }
+                self.oracle.client_sent(session, turn, &text);
+            }
+            Err(PromptError::Rejected(RejectReason::SessionBusy)) => {
+                if let Some(c) = self.clients.get_mut(&session) {
+                    c.tries -= 1;
+                }
+                self.post(now + CLIENT_BUSY_RETRY_MS, Ev::ClientStep { session });
+            }
+            Err(_) => {
+                self.post(now + 50, Ev::ClientStep { session });
+            }
+        }
+        self.settle();
+    }
+
+    /// A prompt the plan sends on its own (a scenario step), outside the client's turns.
+    fn extra_prompt(&mut self, session: u32, fault: Fault) {
+        let sid = SessionId::new(u64::from(session)).expect("sessions start at 1");
+        let n = {
+            let arms = self.arms.entry(session).or_default();
+            arms.extra_prompts += 1;
+            arms.extra_prompts
+        };
+        let text = format!("s{session}.step{n}: run the tests");
+        let ts = self.ts();
+        match self.engine.prompt(ts, sid, text.clone()) {
+            Ok(turn) => self.oracle.client_sent(session, turn, &text),
+            Err(PromptError::Rejected(RejectReason::SessionBusy))
+                if self.now < self.scenario.limits.fault_window_ms =>
+            {
+                self.arms.entry(session).or_default().extra_prompts -= 1;
+                self.post(
+                    self.now + CLIENT_BUSY_RETRY_MS,
+                    Ev::Fault(Fault {
+                        at_ms: self.now + CLIENT_BUSY_RETRY_MS,
+                        ..fault
+                    }),
+                );
+            }
+            Err(_) => {}
+        }
+        self.settle();
+    }
+
+    fn resume(&mut self, session: u32) {
+        let sid = SessionId::new(u64::from(session)).expect("sessions start at 1");
+        let ts = self.ts();
+        let verdict = self.engine.resume(ts, sid);
+        if let Verdict::Joined { attempt, .. } = verdict {
+            self.oracle.client_joined(session, attempt, self.now);
+            let due = self.mono().plus_millis(self.oracle.join_wait_ms());
+            self.post(
+                self.world_ms(due),
+                Ev::JoinCheck {
+                    session,
+                    attempt,
+                    due,
                 },
             );
-        } else {
-            self.pending_ready.insert(
-                (self.now_ms() + delay, exec.get(), generation.get()),
-                (session, exec, attempt, generation, cap),
-            );
-            self.post(delay, Msg::AgentReady);
         }
+        self.settle();
     }
 
-    /// The agent process dies: its execution is gone, and its controller reports the exit
-    /// on the agent's connection (after everything it already sent).
-    fn agent_exits(&mut self, session: u32, exec: ExecutionId, agent: AgentProc) {
-        self.provider.kill(exec);
-        let stamp = self.provider.stamp();
-        self.send_callback(
-            session,
-            exec,
-            agent.attempt,
-            agent.generation,
-            RuntimeEvent::Exited { stamp },
-        );
+    // ----- faults -----------------------------------------------------------------------
+
+    /// The session's newest live agent process.
+    fn running(&self, session: u32) -> Option<ExecutionId> {
+        self.procs
+            .iter()
+            .rev()
+            .find(|(_, p)| p.session == session && p.alive && !p.orphaned && p.stdin_open)
+            .map(|(e, _)| *e)
     }
 
-    /// Carries out a leased effect whose lease the core just confirmed.
-    fn perform(&mut self, w: &Shared, effect: Effect) {
-        let now = self.now_ms();
-        match effect {
-            Effect::LoadConversation {
-                session,
-                execution,
-                generation,
-                token,
-                ..
-            } => {
-                let s = session.get() as u32;
-                let Some(agent) = self.provider.agent(execution, generation) else {
-                    return;
-                };
-                let sf = self.sessions.entry(s).or_default();
-                let class = sf.load_error.take();
-                let timeout = std::mem::take(&mut sf.load_timeout);
-                let wl = &self.scenario.workload;
-                let delay = pick(
-                    self.key(u64::from(s), agent.attempt.raw(), 21),
-                    wl.load_delay_ms.lo,
-                    wl.load_delay_ms.hi,
-                );
-                let requested = format!("conv-{}", token.get());
-                let agent_kind = wl.agent;
-                if matches!(class, Some(LoadErrorClass::UnknownSession)) {
-                    // The provider really lost the conversation.
-                    self.provider.conversations.remove(&token.get());
-                }
-                let exists = self.provider.conversations.contains(&token.get());
-                let w2 = w.clone();
-                spawn_local(async move {
-                    if timeout || delay > CONTROLLER_LOAD_TIMEOUT_MS {
-                        sleep(ms(CONTROLLER_LOAD_TIMEOUT_MS)).await;
-                    } else {
-                        sleep(ms(delay.max(1))).await;
-                    }
-                    let mut me = enter(&w2);
-                    if me.provider.agent(execution, generation).is_none() {
-                        return;
-                    }
-                    let timed_out = timeout || delay > CONTROLLER_LOAD_TIMEOUT_MS;
-                    let event = if !timed_out && class.is_none() && exists {
-                        RuntimeEvent::ConversationLoaded
-                    } else {
-                        let c = if exists {
-                            class
-                        } else {
-                            Some(LoadErrorClass::UnknownSession)
-                        };
-                        RuntimeEvent::LoadFailed(load_failure(agent_kind, &requested, c, timed_out))
-                    };
-                    me.send_callback(s, execution, agent.attempt, generation, event);
-                });
-                let _ = now;
-            }
-            Effect::NewConversation {
-                session,
-                execution,
-                generation,
-                reason,
-                ..
-            } => {
-                let s = session.get() as u32;
-                let Some(agent) = self.provider.agent(execution, generation) else {
-                    return;
-                };
-                if let Err(v) = self.oracle.new_conversation(
-                    &self.core,
-                    session,
-                    reason,
-                    &self.provider,
-                    self.scenario.workload.agent,
-                ) {
-                    self.violate(v);
-                }
-                let conv = self.provider.new_conversation();
-                let token = ConversationToken::new(conv).expect("counter starts at one");
-                self.send_callback(
-                    s,
-                    execution,
-                    agent.attempt,
-                    generation,
-                    RuntimeEvent::ConversationCreated { token },
-                );
-            }
-            Effect::DispatchPrompt {
-                session,
-                execution,
-                generation,
-                turn,
-                request,
-                ..
-            } => {
-                let s = session.get() as u32;
-                if let Err(v) = self.oracle.prompt_arrived(
-                    s,
-                    turn,
-                    execution,
-                    generation,
-                    request,
-                    &mut self.provider,
-                ) {
-                    self.violate(v);
-                }
-                let Some(agent) = self.provider.agent(execution, generation) else {
-                    return;
-                };
-                if let Some(a) = self
-                    .provider
-                    .containers
-                    .get_mut(&execution)
-                    .and_then(|c| c.agent.as_mut())
-                {
-                    a.cancel_requested = false;
-                }
-                let burst = self.sessions.entry(s).or_default().burst.take();
-                let wl = &self.scenario.workload;
-                let k = self.key(
-                    u64::from(s),
-                    turn.get(),
-                    u64::from(request.replay_generation),
-                );
-                let count = burst.unwrap_or_else(|| {
-                    self.workload.notifications(pick(
-                        k,
-                        u64::from(wl.notifications_per_turn.lo),
-                        u64::from(wl.notifications_per_turn.hi),
-                    ) as u32)
-                });
-                let bytes = pick(
-                    k >> 7,
-                    u64::from(wl.notification_bytes.lo),
-                    u64::from(wl.notification_bytes.hi),
-                ) as u32;
-                let capacity = self
-                    .scenario
-                    .core
-                    .queue_capacity
-                    .map_or(palisade_core::delivery::DEFAULT_QUEUE_CAPACITY, |c| {
-                        c as usize
-                    });
-                let think = pick(k >> 13, wl.think_ms.lo, wl.think_ms.hi);
-                let mutant = self.mutant.map_or(ActiveMutant::NONE, ActiveMutant::on);
-                let recovering = request.replay_blocks > 0;
-                let w2 = w.clone();
-                spawn_local(stream(
-                    w2,
-                    s,
-                    execution,
-                    agent,
-                    turn,
-                    count,
-                    bytes,
-                    capacity,
-                    think,
-                    mutant,
-                    burst.is_some(),
-                    recovering,
-                ));
-            }
-            _ => {}
-        }
-    }
-
-    fn fault(&mut self, w: &Shared, f: Fault) {
-        let now = self.now_ms();
+    fn fault(&mut self, f: Fault) {
+        let now = self.now;
         let s = f.session;
-        let sid = SessionId::new(u64::from(s.max(1))).expect("1-based");
-        self.tracer.fault(now, &f);
+        self.watch().tracer.fault(now, &f);
         match f.kind {
-            FaultKind::Prompt => {
-                let sf = self.sessions.entry(s).or_default();
-                sf.next_turn += 1;
-                let turn = TurnId::new(sf.next_turn).expect("non-zero");
-                let v = self.step(w, "client", Input::Prompt { session: sid, turn });
-                if v == Verdict::Reject(RejectReason::SessionBusy)
-                    && now < self.scenario.limits.fault_window_ms
-                {
-                    // The user sees "busy" and sends it again a little later.
-                    self.post(
-                        CLIENT_BUSY_RETRY_MS,
-                        Msg::Fault(Fault {
-                            at_ms: now + CLIENT_BUSY_RETRY_MS,
-                            ..f
-                        }),
-                    );
-                }
-            }
-            FaultKind::Resume | FaultKind::Retry => {
-                self.step(w, "client", Input::Resume { session: sid });
-            }
+            FaultKind::Prompt => self.extra_prompt(s, f),
+            FaultKind::Resume | FaultKind::Retry => self.resume(s),
             FaultKind::Cancel => {
-                self.step(w, "client", Input::Cancel { session: sid });
-            }
-            FaultKind::ProviderExit => {
-                if let Some((exec, agent)) = self.provider.running(s) {
-                    self.agent_exits(s, exec, agent);
-                } else {
-                    // Nothing runs right now (a replacement is starting): the exit hits the
-                    // next agent that takes a prompt, mid-turn.
-                    self.sessions.entry(s).or_default().exits_armed += 1;
-                }
-            }
-            FaultKind::CrashRestart => {
-                let snapshot = self.core.snapshot();
-                let in_flight = (1..=self.scenario.workload.sessions).any(|n| {
-                    SessionId::new(u64::from(n))
-                        .is_some_and(|id| self.core.live_attempt(id).is_some())
-                });
-                match Core::restore(&snapshot) {
-                    Ok(mut core) => {
-                        core.set_mutant(self.mutant);
-                        self.core = core;
-                        self.incarnation += 1;
-                        self.leased.clear();
-                        let mut effects = Vec::new();
-                        while let Some(e) = self.core.poll_effect() {
-                            effects.push(e);
-                        }
-                        let idx = self.tracer.line(
-                            now,
-                            "core",
-                            "restart",
-                            &[("epoch", &self.core.epoch().get().to_string())],
-                        );
-                        for e in &effects {
-                            self.tracer.effect(now, e);
-                        }
-                        if in_flight {
-                            self.oracle.mark("restart-with-attempt-in-flight");
-                        }
-                        if let Err(v) =
-                            self.oracle
-                                .restart(&self.core, self.core_now(), &effects, idx)
-                        {
-                            self.violate(v);
-                        }
-                        for e in effects {
-                            self.carry_out(w, e);
-                        }
-                    }
-                    Err(e) => self.violate(Violation {
-                        invariant: "snapshot-restore".into(),
-                        message: format!("own snapshot did not restore: {e}"),
-                        events: vec![],
-                    }),
-                }
-            }
-            FaultKind::Burst { count } => self.sessions.entry(s).or_default().burst = Some(count),
-            FaultKind::LateCallback { delay_ms } => {
-                if let Some(cb) = self
-                    .sessions
-                    .get(&s)
-                    .and_then(|sf| sf.first_callback.clone())
+                let sid = SessionId::new(u64::from(s.max(1))).expect("1-based");
+                if self
+                    .oracle
+                    .turns
+                    .values()
+                    .any(|t| t.session == s && t.ended.is_none() && t.recoveries > 0)
                 {
-                    self.post(delay_ms, Msg::Input("provider", cb));
+                    lock(&self.watch).mark("cancel-after-provider-exit");
                 }
+                self.oracle.client_cancelled(s);
+                let ts = self.ts();
+                let _ = self.engine.cancel(ts, sid);
+                self.settle();
             }
-            FaultKind::HangTeardown => self.sessions.entry(s).or_default().hang_teardown = true,
+            FaultKind::ProviderExit => match self.running(s) {
+                Some(exec) => self.die(exec, ProcessExit::Code(1)),
+                None => self.arms.entry(s).or_default().exits += 1,
+            },
+            FaultKind::ExitAfterTurn => match self.running(s) {
+                Some(exec) => {
+                    if let Some(p) = self.procs.get_mut(&exec) {
+                        p.exit_after_answer = true;
+                    }
+                }
+                None => self.arms.entry(s).or_default().kill_between_turns = true,
+            },
+            FaultKind::CrashRestart => self.crash_restart(),
+            FaultKind::Burst { count } => self.arms.entry(s).or_default().burst = Some(count),
+            FaultKind::LateCallback { delay_ms } => {
+                // The session's next agent process: its stdout stalls (everything it
+                // writes, its answers included, arrives `delay_ms` late), and it ignores
+                // the stdin EOF of its teardown.
+                self.arms.entry(s).or_default().late = Some(delay_ms);
+            }
+            FaultKind::HangTeardown => self.arms.entry(s).or_default().hang_teardown = true,
             FaultKind::LoadError { class } => {
-                self.sessions.entry(s).or_default().load_error = Some(class)
+                self.arms.entry(s).or_default().load = Some(class);
             }
-            FaultKind::LoadTimeout => self.sessions.entry(s).or_default().load_timeout = true,
-            FaultKind::ClockJump { ms } => self.skew_ms = self.skew_ms.saturating_add(ms),
+            FaultKind::LoadTimeout => self.arms.entry(s).or_default().load_hang = true,
+            FaultKind::ClockJump { ms } => {
+                self.skew_ms = self.skew_ms.saturating_add(ms);
+                self.mono();
+            }
+            FaultKind::CallerStall { ms } => {
+                let until = now.saturating_add(ms);
+                self.caller_stall_until = self.caller_stall_until.max(until);
+                self.post(until, Ev::CallerResumes);
+            }
             FaultKind::Jitter {
                 until_ms,
                 delay_p,
-                duplicate_p,
-                reorder_p,
                 max_delay_ms,
+                ..
             } => {
-                self.sessions.entry(s).or_default().jitter.push((
+                self.arms.entry(s).or_default().jitter.push((
                     f.at_ms,
                     until_ms,
                     delay_p,
-                    duplicate_p,
-                    reorder_p,
                     max_delay_ms,
                 ));
             }
         }
     }
 
-    fn handle(&mut self, w: &Shared, msg: Msg) {
-        match msg {
-            Msg::Input(actor, input) => {
-                let prompt = match &input {
-                    Input::Prompt { session, turn } => Some((session.get() as u32, *turn)),
-                    _ => None,
-                };
-                let bound = match &input {
-                    Input::Bound {
-                        session,
-                        attempt,
-                        execution,
-                    } => Some((session.get() as u32, *attempt, *execution)),
-                    _ => None,
-                };
-                let v = self.step(w, actor, input);
-                if let Some((s, attempt, exec)) = bound {
-                    self.bound(s, attempt, exec, &v);
+    /// The orchestrator crashes and restarts from its state: its agent processes die with
+    /// it (their process group), and a new engine restores the state of its last step.
+    fn crash_restart(&mut self) {
+        let ts = self.ts();
+        let bytes = self.engine.encode_state(ts);
+        let in_flight = self
+            .procs
+            .values()
+            .any(|p| p.alive && !p.orphaned && p.model.prompting());
+        if in_flight {
+            lock(&self.watch).mark("restart-with-attempt-in-flight");
+        }
+        let execs: Vec<ExecutionId> = self.procs.keys().copied().collect();
+        for exec in execs {
+            if let Some(p) = self.procs.get_mut(&exec) {
+                if p.orphaned {
+                    continue;
                 }
-                if let (Some((s, turn)), Verdict::Reject(r)) = (prompt, v) {
-                    if let Some(tx) = self.clients.get(&s) {
-                        let _ = tx.unbounded_send(ClientEvent::Rejected(turn, r));
-                    }
+                p.orphaned = true;
+                if p.alive {
+                    p.alive = false;
+                    p.model.kill();
+                    self.oracle.died(exec);
+                }
+                if let Some(t) = self.oracle.procs.get_mut(&exec) {
+                    t.orphaned = true;
                 }
             }
-            Msg::Perform(lease, incarnation) => {
-                if incarnation != self.incarnation {
-                    return; // The orchestrator that started this work crashed.
+        }
+        self.blocked.clear();
+        self.note("env", "crash_restart", &[]);
+        let observer: Box<dyn Observer + Send> = Box::new(Observe(self.watch.clone()));
+        match Engine::restore_observed(self.config.clone(), &bytes, ts, Some(observer)) {
+            Ok(mut engine) => {
+                engine.set_mutant(self.mutant);
+                self.engine = engine;
+                self.settle();
+            }
+            Err(e) => self.violate(Violation {
+                invariant: "snapshot-restore".into(),
+                message: format!("the engine's own state did not restore: {e}"),
+                events: vec![],
+            }),
+        }
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::Fault(f) => self.fault(f),
+            Ev::ToAgent { exec, line } => self.deliver_to_agent(exec, line),
+            Ev::StdinEof { exec } => {
+                let now = self.now;
+                if let Some(p) = self.procs.get_mut(&exec) {
+                    if p.alive && !p.ignores_eof {
+                        p.model.on_stdin_closed(now);
+                    }
                 }
-                let Some((effect, issued)) = self.leased.remove(&lease) else {
+                self.drive_agent(exec);
+            }
+            Ev::AgentWake { exec } => {
+                if let Some(p) = self.procs.get_mut(&exec) {
+                    p.wake_at = None;
+                }
+                self.drive_agent(exec);
+            }
+            Ev::Readable { exec } => self.read(exec),
+            Ev::Deadline { exec, id } => {
+                let Some(p) = self.procs.get_mut(&exec).filter(|p| !p.orphaned) else {
                     return;
                 };
-                self.performing = Some(effect.session());
-                match self.step(w, "orchestrator", Input::Perform { lease }) {
-                    Verdict::Accepted => self.perform(w, effect),
-                    Verdict::Reject(RejectReason::LeaseExpired | RejectReason::UnknownLease)
-                        if self.now_ms().saturating_sub(issued) >= self.core.config().lease_ms =>
-                    {
-                        // The work outlived its lease: the core dropped the late effect.
-                        self.oracle.mark("lease-expired");
-                    }
-                    _ => {}
+                if let Some(op) = p.wire.abandon(id) {
+                    let ts = self.ts();
+                    self.engine.reply(ts, exec, op, Err(RpcFailure::TimedOut));
+                    self.settle();
                 }
             }
-            Msg::Fault(f) => self.fault(w, f),
-            Msg::AgentReady => {
-                let now = self.now_ms();
-                while let Some((&key, _)) = self.pending_ready.first_key_value() {
-                    if key.0 > now {
-                        break;
+            Ev::StopGrace { exec } => {
+                let alive = self
+                    .procs
+                    .get(&exec)
+                    .is_some_and(|p| p.alive && !p.orphaned);
+                if alive {
+                    if let Some(p) = self.procs.get_mut(&exec) {
+                        p.kill_requested = true;
                     }
-                    let (session, exec, attempt, generation, cap) =
-                        self.pending_ready.remove(&key).expect("just seen");
-                    if self.provider.agent(exec, generation).is_some() {
-                        self.send_callback(
-                            session,
-                            exec,
-                            attempt,
-                            generation,
-                            RuntimeEvent::AgentReady {
-                                load_capability: Some(cap),
-                            },
-                        );
-                    }
+                    self.die(exec, ProcessExit::Signal(9));
                 }
             }
-        }
-    }
-
-    /// The core's next deadline in simulated milliseconds.
-    fn next_wake(&self) -> Option<u64> {
-        let t = self.core.poll_timeout()?;
-        if t == Timestamp::MAX {
-            return None;
-        }
-        let sim = t.as_millis() as i64 - self.skew_ms;
-        Some(sim.max(0) as u64)
-    }
-}
-
-/// An agent answering a prompt: accepted, `count` notifications through the controller's
-/// bounded queue (backpressure, never drop), then the end of the turn.
-#[allow(clippy::too_many_arguments)]
-async fn stream(
-    w: Shared,
-    session: u32,
-    exec: ExecutionId,
-    agent: AgentProc,
-    turn: TurnId,
-    count: u32,
-    bytes: u32,
-    capacity: usize,
-    think: u64,
-    mutant: ActiveMutant,
-    burst: bool,
-    recovering: bool,
-) {
-    let alive = |w: &Shared| {
-        w.borrow()
-            .provider
-            .agent(exec, agent.generation)
-            .filter(|a| !a.cancel_requested)
-            .is_some()
-    };
-    sleep(ms(1)).await;
-    if w.borrow().provider.agent(exec, agent.generation).is_none() {
-        return;
-    }
-    enter(&w).send_callback(
-        session,
-        exec,
-        agent.attempt,
-        agent.generation,
-        RuntimeEvent::PromptAccepted { turn },
-    );
-    let mut queue: NotificationQueue<u32> = NotificationQueue::with_mutant(capacity, mutant);
-    let mut runtime_seq = 0u64;
-    let pace = if burst {
-        0
-    } else {
-        (think / u64::from(count.max(1))).max(1)
-    };
-    let drain =
-        |w: &Shared, queue: &mut NotificationQueue<u32>, max: usize, runtime_seq: &mut u64| {
-            let mut me = enter(w);
-            for _ in 0..max {
-                let Some((_, b)) = queue.pop() else { break };
-                *runtime_seq += 1;
-                me.send_callback(
-                    session,
-                    exec,
-                    agent.attempt,
-                    agent.generation,
-                    RuntimeEvent::Stream {
-                        turn,
-                        seq: *runtime_seq,
-                        bytes: b,
+            Ev::StopCheck { exec, due } if self.mono() < due => {
+                self.post(self.world_ms(due), Ev::StopCheck { exec, due });
+            }
+            Ev::JoinCheck {
+                session,
+                attempt,
+                due,
+            } if self.mono() < due => {
+                self.post(
+                    self.world_ms(due),
+                    Ev::JoinCheck {
+                        session,
+                        attempt,
+                        due,
                     },
                 );
             }
-        };
-    for _ in 0..count {
-        if !alive(&w) {
-            break;
-        }
-        let mut item = bytes;
-        loop {
-            match queue.try_push(item) {
-                Ok(_) => break,
-                Err(PushError::Backpressure(back)) => {
-                    item = back;
-                    {
-                        let mut me = enter(&w);
-                        me.provider.backpressure += 1;
-                        if recovering {
-                            me.oracle.mark("queue-full-during-recovery");
-                        }
-                    }
-                    drain(&w, &mut queue, DRAIN_PER_MS, &mut runtime_seq);
-                    sleep(ms(1)).await;
-                    if !alive(&w) {
-                        break;
-                    }
-                }
-                Err(PushError::Closed(_)) => {
-                    // The connection closed because the queue was full: the agent is gone.
-                    drain(&w, &mut queue, usize::MAX, &mut runtime_seq);
-                    let mut me = enter(&w);
-                    me.provider.closed_on_full += 1;
-                    me.agent_exits(session, exec, agent);
-                    return;
-                }
+            Ev::StopCheck { exec, .. } => {
+                let idx = self.note("oracle", "stop_deadline", &[("execution", exec.get())]);
+                let r = self.oracle.stop_deadline_passed(exec, idx);
+                self.checked(r);
             }
-        }
-        if !burst {
-            drain(&w, &mut queue, usize::MAX, &mut runtime_seq);
-            let died = {
-                let mut me = enter(&w);
-                let armed = me
-                    .sessions
-                    .get(&session)
-                    .is_some_and(|sf| sf.exits_armed > 0);
-                if armed && runtime_seq >= 1 {
-                    // An armed exit: the agent dies after its first notifications.
-                    if let Some(sf) = me.sessions.get_mut(&session) {
-                        sf.exits_armed -= 1;
-                    }
-                    me.agent_exits(session, exec, agent);
-                }
-                armed && runtime_seq >= 1
-            };
-            if died {
-                return;
-            }
-            sleep(ms(pace)).await;
-        }
-    }
-    while !queue.is_empty() && w.borrow().provider.agent(exec, agent.generation).is_some() {
-        drain(&w, &mut queue, DRAIN_PER_MS, &mut runtime_seq);
-        sleep(ms(1)).await;
-    }
-    let mut me = enter(&w);
-    if me.provider.agent(exec, agent.generation).is_some() {
-        me.send_callback(
-            session,
-            exec,
-            agent.attempt,
-            agent.generation,
-            RuntimeEvent::PromptCompleted { turn },
-        );
-    }
-}
-
-/// A client: prompts with think time, waits for each answer, retries after a roll-back.
-async fn client(
-    w: Shared,
-    session: u32,
-    turns: u32,
-    mut rx: UnboundedReceiver<ClientEvent>,
-    until_ms: u64,
-) {
-    let sid = SessionId::new(u64::from(session)).expect("1-based");
-    for k in 0..turns {
-        let think = {
-            let me = w.borrow();
-            let wl = &me.scenario.workload;
-            pick(
-                me.key(u64::from(session), u64::from(k), 31),
-                wl.think_ms.lo,
-                wl.think_ms.hi,
-            )
-        };
-        sleep(ms(think.max(1))).await;
-        let mut tries = 0;
-        loop {
-            if enter(&w).now_ms() >= until_ms {
-                return;
-            }
-            let turn = {
-                let mut me = enter(&w);
-                let sf = me.sessions.entry(session).or_default();
-                sf.next_turn += 1;
-                let turn = TurnId::new(sf.next_turn).expect("non-zero");
-                me.post(
-                    0,
-                    Msg::Input("client", Input::Prompt { session: sid, turn }),
+            Ev::JoinCheck {
+                session, attempt, ..
+            } => {
+                let idx = self.note(
+                    "oracle",
+                    "join_deadline",
+                    &[("session", u64::from(session))],
                 );
-                turn
-            };
-            let outcome = loop {
-                match rx.next().await {
-                    Some(ClientEvent::Ended(t, o)) if t == turn => break Some(Ok(o)),
-                    Some(ClientEvent::Rejected(t, r)) if t == turn => break Some(Err(r)),
-                    Some(_) => {}
-                    None => break None,
+                let stalled = self.caller_stall_until > self.now.saturating_sub(1_000);
+                let r = self
+                    .oracle
+                    .join_deadline_passed(session, attempt, stalled, idx);
+                self.checked(r);
+            }
+            Ev::ClientStep { session } => self.client_step(session),
+            Ev::CallerResumes => {
+                if self.now >= self.caller_stall_until {
+                    self.settle();
                 }
-            };
-            tries += 1;
-            match outcome {
-                Some(Ok(TurnOutcome::Completed | TurnOutcome::Cancelled)) | None => break,
-                Some(Ok(TurnOutcome::RolledBack | TurnOutcome::Failed)) | Some(Err(_))
-                    if tries <= CLIENT_RETRIES =>
-                {
-                    sleep(ms(50)).await;
-                }
-                Some(_) => break,
             }
         }
     }
 }
 
-/// Builds the core's configuration for a scenario.
-pub(crate) fn core_config(scenario: &Scenario) -> Config {
+/// The engine's configuration for a scenario.
+pub(crate) fn engine_config(scenario: &Scenario) -> SupervisorConfig {
     let c = &scenario.core;
     let d = Config::default();
-    Config {
+    let core = Config {
         join_wait_ms: c.join_wait_ms.unwrap_or(d.join_wait_ms),
         // Unless a scenario says otherwise, the core's start (and prompt acceptance)
         // deadline fits three times in the liveness window, so a stalled attempt is
@@ -1120,6 +1266,21 @@ pub(crate) fn core_config(scenario: &Scenario) -> Config {
         recovery_delays_ms: c.recovery_delays_ms.clone().unwrap_or(d.recovery_delays_ms),
         max_sessions: d.max_sessions,
         agent_profile: profile(scenario.workload.agent),
+    };
+    SupervisorConfig {
+        core,
+        cwd: "/work".into(),
+        initialize_timeout_ms: ENGINE_REQUEST_TIMEOUT_MS,
+        load_timeout_ms: ENGINE_REQUEST_TIMEOUT_MS,
+        new_session_timeout_ms: ENGINE_REQUEST_TIMEOUT_MS,
+        prompt_idle_timeout_ms: 10_000,
+        stop_grace_ms: STOP_GRACE_MS,
+        delivery_queue_capacity: c
+            .queue_capacity
+            .map_or(palisade_core::delivery::DEFAULT_QUEUE_CAPACITY, |q| {
+                q as usize
+            }),
+        ..SupervisorConfig::default()
     }
 }
 
@@ -1133,166 +1294,156 @@ pub(crate) struct Finished {
 
 /// Runs one seed inside the current madsim runtime.
 pub(crate) async fn run(
-    scenario: Rc<Scenario>,
+    scenario: std::rc::Rc<Scenario>,
     seed: u64,
     plan: FaultPlan,
     mutant: Option<Mutant>,
     capture: bool,
 ) -> Finished {
-    let config = core_config(&scenario);
-    let mut core = Core::new(config.clone(), Epoch::FIRST)
-        .unwrap_or_else(|e| panic!("scenario core config invalid: {e}"));
-    core.set_mutant(mutant);
+    let config = engine_config(&scenario);
+    let checker = Checker::new(&config.core)
+        .full_check_every(16)
+        .enabled(std::env::var_os("PALISADE_ORACLE").is_none_or(|v| v != "off"));
+    let watch = Arc::new(Mutex::new(Watch {
+        tracer: Tracer::new(capture),
+        checker,
+        marks: BTreeMap::new(),
+        now_ms: 0,
+        found: None,
+    }));
+    let mut engine = match Engine::new(config.clone()) {
+        Ok(engine) => engine,
+        Err(e) => {
+            let mut tracer = Tracer::new(capture);
+            tracer.line(0, "world", "bad_config", &[("error", &e.to_string())]);
+            return Finished {
+                tracer,
+                marks: BTreeMap::new(),
+                turns: 0,
+                violation: Some(Violation {
+                    invariant: "scenario-config".into(),
+                    message: format!("the scenario's engine configuration is invalid: {e}"),
+                    events: vec![],
+                }),
+            };
+        }
+    };
+    engine.set_mutant(mutant);
+    engine.set_observer(Box::new(Observe(watch.clone())));
     let window = scenario.limits.fault_window_ms;
     let end = window + scenario.limits.quiesce_ms;
-    let mut clients = BTreeMap::new();
-    let mut client_rx = Vec::new();
-    for s in 1..=scenario.workload.sessions {
-        let (ctx, crx) = unbounded();
-        clients.insert(s, ctx);
-        client_rx.push((s, crx));
-    }
-    let world = Rc::new(RefCell::new(World {
-        oracle: Oracle::new(&config, &scenario),
+    let clock = madsim::time::TimeHandle::current();
+    let start_elapsed = clock.elapsed();
+    let start = madsim::time::Instant::now();
+    let oracle = Oracle::new(&config, &scenario);
+    let mut world = World {
         scenario: scenario.clone(),
         seed,
         mutant,
-        start: Instant::now(),
-        clock: madsim::time::TimeHandle::current(),
-        start_elapsed: madsim::time::TimeHandle::current().elapsed(),
+        clock,
+        start_elapsed,
         now: 0,
-        core,
-        incarnation: 0,
+        config,
+        engine,
+        watch: watch.clone(),
         skew_ms: 0,
+        mono: Timestamp::ZERO,
         agenda: BinaryHeap::new(),
         agenda_seq: 0,
         letters: Vec::new(),
         free_letters: Vec::new(),
-        performing: None,
-        effects: Vec::new(),
-        sleeping_until: None,
-        orchestrator: None,
-        clients,
-        provider: Provider::default(),
-        sessions: BTreeMap::new(),
+        procs: BTreeMap::new(),
+        store: MemoryStore::default(),
+        oracle,
+        clients: BTreeMap::new(),
+        arms: BTreeMap::new(),
+        blocked: BTreeSet::new(),
+        caller_stall_until: 0,
+        next_pid: 1000,
         workload: plan.workload.clone(),
-        leased: BTreeMap::new(),
-        pending_ready: BTreeMap::new(),
-        fifo: BTreeMap::new(),
-        tracer: Tracer::new(capture),
         violation: None,
-    }));
+    };
     for f in &plan.faults {
-        enter(&world).post(f.at_ms, Msg::Fault(*f));
+        world.post(f.at_ms, Ev::Fault(*f));
     }
-    for (s, crx) in client_rx {
-        // A session cut from the workload has no client; what is sent to it is dropped.
-        if !plan.workload.client_runs(s) {
-            continue;
-        }
-        spawn_local(client(
-            world.clone(),
+    let turns = plan.workload.turns(scenario.workload.turns_per_session);
+    for s in 1..=scenario.workload.sessions {
+        let runs = plan.workload.client_runs(s);
+        world.clients.insert(
             s,
-            plan.workload.turns(scenario.workload.turns_per_session),
-            crx,
-            plan.workload.until_ms(window),
-        ));
+            Client {
+                turns_left: turns,
+                until_ms: plan.workload.until_ms(window),
+                runs,
+                ..Client::default()
+            },
+        );
+        if runs && turns > 0 {
+            let think = world.think(s, 0);
+            world.post(think, Ev::ClientStep { session: s });
+        }
     }
-    let start = world.borrow().start;
     let max_events = scenario.limits.max_events;
-    // The time of the newest timer registered for the orchestrator that may not have
-    // fired yet.
-    let mut armed: Option<u64> = None;
     loop {
-        // Deliver everything due, in (arrival, send order), then fire due core timers.
-        loop {
-            // No await between reading the clock and handling, so one `enter` serves both.
-            let w2 = world.clone();
-            let mut me = enter(&world);
-            let now = me.now_ms();
-            let Some(msg) = me.due(now) else { break };
-            me.handle(&w2, msg);
-            if me.violation.is_some() {
+        world.now = world.elapsed_ms();
+        world.mono();
+        while let Some(ev) = world.due() {
+            world.handle(ev);
+            if world.violation.is_some() {
                 break;
             }
         }
-        {
-            let w2 = world.clone();
-            let mut me = enter(&world);
-            if me.next_wake().is_some_and(|t| t <= me.now_ms()) {
-                me.handle_timeout(&w2);
-            }
-            if me.violation.is_some() {
-                break;
-            }
-            if me.tracer.len() as u64 > max_events {
-                let n = me.tracer.len() as u64;
-                me.violate(Violation {
-                    invariant: "livelock".into(),
-                    message: format!("more than {max_events} trace events ({n})"),
-                    events: vec![n.saturating_sub(1)],
-                });
-                break;
-            }
-        }
-        let next = {
-            let me = world.borrow();
-            let a = me.agenda.peek().map(|&Reverse((at, _, _))| at);
-            match (a, me.next_wake()) {
-                (Some(x), Some(y)) => Some(x.min(y)),
-                (x, y) => x.or(y),
-            }
-        };
-        if world.borrow().elapsed_ms() >= end {
+        if world.violation.is_some() {
             break;
         }
-        // Sleep until the next message or core timer, or until a post brings an earlier
-        // message. madsim cannot cancel a timer, so one already registered for a time at
-        // or before the target is reused rather than registering another each round.
-        let target = next.map_or(end, |t| t.min(end));
-        let mut parked = false;
-        futures::future::poll_fn(|cx| {
-            let mut me = world.borrow_mut();
-            let now = me.elapsed_ms();
-            if now >= target || (parked && me.sleeping_until.is_none()) {
-                // Due, or a post woke us (it cleared `sleeping_until`).
-                me.sleeping_until = None;
-                me.orchestrator = None;
-                return Poll::Ready(());
+        let ts = world.ts();
+        let mut engine_at = world.engine.poll_timeout();
+        if engine_at.is_some_and(|t| t <= ts) {
+            world.engine.handle_timeout(ts);
+            world.settle();
+            if world.violation.is_some() {
+                break;
             }
-            if armed.is_none_or(|a| a <= now || a > target) {
-                let mut timer = madsim::time::sleep_until(start + ms(target));
-                if Pin::new(&mut timer).poll(cx).is_ready() {
-                    return Poll::Ready(());
-                }
-                armed = Some(target);
-            }
-            parked = true;
-            me.sleeping_until = Some(target);
-            me.orchestrator = Some(cx.waker().clone());
-            Poll::Pending
-        })
-        .await;
-    }
-    let mut me = enter(&world);
-    if me.violation.is_none() {
-        let t = me.now_ms();
-        let idx = me.tracer.line(t, "oracle", "liveness", &[]);
-        let World {
-            oracle,
-            core,
-            provider,
-            ..
-        } = &mut *me;
-        let result = oracle.liveness(core, provider, &scenario, idx);
-        if let Err(v) = result {
-            me.violate(v);
+            engine_at = world.engine.poll_timeout();
         }
+        let events = lock(&watch).tracer.len() as u64;
+        if events > max_events {
+            world.violate(Violation {
+                invariant: "livelock".into(),
+                message: format!("more than {max_events} trace events ({events})"),
+                events: vec![events.saturating_sub(1)],
+            });
+            break;
+        }
+        if world.now >= end {
+            break;
+        }
+        let agenda_at = world.agenda.peek().map(|&Reverse((at, _, _))| at);
+        let engine_at = engine_at.map(|t| world.world_ms(t));
+        let next = match (agenda_at, engine_at) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, y) => x.or(y),
+        };
+        if next.is_some_and(|t| t <= world.now) {
+            continue;
+        }
+        let target = next.map_or(end, |t| t.min(end));
+        madsim::time::sleep_until(start + ms(target)).await;
     }
+    if world.violation.is_none() {
+        let idx = world.note("oracle", "liveness", &[]);
+        let sessions = scenario.workload.sessions;
+        let r = world.oracle.liveness(sessions, idx);
+        world.checked(r);
+    }
+    let turns = world.oracle.turns_claimed;
+    let violation = world.violation.take();
+    drop(world);
+    let mut w = lock(&watch);
     Finished {
-        tracer: std::mem::take(&mut me.tracer),
-        marks: std::mem::take(&mut me.oracle.marks),
-        turns: me.oracle.turns,
-        violation: me.violation.take(),
+        tracer: std::mem::take(&mut w.tracer),
+        marks: std::mem::take(&mut w.marks),
+        turns,
+        violation,
     }
 }

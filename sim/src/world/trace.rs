@@ -192,3 +192,64 @@ impl Tracer {
         self.event(|h| (t, effect).hash(h))
     }
 }
+
+impl Tracer {
+    /// An environment event with numeric fields: hashed by value, written as JSON only when
+    /// capturing (so a passing seed formats nothing).
+    pub(crate) fn note(
+        &mut self,
+        t: u64,
+        actor: &str,
+        kind: &str,
+        fields: &[(&'static str, u64)],
+    ) -> u64 {
+        if self.capture {
+            self.head(t, actor, None, kind);
+            for (k, v) in fields {
+                let _ = write!(self.buf, ",\"{k}\":{v}");
+            }
+            self.buf.push(b'}');
+            self.keep();
+        }
+        self.event(|h| (t, actor, kind, fields).hash(h))
+    }
+
+    /// An event the client received.
+    pub(crate) fn client(&mut self, t: u64, event: &palisade_embed::SessionEvent) -> u64 {
+        use palisade_embed::SessionEvent as E;
+        if self.capture {
+            self.head(t, "engine", Some("client"), event.name());
+            self.buf.extend_from_slice(b",\"event\":");
+            let _ = serde_json::to_writer(&mut self.buf, &event.to_json());
+            self.buf.push(b'}');
+            self.keep();
+        }
+        // Hashed by what identifies it; the outputs' payloads are hashed by their seqs (the
+        // agent's lines, which fix their content, are hashed where they are written).
+        let session = event.session().get();
+        let key: (u64, u64, u64) = match event {
+            E::Output { turn, events, .. } => (
+                turn.get(),
+                events.first().map_or(0, |e| e.seq),
+                events.len() as u64,
+            ),
+            E::TurnEnded { turn, outcome, .. } => (turn.get(), *outcome as u64, 0),
+            E::RecoveryStarted { turn, step, .. } => (turn.get(), u64::from(*step), 0),
+            E::RecoveryExhausted { turn, .. } => (turn.get(), 0, 0),
+            E::FailureReported { failure, .. } => (failure.attempt.raw(), failure.stamp.get(), 0),
+            E::AttemptSettled {
+                attempt, outcome, ..
+            } => (attempt.raw(), *outcome as u64, 0),
+            E::JoinTimedOut { attempt, .. } => (attempt.raw(), 0, 0),
+            E::RuntimeStarted {
+                execution,
+                generation,
+                ..
+            } => (execution.get(), generation.get(), 0),
+            E::ConversationLoading { execution, .. } => (execution.get(), 0, 0),
+            E::ConversationReady { execution, .. } => (execution.get(), 0, 0),
+            E::RuntimeExited { execution, .. } => (execution.get(), 0, 0),
+        };
+        self.event(|h| (t, "client", event.name(), session, key).hash(h))
+    }
+}

@@ -1,0 +1,995 @@
+//! The behaviour table of real ACP agents, as a sans-IO model of one agent process: lines
+//! in (what the client writes to its stdin), lines out with the time to write them (its
+//! stdout), and its exit. No clock, no I/O: the simulator drives it in simulated time, and
+//! `palisade-test-agent` takes its answers from the same table.
+//!
+//! Each behaviour is what a real agent was seen (or read in its source) to do; see the
+//! README's table of real agents' answers and [`UnknownSession`]:
+//!
+//! - none of codex-acp 0.16, claude-agent-acp 0.23, claude-code-acp 0.16 exits when its
+//!   stdin closes ([`Behaviour::exits_on_eof`]); the codex npm launcher runs the real agent
+//!   as a child process ([`Behaviour::launcher`], acted on by the simulator's process
+//!   tree);
+//! - `session/new` and `session/prompt` can fail with a JSON-RPC error (−32000
+//!   `Authentication required`, −32603 `Internal error` with `data.details`);
+//! - claude-agent-acp 0.23 answers `−32002 Resource not found: <id>` (with `data.uri`) for
+//!   an unknown session **and** for an existing one whose subprocess closed early
+//!   ([`Behaviour::resume_flake_per_mille`]);
+//! - unprompted `session/update`s (`available_commands_update` right after `session/new`),
+//!   agent→client requests (`session/request_permission`), stderr noise, `session/list`,
+//!   `loadSession` absent, `false` or `true`;
+//! - TypeScript-SDK error shapes (`"Method not found": session/load` with
+//!   `data: {method}`), Python-SDK agents that answer `{}` to any `session/load`.
+//!
+//! Every stream event a prompt produces carries a marker (`<tag>#<k>`, see
+//! [`StreamEvent`]) at the start of its text, so a checker can follow each event from the
+//! agent that wrote it to the client that received it.
+
+use std::collections::{BTreeSet, VecDeque};
+
+use serde_json::{json, Value};
+
+use crate::jsonrpc::{parse_frame, Frame, RequestId, RpcError};
+
+/// What `initialize` says about `session/load`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadCapability {
+    /// `agentCapabilities.loadSession: true`.
+    True,
+    /// `agentCapabilities.loadSession: false`.
+    False,
+    /// No `loadSession` key at all.
+    Absent,
+}
+
+/// How an agent answers `session/load` of a session it does not have: the real agents'
+/// answers (README, "Real agents' answers to an unknown session").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UnknownSession {
+    /// claude-agent-acp ≥ 0.20: −32002 `Resource not found: <id>`, `data: {uri: <id>}`.
+    ClaudeAgentAcp,
+    /// claude-code-acp 0.16 / claude-agent-acp 0.17–0.18: −32603 `Internal error`,
+    /// `data.details` = `Session not found`.
+    ClaudeCodeAcp,
+    /// claude-agent-acp 0.19: −32603 `Internal error`, `data.details` = `Query closed
+    /// before response received`.
+    ClaudeAgentAcp019,
+    /// codex-acp (Rust): −32002 `Resource not found`, no data.
+    CodexAcp,
+    /// codex-acp (TypeScript): −32603 `no rollout found for thread id <id>`.
+    CodexAcpTs,
+    /// gemini-cli: −32603 `Internal error`, `data.details` = `Invalid session identifier
+    /// "<id>". …` (a long, machine-local text).
+    Gemini,
+    /// goose (older): −32602 `Invalid params`, `data` = `Failed to load session <id>: …`.
+    GooseOld,
+    /// goose (current): −32002 `Resource not found`, `data` = `"Session not found: <id>"`.
+    Goose,
+    /// opencode: −32603 `Internal error`, opaque data.
+    Opencode,
+    /// An agent built on the TypeScript SDK without `session/load`: −32601 `"Method not
+    /// found": session/load`, `data: {method: "session/load"}`.
+    TsMethodNotFound,
+    /// An agent on the Rust SDK without `session/load`: −32601 `Method not found`.
+    RustMethodNotFound,
+    /// A Python-SDK example agent: answers `{}` to `session/load` of any id.
+    PythonAnyId,
+}
+
+impl UnknownSession {
+    /// Every answer, in a fixed order.
+    pub const ALL: [UnknownSession; 12] = [
+        UnknownSession::ClaudeAgentAcp,
+        UnknownSession::ClaudeCodeAcp,
+        UnknownSession::ClaudeAgentAcp019,
+        UnknownSession::CodexAcp,
+        UnknownSession::CodexAcpTs,
+        UnknownSession::Gemini,
+        UnknownSession::GooseOld,
+        UnknownSession::Goose,
+        UnknownSession::Opencode,
+        UnknownSession::TsMethodNotFound,
+        UnknownSession::RustMethodNotFound,
+        UnknownSession::PythonAnyId,
+    ];
+
+    /// The error this agent answers `session/load` of the unknown `id` with; `None` for an
+    /// agent that answers success whatever the id.
+    #[must_use]
+    pub fn error(self, id: &str) -> Option<RpcError> {
+        Some(match self {
+            UnknownSession::ClaudeAgentAcp => {
+                RpcError::new(-32002, format!("Resource not found: {id}"))
+                    .with_data(json!({ "uri": id }))
+            }
+            UnknownSession::ClaudeCodeAcp => RpcError::new(-32603, "Internal error")
+                .with_data(json!({"details": "Session not found"})),
+            UnknownSession::ClaudeAgentAcp019 => RpcError::new(-32603, "Internal error")
+                .with_data(json!({"details": "Query closed before response received"})),
+            UnknownSession::CodexAcp => RpcError::new(-32002, "Resource not found"),
+            UnknownSession::CodexAcpTs => {
+                RpcError::new(-32603, format!("no rollout found for thread id {id}"))
+            }
+            UnknownSession::Gemini => RpcError::new(-32603, "Internal error").with_data(json!({
+                "details": format!(
+                    "Invalid session identifier \"{id}\".\n  Searched for sessions in \
+                     /home/user/.gemini/tmp/0f3c/chats.\n  Use --list-sessions to see \
+                     available sessions."
+                )
+            })),
+            UnknownSession::GooseOld => RpcError::new(-32602, "Invalid params").with_data(json!(
+                format!("Failed to load session {id}: record not found in sessions.db")
+            )),
+            UnknownSession::Goose => RpcError::new(-32002, "Resource not found")
+                .with_data(json!(format!("Session not found: {id}"))),
+            UnknownSession::Opencode => {
+                RpcError::new(-32603, "Internal error").with_data(json!({"status": 404}))
+            }
+            UnknownSession::TsMethodNotFound => {
+                RpcError::new(-32601, "\"Method not found\": session/load")
+                    .with_data(json!({"method": "session/load"}))
+            }
+            UnknownSession::RustMethodNotFound => RpcError::new(-32601, "Method not found"),
+            UnknownSession::PythonAnyId => return None,
+        })
+    }
+
+    /// Whether this agent answers `session/load` at all (an SDK agent without it answers
+    /// −32601 whatever the id).
+    #[must_use]
+    pub fn loads(self) -> bool {
+        !matches!(
+            self,
+            UnknownSession::TsMethodNotFound | UnknownSession::RustMethodNotFound
+        )
+    }
+}
+
+/// A JSON-RPC error a request can be failed with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RequestFailure {
+    /// −32000 `Authentication required` (claude-agent-acp without credentials).
+    AuthRequired,
+    /// −32603 `Internal error` with `data.details` (codex-acp).
+    Internal,
+}
+
+impl RequestFailure {
+    /// The error as the agent writes it.
+    #[must_use]
+    pub fn error(self) -> RpcError {
+        match self {
+            RequestFailure::AuthRequired => RpcError::new(-32000, "Authentication required"),
+            RequestFailure::Internal => RpcError::new(-32603, "Internal error")
+                .with_data(json!({"details": "stream disconnected before completion"})),
+        }
+    }
+}
+
+/// How one agent process behaves. The simulator draws one per process; everything is
+/// plain data so a failure file can carry it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Behaviour {
+    /// `agentCapabilities.loadSession`.
+    pub load_capability: LoadCapability,
+    /// How `session/load` of an unknown session is answered.
+    pub unknown_session: UnknownSession,
+    /// Per mille of loads of an *existing* session answered as unknown
+    /// (claude-agent-acp 0.23 when its Claude subprocess closes before the first answer).
+    pub resume_flake_per_mille: u16,
+    /// Whether it advertises and answers `session/list`.
+    pub lists_sessions: bool,
+    /// Whether it exits when its stdin closes (none of the real agents tested does).
+    pub exits_on_eof: bool,
+    /// Whether it runs the real agent as a child process (the codex npm launcher).
+    pub launcher: bool,
+    /// An `available_commands_update` right after `session/new`, unprompted.
+    pub unprompted_updates: bool,
+    /// A `session/request_permission` in the middle of each prompt.
+    pub asks_permission: bool,
+    /// Lines of noise on stderr at start.
+    pub stderr_noise: bool,
+    /// `session/new` fails with this error.
+    pub new_fails: Option<RequestFailure>,
+    /// Per mille of prompts failed with [`Behaviour::prompt_failure`].
+    pub prompt_fail_per_mille: u16,
+    /// The error a failed prompt gets.
+    pub prompt_failure: RequestFailure,
+    /// Milliseconds before answering `initialize`, `session/new`, `session/load`.
+    pub answer_delay_ms: (u64, u64),
+    /// Stream events per prompt (inclusive range).
+    pub events_per_prompt: (u32, u32),
+    /// Text bytes per event (inclusive range); tool calls carry this much raw input.
+    pub event_bytes: (u32, u32),
+    /// Per mille of events that are tool calls (large `rawInput`) rather than text.
+    pub tool_call_per_mille: u16,
+    /// Milliseconds a prompt takes from its first event to its answer (inclusive range).
+    pub think_ms: (u64, u64),
+}
+
+impl Default for Behaviour {
+    fn default() -> Self {
+        Behaviour {
+            load_capability: LoadCapability::True,
+            unknown_session: UnknownSession::ClaudeAgentAcp,
+            resume_flake_per_mille: 0,
+            lists_sessions: false,
+            exits_on_eof: true,
+            launcher: false,
+            unprompted_updates: false,
+            asks_permission: false,
+            stderr_noise: false,
+            new_fails: None,
+            prompt_fail_per_mille: 0,
+            prompt_failure: RequestFailure::Internal,
+            answer_delay_ms: (1, 5),
+            events_per_prompt: (1, 8),
+            event_bytes: (16, 256),
+            tool_call_per_mille: 100,
+            think_ms: (5, 100),
+        }
+    }
+}
+
+/// Where the agent keeps its conversations: its disk, shared by every process of it (a
+/// conversation one process created can be loaded by the next).
+pub trait ConversationStore {
+    /// Whether the conversation exists.
+    fn exists(&self, id: &str) -> bool;
+    /// Creates a conversation; its id.
+    fn create(&mut self) -> String;
+    /// Every conversation, in a stable order.
+    fn list(&self) -> Vec<String>;
+}
+
+/// An in-memory [`ConversationStore`] with ids `sess-1`, `sess-2`, ….
+#[derive(Debug, Default, Clone)]
+pub struct MemoryStore {
+    ids: BTreeSet<u64>,
+    next: u64,
+    /// Conversations that were lost (deleted behind the agent's back).
+    pub lost: BTreeSet<u64>,
+}
+
+impl MemoryStore {
+    /// Loses the conversation `id` (the provider's disk lost it).
+    pub fn lose(&mut self, id: &str) {
+        if let Some(n) = id.strip_prefix("sess-").and_then(|n| n.parse().ok()) {
+            if self.ids.remove(&n) {
+                self.lost.insert(n);
+            }
+        }
+    }
+}
+
+impl ConversationStore for MemoryStore {
+    fn exists(&self, id: &str) -> bool {
+        id.strip_prefix("sess-")
+            .and_then(|n| n.parse().ok())
+            .is_some_and(|n: u64| self.ids.contains(&n))
+    }
+
+    fn create(&mut self) -> String {
+        self.next += 1;
+        self.ids.insert(self.next);
+        format!("sess-{}", self.next)
+    }
+
+    fn list(&self) -> Vec<String> {
+        self.ids.iter().map(|n| format!("sess-{n}")).collect()
+    }
+}
+
+/// How the next `session/load` goes, whatever the conversation (a fault the simulator
+/// injects on one agent process).
+#[derive(Debug, Clone, PartialEq)]
+pub enum NextLoad {
+    /// Answered with this error.
+    Error(RpcError),
+    /// Never answered (the client's deadline decides).
+    Hang,
+}
+
+/// One stream event a prompt produced, as the agent wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamEvent {
+    /// The marker at the start of its text: `<tag>#<k>`.
+    pub marker: String,
+    /// 1-based index within its prompt.
+    pub index: u32,
+    /// Bytes of the whole line as written (newline included).
+    pub wire_bytes: usize,
+    /// Whether it is a tool call (else a text chunk).
+    pub tool_call: bool,
+}
+
+/// What the agent did, for the checker: every request it received and what it answered.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Seen {
+    /// `initialize`.
+    Initialize,
+    /// `session/new`; the conversation it created, or the error.
+    New(Result<String, RpcError>),
+    /// `session/load` of `id`; `Ok` if loaded.
+    Load {
+        /// The conversation asked for.
+        id: String,
+        /// Whether it existed.
+        existed: bool,
+        /// The answer.
+        answer: Result<(), RpcError>,
+    },
+    /// `session/list`.
+    List,
+    /// `session/prompt`: its tag (the markers' prefix), the conversation and the text.
+    Prompt {
+        /// The prompt's tag.
+        tag: String,
+        /// The conversation.
+        session: String,
+        /// The prompt's text, as received.
+        text: String,
+    },
+    /// `session/cancel` for the conversation.
+    Cancel {
+        /// The conversation.
+        session: String,
+    },
+    /// A stream event written during the prompt `tag`.
+    Event {
+        /// The prompt's tag.
+        tag: String,
+        /// The event.
+        event: StreamEvent,
+    },
+    /// The prompt `tag` was answered.
+    PromptAnswered {
+        /// The prompt's tag.
+        tag: String,
+        /// `Ok(stopReason)` or the error.
+        answer: Result<String, RpcError>,
+    },
+    /// A line it could not use (garbage, an unknown method).
+    Unusable,
+}
+
+/// Something the agent does at a time.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Out {
+    /// Writes this line (newline included) to stdout.
+    Line(String),
+    /// Writes this line to stderr.
+    Stderr(String),
+    /// Exits with this code.
+    Exit(i32),
+}
+
+#[derive(Debug, Clone)]
+struct Prompting {
+    id: RequestId,
+    session: String,
+    tag: String,
+    total: u32,
+    sent: u32,
+    think_ms: u64,
+    cancelled: bool,
+    asked: bool,
+}
+
+/// One agent process's behaviour. Feed it with [`AgentModel::on_line`],
+/// [`AgentModel::on_stdin_closed`] and [`AgentModel::on_wake`]; drain
+/// [`AgentModel::poll_out`] (lines to write, in order, with their times) and
+/// [`AgentModel::poll_seen`]; call [`AgentModel::on_wake`] at [`AgentModel::next_wake`].
+#[derive(Debug)]
+pub struct AgentModel {
+    behaviour: Behaviour,
+    rng: u64,
+    name: String,
+    /// Conversations this process holds (created or loaded).
+    held: BTreeSet<String>,
+    prompt: Option<Prompting>,
+    prompts: u64,
+    next_load: Option<NextLoad>,
+    burst: Option<u32>,
+    events_cap: Option<u32>,
+    /// Everything to do, by time; times never decrease (one stdout, written in order).
+    out: VecDeque<(u64, Out, Option<Seen>)>,
+    seen: Vec<Seen>,
+    last_at: u64,
+    wake: Option<u64>,
+    exited: bool,
+}
+
+/// An event's text is padded to its drawn size with ASCII (no escaping: the line's size is
+/// exact), at most this many bytes.
+const FILLER_BYTES: usize = 1 << 16;
+
+fn filler(bytes: usize) -> &'static str {
+    static FILLER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let all = FILLER.get_or_init(|| "x".repeat(FILLER_BYTES));
+    &all[..bytes.min(FILLER_BYTES)]
+}
+
+/// Prompts one agent process answers at most: a bound on its tag space and on a runaway
+/// client.
+pub const MAX_PROMPTS_PER_PROCESS: u64 = 1 << 20;
+
+impl AgentModel {
+    /// A process named `name` (it prefixes the markers of its events: the simulator uses
+    /// the execution) that draws its choices from `seed`.
+    pub fn new(name: impl Into<String>, behaviour: Behaviour, seed: u64, now: u64) -> AgentModel {
+        let mut model = AgentModel {
+            behaviour,
+            rng: seed ^ 0x5DEE_CE66_D1CE_4E5B,
+            name: name.into(),
+            held: BTreeSet::new(),
+            prompt: None,
+            prompts: 0,
+            next_load: None,
+            burst: None,
+            events_cap: None,
+            out: VecDeque::new(),
+            seen: Vec::new(),
+            last_at: now,
+            wake: None,
+            exited: false,
+        };
+        if model.behaviour.stderr_noise {
+            model.emit(now, Out::Stderr("[agent] starting up\n".into()));
+            model.emit(
+                now,
+                Out::Stderr("warning: no credentials found; continuing\n".into()),
+            );
+        }
+        model
+    }
+
+    /// Its behaviour.
+    #[must_use]
+    pub fn behaviour(&self) -> &Behaviour {
+        &self.behaviour
+    }
+
+    /// Whether it exited (it then does nothing more).
+    #[must_use]
+    pub fn exited(&self) -> bool {
+        self.exited
+    }
+
+    /// The next output due at or before `now`, in write order, with what it means for a
+    /// checker (an answer, a stream event) when it means something.
+    pub fn poll_out(&mut self, now: u64) -> Option<(Out, Option<Seen>)> {
+        match self.out.front() {
+            Some((at, _, _)) if *at <= now => self.out.pop_front().map(|(_, o, s)| (o, s)),
+            _ => None,
+        }
+    }
+
+    /// When the next output is due, or the next wake-up, whichever is first.
+    #[must_use]
+    pub fn next_wake(&self) -> Option<u64> {
+        let out = self.out.front().map(|(at, _, _)| *at);
+        match (out, self.wake) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// What it received since the last call (what it wrote comes with
+    /// [`AgentModel::poll_out`]).
+    pub fn poll_seen(&mut self) -> std::vec::Drain<'_, Seen> {
+        self.seen.drain(..)
+    }
+
+    fn next(&mut self) -> u64 {
+        // splitmix64: a small, stable stream (the choices must not change with a crate).
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn pick(&mut self, (lo, hi): (u64, u64)) -> u64 {
+        if hi <= lo {
+            return lo;
+        }
+        lo + self.next() % (hi - lo + 1)
+    }
+
+    fn chance(&mut self, per_mille: u16) -> bool {
+        self.next() % 1000 < u64::from(per_mille)
+    }
+
+    fn emit(&mut self, at: u64, out: Out) {
+        self.emit_noted(at, out, None);
+    }
+
+    fn emit_noted(&mut self, at: u64, out: Out, note: Option<Seen>) {
+        let at = at.max(self.last_at);
+        self.last_at = at;
+        self.out.push_back((at, out, note));
+    }
+
+    fn answer(&mut self, at: u64, id: &RequestId, outcome: Result<Value, RpcError>) {
+        self.answer_noted(at, id, outcome, None);
+    }
+
+    fn answer_noted(
+        &mut self,
+        at: u64,
+        id: &RequestId,
+        outcome: Result<Value, RpcError>,
+        note: Option<Seen>,
+    ) {
+        let line = crate::jsonrpc::encode_response(id, &outcome);
+        self.emit_noted(at, Out::Line(line), note);
+    }
+
+    fn delay(&mut self, now: u64) -> u64 {
+        let d = self.behaviour.answer_delay_ms;
+        now + self.pick(d)
+    }
+
+    /// A line the client wrote to its stdin (without the newline).
+    pub fn on_line(&mut self, now: u64, line: &[u8], store: &mut dyn ConversationStore) {
+        if self.exited {
+            return;
+        }
+        match parse_frame(line) {
+            Ok(Frame::Request { id, method, params }) => {
+                self.request(now, id, &method, &params, store)
+            }
+            Ok(Frame::Notification { method, params }) => {
+                if method == crate::acp::SESSION_CANCEL {
+                    let session = params
+                        .to_value()
+                        .get("sessionId")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned();
+                    self.seen.push(Seen::Cancel {
+                        session: session.clone(),
+                    });
+                    if let Some(p) = self.prompt.as_mut().filter(|p| p.session == session) {
+                        p.cancelled = true;
+                        self.wake = Some(now + 1);
+                    }
+                } else {
+                    self.seen.push(Seen::Unusable);
+                }
+            }
+            // An answer to our own request (a permission): the prompt goes on.
+            Ok(Frame::Response { .. }) => {}
+            Err(_) => self.seen.push(Seen::Unusable),
+        }
+    }
+
+    fn request(
+        &mut self,
+        now: u64,
+        id: RequestId,
+        method: &str,
+        params: &Value,
+        store: &mut dyn ConversationStore,
+    ) {
+        let session_param = || {
+            params
+                .get("sessionId")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let at = self.delay(now);
+        match method {
+            "initialize" => {
+                self.seen.push(Seen::Initialize);
+                let mut caps = serde_json::Map::new();
+                match self.behaviour.load_capability {
+                    LoadCapability::True => {
+                        caps.insert("loadSession".into(), Value::Bool(true));
+                    }
+                    LoadCapability::False => {
+                        caps.insert("loadSession".into(), Value::Bool(false));
+                    }
+                    LoadCapability::Absent => {}
+                }
+                if self.behaviour.lists_sessions {
+                    caps.insert("sessionCapabilities".into(), json!({"list": {}}));
+                }
+                self.answer(
+                    at,
+                    &id,
+                    Ok(json!({
+                        "protocolVersion": crate::acp::PROTOCOL_VERSION,
+                        "agentCapabilities": caps,
+                        "authMethods": [],
+                    })),
+                );
+            }
+            "session/new" => {
+                if let Some(failure) = self.behaviour.new_fails {
+                    let error = failure.error();
+                    let note = Seen::New(Err(error.clone()));
+                    self.answer_noted(at, &id, Err(error), Some(note));
+                    return;
+                }
+                let session = store.create();
+                self.held.insert(session.clone());
+                let note = Seen::New(Ok(session.clone()));
+                self.answer_noted(at, &id, Ok(json!({ "sessionId": session })), Some(note));
+                if self.behaviour.unprompted_updates {
+                    let note = crate::jsonrpc::encode_notification(
+                        crate::acp::SESSION_UPDATE,
+                        &json!({
+                            "sessionId": session,
+                            "update": {
+                                "sessionUpdate": "available_commands_update",
+                                "availableCommands": [
+                                    {"name": "init", "description": "create AGENTS.md"}
+                                ],
+                            },
+                        }),
+                    );
+                    self.emit(at, Out::Line(note));
+                }
+            }
+            "session/load" if self.behaviour.unknown_session.loads() => {
+                let session = session_param();
+                let existed = store.exists(&session);
+                match self.next_load.take() {
+                    Some(NextLoad::Hang) => {
+                        self.seen.push(Seen::Load {
+                            id: session,
+                            existed,
+                            answer: Err(RpcError::new(0, "no answer")),
+                        });
+                        return;
+                    }
+                    Some(NextLoad::Error(error)) => {
+                        let note = Seen::Load {
+                            id: session,
+                            existed,
+                            answer: Err(error.clone()),
+                        };
+                        self.answer_noted(at, &id, Err(error), Some(note));
+                        return;
+                    }
+                    None => {}
+                }
+                let flake = existed && self.chance(self.behaviour.resume_flake_per_mille);
+                let answer = if flake {
+                    // claude-agent-acp 0.23: its Claude subprocess closed before the first
+                    // answer, and the agent says "not found" for a session it has.
+                    Err(
+                        RpcError::new(-32002, format!("Resource not found: {session}"))
+                            .with_data(json!({ "uri": session })),
+                    )
+                } else if existed {
+                    Ok(())
+                } else {
+                    match self.behaviour.unknown_session.error(&session) {
+                        Some(error) => Err(error),
+                        None => Ok(()),
+                    }
+                };
+                if answer.is_ok() {
+                    self.held.insert(session.clone());
+                }
+                let note = Seen::Load {
+                    id: session,
+                    existed,
+                    answer: answer.clone(),
+                };
+                self.answer_noted(at, &id, answer.map(|()| json!({})), Some(note));
+            }
+            "session/list" if self.behaviour.lists_sessions => {
+                self.seen.push(Seen::List);
+                let sessions: Vec<Value> = store
+                    .list()
+                    .into_iter()
+                    .map(|s| json!({"sessionId": s, "cwd": "/"}))
+                    .collect();
+                self.answer(at, &id, Ok(json!({ "sessions": sessions })));
+            }
+            "session/prompt" => self.prompt(now, id, params),
+            _ => {
+                self.seen.push(Seen::Unusable);
+                let error = if method == "session/load" {
+                    self.behaviour
+                        .unknown_session
+                        .error(&session_param())
+                        .unwrap_or_else(|| RpcError::new(-32601, "Method not found"))
+                } else {
+                    RpcError::new(-32601, "Method not found")
+                };
+                self.answer(at, &id, Err(error));
+            }
+        }
+    }
+
+    fn prompt(&mut self, now: u64, id: RequestId, params: &Value) {
+        let session = params
+            .get("sessionId")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let text = params
+            .get("prompt")
+            .and_then(Value::as_array)
+            .map(|blocks| {
+                blocks
+                    .iter()
+                    .filter_map(|b| b.get("text").and_then(Value::as_str))
+                    .collect::<Vec<_>>()
+                    .join("")
+            })
+            .unwrap_or_default();
+        self.prompts = (self.prompts + 1).min(MAX_PROMPTS_PER_PROCESS);
+        let tag = format!("{}.{}", self.name, self.prompts);
+        self.seen.push(Seen::Prompt {
+            tag: tag.clone(),
+            session: session.clone(),
+            text,
+        });
+        if !self.held.contains(&session) || self.prompt.is_some() {
+            // Not ours, or one prompt at a time: real agents refuse with an internal error.
+            let error = RpcError::new(-32603, "Internal error")
+                .with_data(json!({"details": format!("Session not found: {session}")}));
+            let note = Seen::PromptAnswered {
+                tag,
+                answer: Err(error.clone()),
+            };
+            let at = self.delay(now);
+            self.answer_noted(at, &id, Err(error), Some(note));
+            return;
+        }
+        if self.chance(self.behaviour.prompt_fail_per_mille) {
+            let error = self.behaviour.prompt_failure.error();
+            let note = Seen::PromptAnswered {
+                tag,
+                answer: Err(error.clone()),
+            };
+            let at = self.delay(now);
+            self.answer_noted(at, &id, Err(error), Some(note));
+            return;
+        }
+        let (lo, hi) = self.behaviour.events_per_prompt;
+        let drawn = self.pick((u64::from(lo), u64::from(hi))) as u32;
+        let think_ms = self.pick(self.behaviour.think_ms);
+        let (total, think_ms) = match self.burst.take() {
+            Some(count) => (count, 0),
+            None => (
+                self.events_cap.map_or(drawn, |cap| cap.min(drawn)),
+                think_ms,
+            ),
+        };
+        self.prompt = Some(Prompting {
+            id,
+            session,
+            tag,
+            total,
+            sent: 0,
+            think_ms,
+            cancelled: false,
+            asked: false,
+        });
+        self.wake = Some(now + 1);
+    }
+
+    /// The next `session/load` goes this way.
+    pub fn set_next_load(&mut self, next: NextLoad) {
+        self.next_load = Some(next);
+    }
+
+    /// The next prompt writes `count` events at once (a burst).
+    pub fn burst_next(&mut self, count: u32) {
+        self.burst = Some(count);
+    }
+
+    /// Prompts write at most `cap` events (a burst is not capped).
+    pub fn cap_events(&mut self, cap: u32) {
+        self.events_cap = Some(cap);
+    }
+
+    /// Time passed: stream the prompt in flight.
+    pub fn on_wake(&mut self, now: u64) {
+        if self.exited || self.wake.is_none_or(|w| w > now) {
+            return;
+        }
+        self.wake = None;
+        let Some(mut p) = self.prompt.take() else {
+            return;
+        };
+        if p.cancelled {
+            self.finish(now, p, Ok("cancelled".into()));
+            return;
+        }
+        // Everything due by now, at the pace the think time allows.
+        let pace = p.think_ms / u64::from(p.total.max(1));
+        loop {
+            if p.sent >= p.total {
+                self.finish(now, p, Ok("end_turn".into()));
+                return;
+            }
+            if self.behaviour.asks_permission && !p.asked && p.sent * 2 >= p.total {
+                p.asked = true;
+                let request = crate::jsonrpc::encode_request(
+                    &RequestId::Number(1_000_000 + i64::try_from(self.prompts).unwrap_or(0)),
+                    "session/request_permission",
+                    &json!({
+                        "sessionId": p.session,
+                        "toolCall": {"toolCallId": format!("{}-perm", p.tag)},
+                        "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}],
+                    }),
+                );
+                self.emit(now, Out::Line(request));
+            }
+            p.sent += 1;
+            self.stream_event(now, &p);
+            if pace > 0 {
+                self.wake = Some(now + pace);
+                self.prompt = Some(p);
+                return;
+            }
+        }
+    }
+
+    fn stream_event(&mut self, now: u64, p: &Prompting) {
+        let marker = format!("{}#{}", p.tag, p.sent);
+        let (lo, hi) = self.behaviour.event_bytes;
+        let bytes = self.pick((u64::from(lo), u64::from(hi))) as usize;
+        let tool_call = self.chance(self.behaviour.tool_call_per_mille);
+        // ASCII filler: no escaping, so the line's size is exact and cheap to write.
+        let fill = filler(bytes.saturating_sub(marker.len() + 1));
+        let mut line = String::with_capacity(bytes + 2 * marker.len() + 256);
+        line.push_str(r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":""#);
+        line.push_str(&p.session);
+        if tool_call {
+            line.push_str(r#"","update":{"sessionUpdate":"tool_call","toolCallId":""#);
+            line.push_str(&marker);
+            line.push_str(r#"","title":""#);
+            line.push_str(&marker);
+            line.push_str(r#"","kind":"read","status":"pending","rawInput":{"text":""#);
+        } else {
+            line.push_str(
+                r#"","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":""#,
+            );
+        }
+        line.push_str(&marker);
+        line.push(' ');
+        line.push_str(fill);
+        line.push_str("\"}}}}\n");
+        let note = Seen::Event {
+            tag: p.tag.clone(),
+            event: StreamEvent {
+                marker,
+                index: p.sent,
+                wire_bytes: line.len(),
+                tool_call,
+            },
+        };
+        self.emit_noted(now, Out::Line(line), Some(note));
+    }
+
+    fn finish(&mut self, now: u64, p: Prompting, answer: Result<String, RpcError>) {
+        let note = Seen::PromptAnswered {
+            tag: p.tag.clone(),
+            answer: answer.clone(),
+        };
+        let outcome = answer.map(|stop| json!({ "stopReason": stop }));
+        self.answer_noted(now, &p.id, outcome, Some(note));
+    }
+
+    /// Its stdin closed: an agent that exits on EOF does so.
+    pub fn on_stdin_closed(&mut self, now: u64) {
+        if self.behaviour.exits_on_eof && !self.exited {
+            self.emit(now + 1, Out::Exit(0));
+        }
+    }
+
+    /// The process is gone (it exited, or was killed): nothing more happens.
+    pub fn kill(&mut self) {
+        self.exited = true;
+        self.out.clear();
+        self.prompt = None;
+        self.wake = None;
+    }
+
+    /// Marks the model exited after it wrote [`Out::Exit`].
+    pub fn exit(&mut self) {
+        self.kill();
+    }
+
+    /// Whether a prompt is in flight.
+    #[must_use]
+    pub fn prompting(&self) -> bool {
+        self.prompt.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{Incoming, Wire};
+
+    fn drain(model: &mut AgentModel, until: u64) -> Vec<String> {
+        let mut lines = Vec::new();
+        for now in 0..=until {
+            model.on_wake(now);
+            while let Some((out, note)) = model.poll_out(now) {
+                if let Out::Line(line) = out {
+                    lines.push(line);
+                }
+                model.seen.extend(note);
+            }
+        }
+        lines
+    }
+
+    #[test]
+    fn a_prompt_streams_marked_events_then_ends_the_turn() {
+        let mut store = MemoryStore::default();
+        let mut wire: Wire<&str> = Wire::new(0);
+        let mut model = AgentModel::new("e1", Behaviour::default(), 7, 0);
+        let (_, line) = wire
+            .request("session/new", &json!({"cwd": "/"}), "new")
+            .unwrap();
+        model.on_line(0, line.trim_end().as_bytes(), &mut store);
+        let lines = drain(&mut model, 10);
+        let Incoming::Reply {
+            result: Ok(answer), ..
+        } = wire.receive(lines[0].trim_end().as_bytes())
+        else {
+            panic!("{lines:?}")
+        };
+        let session = answer["sessionId"].as_str().unwrap().to_owned();
+        let (_, line) = wire
+            .request(
+                "session/prompt",
+                &crate::acp::prompt_params(&session, "hello"),
+                "prompt",
+            )
+            .unwrap();
+        model.on_line(10, line.trim_end().as_bytes(), &mut store);
+        let lines = drain(&mut model, 1_000);
+        let events: Vec<Seen> = model.poll_seen().collect();
+        let markers: Vec<String> = events
+            .iter()
+            .filter_map(|s| match s {
+                Seen::Event { event, .. } => Some(event.marker.clone()),
+                _ => None,
+            })
+            .collect();
+        assert!(!markers.is_empty());
+        assert_eq!(markers.len() + 1, lines.len(), "{lines:?}");
+        for (k, (marker, line)) in markers.iter().zip(&lines).enumerate() {
+            assert_eq!(*marker, format!("e1.1#{}", k + 1));
+            assert!(line.contains(marker.as_str()));
+            assert!(matches!(
+                wire.receive(line.trim_end().as_bytes()),
+                Incoming::Event(crate::rpc::AgentEvent::Notification { .. })
+            ));
+        }
+        assert!(matches!(
+            wire.receive(lines.last().unwrap().trim_end().as_bytes()),
+            Incoming::Reply { tag: "prompt", result: Ok(v) } if v["stopReason"] == "end_turn"
+        ));
+    }
+
+    #[test]
+    fn every_unknown_session_answer_is_a_real_agents() {
+        for answer in UnknownSession::ALL {
+            match answer.error("sess-9") {
+                None => assert_eq!(answer, UnknownSession::PythonAnyId),
+                Some(e) => assert!(
+                    [-32002, -32603, -32602, -32601].contains(&e.code),
+                    "{answer:?}: {e:?}"
+                ),
+            }
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! Which real agent a scenario's runtimes imitate: the behaviour each simulated agent
+//! process gets (from `palisade_embed::agent_model`, the table `palisade-test-agent`
+//! shares), and the core profile a service would configure for it.
+
+use palisade_core::classify::AgentProfile;
+use palisade_embed::agent_model::{Behaviour, LoadCapability, UnknownSession};
+
+use super::plan::{chance, mix, pick};
+use crate::scenario::{Agent, Scenario};
+
+/// The core profile a service would configure for `agent`.
+pub(crate) fn profile(agent: Agent) -> AgentProfile {
+    match agent {
+        Agent::ClaudeAgentAcp => AgentProfile::ClaudeAgentAcp,
+        Agent::ClaudeCodeAcp => AgentProfile::ClaudeCodeAcp,
+        Agent::CodexAcp => AgentProfile::CodexAcpRust,
+        Agent::CodexAcpTs => AgentProfile::CodexAcpTs,
+        Agent::GeminiCli => AgentProfile::GeminiCli,
+        Agent::Goose => AgentProfile::Goose,
+        Agent::Opencode => AgentProfile::Opencode,
+        Agent::NoLoad => AgentProfile::Generic,
+    }
+}
+
+/// How the real `agent` answers `session/load` of a session it does not have.
+pub(crate) fn unknown_session(agent: Agent) -> UnknownSession {
+    match agent {
+        Agent::ClaudeAgentAcp => UnknownSession::ClaudeAgentAcp,
+        Agent::ClaudeCodeAcp => UnknownSession::ClaudeCodeAcp,
+        Agent::CodexAcp => UnknownSession::CodexAcp,
+        Agent::CodexAcpTs => UnknownSession::CodexAcpTs,
+        Agent::GeminiCli => UnknownSession::Gemini,
+        Agent::Goose => UnknownSession::Goose,
+        Agent::Opencode => UnknownSession::Opencode,
+        Agent::NoLoad => UnknownSession::TsMethodNotFound,
+    }
+}
+
+/// The behaviour of one agent process of a scenario, keyed by the seed and the process
+/// (so removing a fault does not change another process's behaviour).
+pub(crate) fn behaviour(scenario: &Scenario, seed: u64, process: u64) -> Behaviour {
+    let w = &scenario.workload;
+    let key = |salt: u64| mix(seed, process, salt, 0x0a6e);
+    let agent = w.agent;
+    // What every real agent of the table does: none exits on stdin EOF; the rest is drawn
+    // per process so a seed meets each behaviour now and then.
+    Behaviour {
+        load_capability: if agent == Agent::NoLoad {
+            if chance(key(1), 0.5) {
+                LoadCapability::Absent
+            } else {
+                LoadCapability::False
+            }
+        } else {
+            LoadCapability::True
+        },
+        unknown_session: unknown_session(agent),
+        resume_flake_per_mille: 0,
+        lists_sessions: chance(key(2), 0.5),
+        exits_on_eof: chance(key(3), 0.25),
+        launcher: chance(key(4), 0.25),
+        unprompted_updates: chance(key(5), 0.5),
+        asks_permission: chance(key(6), 0.2),
+        stderr_noise: chance(key(7), 0.3),
+        new_fails: None,
+        prompt_fail_per_mille: 0,
+        prompt_failure: if chance(key(8), 0.5) {
+            palisade_embed::agent_model::RequestFailure::AuthRequired
+        } else {
+            palisade_embed::agent_model::RequestFailure::Internal
+        },
+        answer_delay_ms: (w.load_delay_ms.lo.max(1), w.load_delay_ms.hi.max(1)),
+        events_per_prompt: (w.notifications_per_turn.lo, w.notifications_per_turn.hi),
+        event_bytes: (w.notification_bytes.lo, w.notification_bytes.hi),
+        tool_call_per_mille: pick(key(9), 0, 300) as u16,
+        think_ms: (w.think_ms.lo, w.think_ms.hi),
+    }
+}
