@@ -556,6 +556,19 @@ pub fn decode(data: &[u8]) -> (Header, Vec<Op>) {
     (header, ops)
 }
 
+/// Decodes operations alone (no header), until the data ends (at most [`MAX_OPS`]).
+pub fn decode_ops(data: &[u8]) -> Vec<Op> {
+    let mut u = Unstructured::new(data);
+    let mut ops = Vec::new();
+    while !u.is_empty() && ops.len() < MAX_OPS {
+        match Op::arbitrary(&mut u) {
+            Ok(op) => ops.push(op),
+            Err(_) => break,
+        }
+    }
+    ops
+}
+
 /// Encodes a header and operations.
 pub fn encode(header: Header, ops: &[Op]) -> Vec<u8> {
     let mut w = Writer::new();
@@ -704,7 +717,9 @@ fn capability(b: u8) -> Option<bool> {
 /// The core, the auditor, and the embedder's memory of what it was asked.
 pub(crate) struct World {
     pub(crate) core: Core,
-    audit: Auditor,
+    /// The independent reference model; `None` for a core restored from bytes of unknown
+    /// history, whose legitimate behaviour the model cannot know (as in `palisade-embed`).
+    audit: Option<Auditor>,
     mutant: Option<Mutant>,
     pub(crate) now: Timestamp,
     inputs: usize,
@@ -737,7 +752,7 @@ impl World {
         core.set_mutant(mutant);
         World {
             core,
-            audit,
+            audit: Some(audit),
             mutant,
             now: Timestamp::ZERO,
             inputs: 0,
@@ -774,7 +789,7 @@ impl World {
         effects
     }
 
-    fn checked(&mut self, what: &dyn Fn() -> String) -> Result<(), Finding> {
+    pub(crate) fn checked(&mut self, what: &dyn Fn() -> String) -> Result<(), Finding> {
         self.core.check_invariants().map_err(|v| {
             self.finding(
                 format!("invariant {}", v.rule),
@@ -795,14 +810,17 @@ impl World {
             }
         }
         self.checked(&|| format!("{input:?}"))?;
-        self.audit
-            .observe(self.now, &input, &verdict, &effects)
-            .map_err(|v| {
-                self.finding(
-                    v.rule,
-                    format!("{} (input {input:?}, verdict {verdict:?})", v.detail),
-                )
-            })?;
+        if let Some(audit) = self.audit.as_mut() {
+            audit.observe(self.now, &input, &verdict, &effects)
+        } else {
+            Ok(())
+        }
+        .map_err(|v| {
+            self.finding(
+                v.rule,
+                format!("{} (input {input:?}, verdict {verdict:?})", v.detail),
+            )
+        })?;
         self.record(Some((&input, &verdict)), &effects);
         Ok(verdict)
     }
@@ -967,9 +985,11 @@ impl World {
             }
             let now = self.now;
             self.checked(&|| format!("the timers due at {now}"))?;
-            self.audit
-                .observe_timeout(self.now, &effects)
-                .map_err(|v| self.finding(v.rule, format!("{} (timers at {now})", v.detail)))?;
+            if let Some(audit) = self.audit.as_mut() {
+                audit
+                    .observe_timeout(self.now, &effects)
+                    .map_err(|v| self.finding(v.rule, format!("{} (timers at {now})", v.detail)))?;
+            }
             self.record(None, &effects);
             if self.core.poll_timeout().is_some_and(|t| t <= at) {
                 return Err(self.finding(
@@ -1000,9 +1020,11 @@ impl World {
             }
         }
         self.checked(&|| "a restart".to_owned())?;
-        self.audit
-            .observe_restart(self.now, &effects)
-            .map_err(|v| self.finding(v.rule, format!("{} (restart)", v.detail)))?;
+        if let Some(audit) = self.audit.as_mut() {
+            audit
+                .observe_restart(self.now, &effects)
+                .map_err(|v| self.finding(v.rule, format!("{} (restart)", v.detail)))?;
+        }
         self.record(None, &effects);
         Ok(())
     }
@@ -1532,7 +1554,18 @@ impl World {
     }
 
     fn quiet(&self) -> bool {
-        self.stops.is_empty() && self.active.is_empty() && self.todo.values().all(|q| q.is_empty())
+        let asked = self.stops.is_empty()
+            && self.active.is_empty()
+            && self.todo.values().all(|q| q.is_empty());
+        // A restored core may hold work this embedder was never asked for; only the core
+        // knows whether it is settled.
+        asked
+            && (self.audit.is_some()
+                || self
+                    .core
+                    .known_sessions()
+                    .into_iter()
+                    .all(|s| !self.core.session_busy(s)))
     }
 
     /// The liveness phase: faults stop, every runtime answers well, every teardown
@@ -1574,16 +1607,85 @@ impl World {
                     )?;
                 }
             }
-            let target = self.now.plus_millis(LIVENESS_STEP_MS);
+            let mut target = self.now.plus_millis(LIVENESS_STEP_MS);
+            if self.audit.is_none() && !self.quiet() {
+                // A restored core's deadlines are its configuration's, which may be longer
+                // than a round: time runs on to the next one.
+                if let Some(next) = self.core.poll_timeout() {
+                    target = target.max(next);
+                }
+            }
             self.advance_to(target)?;
             if self.quiet() {
                 break;
             }
         }
         self.answer_stops()?;
-        self.audit
-            .check_quiescent()
-            .map_err(|v| self.finding(v.rule, format!("{} (after the liveness phase)", v.detail)))
+        match &self.audit {
+            Some(audit) => audit.check_quiescent().map_err(|v| {
+                self.finding(v.rule, format!("{} (after the liveness phase)", v.detail))
+            }),
+            None => self.check_no_session_busy(),
+        }
+    }
+
+    /// A world around a core restored from `bytes` of unknown history: no reference
+    /// model, and the embedder knows of the restored executions only what the core tells
+    /// it ([`Core::known_executions`]), as an embedder that lost its own records would.
+    pub(crate) fn restored(core: Core, mutant: Option<Mutant>) -> World {
+        let mut world = World::new(core.config().clone(), mutant);
+        world.audit = None;
+        world.core = core;
+        world.core.set_mutant(mutant);
+        for k in world.core.known_executions() {
+            world.bindings.insert(k.execution, (k.owner, k.generation));
+            world.bound_to.insert((k.execution, k.generation), k.owner);
+        }
+        let effects = world.drain();
+        world.record(None, &effects);
+        world
+    }
+
+    /// What an embedder does after a restart: every runtime the core knows died with the
+    /// previous incarnation, so each is reported exited by its owner, then stopped.
+    pub(crate) fn report_restart(&mut self) -> Result<(), Finding> {
+        self.op = None;
+        let known = self.core.known_executions();
+        for k in &known {
+            let stamp = self.stamp(0);
+            self.cb(
+                k.session,
+                Some(k.owner),
+                k.execution,
+                k.generation,
+                RuntimeEvent::Exited { stamp },
+            )?;
+        }
+        for k in &known {
+            self.input(Input::Stopped {
+                execution: k.execution,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The liveness judgement without a reference model: no session is left busy (a live
+    /// attempt, a turn, or a teardown) once the world has been well behaved for long
+    /// enough.
+    fn check_no_session_busy(&self) -> Result<(), Finding> {
+        for session in self.core.known_sessions() {
+            if self.core.session_busy(session) {
+                return Err(self.finding(
+                    "liveness-restored",
+                    format!(
+                        "session {session} still busy after the liveness phase (live attempt {:?}, runtime {:?})",
+                        self.core.live_attempt(session),
+                        self.core.runtime(session)
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Whether the operation budget is used up.
