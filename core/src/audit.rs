@@ -355,6 +355,10 @@ impl Auditor {
                     fail!("R2-monotonic-ids", "attempt {attempt} started twice");
                 }
                 s.attempts.push(attempt);
+                // A fallback is judged against the load failure of its own attempt: a new
+                // attempt whose agent lacks `loadSession` proves the conversation cannot
+                // be loaded, whatever an earlier attempt's load answered.
+                s.last_load_failure = None;
                 self.attempts.insert(
                     attempt,
                     AttemptRec {
