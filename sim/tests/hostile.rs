@@ -376,11 +376,6 @@ fn scenario_values_past_their_bounds_are_refused_with_file_line_and_column() {
             "[limits]\nmax_events = 18446744073709551615\n",
             &[":3:14:", "MAX_EVENTS"],
         ),
-        (
-            "mark",
-            "[expect]\nmin_marks = [\"lease-expried\"]\n",
-            &[":3:14:", "unknown coverage mark"],
-        ),
     ];
     for (name, body, needles) in cases {
         let file = format!("{name}.toml");
