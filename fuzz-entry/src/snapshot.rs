@@ -304,8 +304,11 @@ pub fn restored_bytes(data: &[u8], mutant: Option<Mutant>) -> Result<Option<Vec<
     Ok(split(data, mutant)?.map(|(bytes, _)| bytes))
 }
 
+/// The snapshot bytes an input restores, and the operations that follow the restore.
+type Restored = (Vec<u8>, Vec<Op>);
+
 /// The snapshot bytes an input restores and the operations that follow the restore.
-fn split(data: &[u8], mutant: Option<Mutant>) -> Result<Option<(Vec<u8>, Vec<Op>)>, Finding> {
+fn split(data: &[u8], mutant: Option<Mutant>) -> Result<Option<Restored>, Finding> {
     let Some((&mode, rest)) = data.split_first() else {
         return Ok(None);
     };
