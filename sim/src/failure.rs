@@ -15,11 +15,16 @@ use crate::world::{FaultPlan, Mutant, SeedStats};
 /// The `format` field every failure file carries; anything else is a foreign file.
 pub const FAILURE_FORMAT: &str = "palisade-failure/1";
 
-/// Larger files are refused rather than read: a failing trace of the most events a run
-/// may record ([`crate::scenario::MAX_EVENTS`]) takes about 220 MB in a failure file.
+/// Larger files are refused rather than read: the longest trace a run may record
+/// ([`crate::scenario::MAX_EVENTS`] events, about 220 bytes each in a failure file) and
+/// the largest plan ([`crate::world::plan::MAX_PLAN_FAULTS`] faults, under 128 bytes each
+/// as pretty JSON) fit.
 pub const MAX_FAILURE_FILE_BYTES: u64 = 256 << 20;
 
-const _: () = assert!(crate::scenario::MAX_EVENTS * 240 <= MAX_FAILURE_FILE_BYTES);
+const _: () = assert!(
+    crate::scenario::MAX_EVENTS * 240 + crate::world::plan::MAX_PLAN_FAULTS as u64 * 128
+        <= MAX_FAILURE_FILE_BYTES
+);
 
 /// How a minimised failure compares with the one it came from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
