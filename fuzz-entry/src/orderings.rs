@@ -1557,15 +1557,15 @@ impl World {
         let asked = self.stops.is_empty()
             && self.active.is_empty()
             && self.todo.values().all(|q| q.is_empty());
-        // A restored core may hold work this embedder was never asked for; only the core
-        // knows whether it is settled.
+        // Work this embedder no longer tracks (an answer it dropped, or a restored core's
+        // work it was never asked for) still keeps the core busy: only the core knows
+        // whether it is settled.
         asked
-            && (self.audit.is_some()
-                || self
-                    .core
-                    .known_sessions()
-                    .into_iter()
-                    .all(|s| !self.core.session_busy(s)))
+            && self
+                .core
+                .known_sessions()
+                .into_iter()
+                .all(|s| !self.core.session_busy(s))
     }
 
     /// The liveness phase: faults stop, every runtime answers well, every teardown
@@ -1608,9 +1608,10 @@ impl World {
                 }
             }
             let mut target = self.now.plus_millis(LIVENESS_STEP_MS);
-            if self.audit.is_none() && !self.quiet() {
-                // A restored core's deadlines are its configuration's, which may be longer
-                // than a round: time runs on to the next one.
+            if !self.quiet() {
+                // Time runs out: on to the core's next deadline when it is further than a
+                // round, as it is when the embedder's clock went back behind the core's
+                // (`Op::ClockBack`), or for a restored core's own configuration.
                 if let Some(next) = self.core.poll_timeout() {
                     target = target.max(next);
                 }
