@@ -441,6 +441,12 @@ fn draw_u(rng: &mut ChaCha8Rng, b: Bounds<u32>) -> u32 {
 }
 
 /// Draws the plan of `seed` for `scenario`.
+///
+/// Its work is sessions × slots (`fault_window_ms` / 500) × fault classes, so it is
+/// bounded by the scenario's bounds (`MAX_SESSIONS`, `MAX_FAULT_WINDOW_MS`, steps and
+/// their repeats): at most [`MAX_PLAN_FAULTS`] faults. The hang of `sessions =
+/// 4294967295` or `fault_window_ms = u64::MAX` (853 MB after 60 s here) is fixed by
+/// refusing those values when the scenario is loaded; no such scenario reaches this.
 pub fn draw(scenario: &Scenario, seed: u64) -> FaultPlan {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ PLAN_SALT);
     let f = &scenario.faults;
