@@ -176,6 +176,38 @@ impl Ring {
         })
     }
 
+    /// Whether the ring has a shape that pushes can produce, so that pushing onto it can
+    /// never overflow its length: at most [`TOMBSTONES_PER_SESSION`] entries and `head`
+    /// inside the array; until the ring first fills, `head` is 0 and exactly the slots
+    /// `0..len` were written; once full, all of them were. Every written slot holds a
+    /// tombstone whose outcome decodes, and the outcome bits of unwritten slots are 0.
+    /// (A decoded snapshot may claim anything; `restore` asks this before the first push.)
+    pub(crate) fn is_well_formed(&self) -> bool {
+        let len = self.len();
+        let written = self.slots.len();
+        let shape = if len == TOMBSTONES_PER_SESSION {
+            written == TOMBSTONES_PER_SESSION && usize::from(self.head) < TOMBSTONES_PER_SESSION
+        } else {
+            len < TOMBSTONES_PER_SESSION && self.head == 0 && written == len
+        };
+        shape
+            && (0..TOMBSTONES_PER_SESSION).all(|i| {
+                let bits = (self.outcomes >> (2 * i)) & 0b11;
+                if i < written {
+                    self.slots[i].is_some() && Retired::from_bits(bits).is_some()
+                } else {
+                    bits == 0
+                }
+            })
+    }
+
+    /// The ring with its length field overwritten, as a corrupt snapshot could hold it.
+    #[cfg(test)]
+    pub(crate) fn with_len_for_test(mut self, len: u8) -> Ring {
+        self.len = len;
+        self
+    }
+
     /// Tombstones oldest first.
     pub(crate) fn iter(&self) -> impl Iterator<Item = Tombstone> + '_ {
         (0..self.len())

@@ -313,9 +313,6 @@ impl Auditor {
         now: Timestamp,
         effects: &[Effect],
     ) -> Result<(), AuditViolation> {
-        // A deadline before this step's time was due at an earlier one (the embedder fires
-        // timers in order): its answer cannot be in this step's effects.
-        self.joiners_answered_before(now.max(self.last_now))?;
         self.effects(now, effects)?;
         self.joiners_answered()
     }
@@ -323,15 +320,35 @@ impl Auditor {
     /// Rule 1: a joiner's wait ends at the deadline it was promised: every deadline at or
     /// before the model's time is answered.
     fn joiners_answered(&self) -> Result<(), AuditViolation> {
-        self.joiners_answered_before(self.last_now.plus_millis(1))
-    }
-
-    fn joiners_answered_before(&self, now: Timestamp) -> Result<(), AuditViolation> {
-        if let Some((attempt, (session, until))) = self.joins.iter().find(|(_, (_, u))| *u < now) {
+        let now = self.last_now;
+        if let Some((attempt, (session, until))) = self.joins.iter().find(|(_, (_, u))| *u <= now) {
             fail!(
                 "R1-join-bounded",
                 "session {session}: a joiner of {attempt} was promised an answer by {until} and \
                  had none at {now}"
+            );
+        }
+        Ok(())
+    }
+
+    /// Rule 1, the other half: the wake-up the core asks its embedder for (its
+    /// `poll_timeout`, an output like any effect) comes no later than the earliest
+    /// unanswered joiner's deadline; otherwise an embedder that fires timers when asked
+    /// answers that joiner late (or never). Checked after every step.
+    pub fn observe_next_timer(&self, next: Option<Timestamp>) -> Result<(), AuditViolation> {
+        let Some((attempt, (session, until))) = self.joins.iter().min_by_key(|(_, (_, u))| *u)
+        else {
+            return Ok(());
+        };
+        if next.is_none_or(|t| t > *until) {
+            let asked = match next {
+                Some(t) => format!("a wake-up at {t}"),
+                None => "no wake-up at all".to_string(),
+            };
+            fail!(
+                "R1-join-bounded",
+                "session {session}: a joiner of {attempt} was promised an answer by {until}, \
+                 but the core asks for {asked}"
             );
         }
         Ok(())
@@ -384,6 +401,10 @@ impl Auditor {
                     fail!("R2-monotonic-ids", "attempt {attempt} started twice");
                 }
                 s.attempts.push(attempt);
+                // A fallback is judged against the load failure of its own attempt: a new
+                // attempt whose agent lacks `loadSession` proves the conversation cannot
+                // be loaded, whatever an earlier attempt's load answered.
+                s.last_load_failure = None;
                 self.attempts.insert(
                     attempt,
                     AttemptRec {
@@ -698,8 +719,9 @@ impl std::fmt::Display for Found {
 /// first violation and stops checking after it.
 #[derive(Debug)]
 pub struct Checker {
-    /// The reference model.
-    pub auditor: Auditor,
+    /// The reference model; `None` for a core of unknown history (restored from bytes),
+    /// whose legitimate behaviour no model can know.
+    model: Option<Auditor>,
     full_every: u64,
     steps: u64,
     touched: Vec<SessionId>,
@@ -711,13 +733,28 @@ impl Checker {
     /// A checker for a core with `config` that checks the whole core after every step.
     pub fn new(config: &Config) -> Checker {
         Checker {
-            auditor: Auditor::new(config),
+            model: Some(Auditor::new(config)),
             full_every: 1,
             steps: 0,
             touched: Vec::new(),
             found: None,
             enabled: true,
         }
+    }
+
+    /// A checker of the core's own invariants only, without the reference model: for a
+    /// core restored from bytes of unknown history.
+    pub fn without_model(config: &Config) -> Checker {
+        Checker {
+            model: None,
+            ..Checker::new(config)
+        }
+    }
+
+    /// The reference model, if it runs.
+    #[must_use]
+    pub fn auditor(&self) -> Option<&Auditor> {
+        self.model.as_ref()
     }
 
     /// Checks the whole core only every `n`-th step (and after timeouts and restores); the
@@ -761,13 +798,16 @@ impl Checker {
         effects: &[Effect],
     ) -> Result<(), AuditViolation> {
         use crate::driver::Step;
-        match step {
-            Step::Input { input, verdict, .. } => {
-                self.auditor.observe(now, input, verdict, effects)?
+        if let Some(model) = self.model.as_mut() {
+            match step {
+                Step::Input { input, verdict, .. } => {
+                    model.observe(now, input, verdict, effects)?
+                }
+                Step::Timeout if effects.is_empty() => model.observe_time(now)?,
+                Step::Timeout => model.observe_timeout(now, effects)?,
+                Step::Restored => model.observe_restart(now, effects)?,
             }
-            Step::Timeout if effects.is_empty() => self.auditor.observe_time(now)?,
-            Step::Timeout => self.auditor.observe_timeout(now, effects)?,
-            Step::Restored => self.auditor.observe_restart(now, effects)?,
+            model.observe_next_timer(core.poll_timeout())?;
         }
         if !self.enabled {
             return Ok(());

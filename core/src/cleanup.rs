@@ -255,6 +255,15 @@ impl Execution {
         (1..=GENERATIONS_PER_EXECUTION).contains(&n) && self.history().count() == n
     }
 
+    /// Whether the history is exactly what binding and rebinding produce: well formed, no
+    /// entry stored past `hist_len`, and its newest entry the current generation bound to
+    /// the owner. (A decoded snapshot may claim anything; `restore` asks this.)
+    pub(crate) fn history_is_canonical(&self) -> bool {
+        self.history_is_well_formed()
+            && self.history.as_slice().len() == usize::from(self.hist_len)
+            && self.history().last() == Some((self.generation, self.owner))
+    }
+
     /// Bindings oldest first.
     pub(crate) fn history(&self) -> impl Iterator<Item = (Generation, AttemptId)> + '_ {
         self.history

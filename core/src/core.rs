@@ -32,10 +32,10 @@ use crate::turn::{decide_recovery, RecoveryDecision, Turn, TurnPhase};
 const MAX_EFFECTS_PER_INPUT: usize = 32;
 /// Orphaned executions remembered per session; beyond this the orphan is stopped at once,
 /// which is safe because a successor cannot bind a stopping execution.
-const MAX_ORPHANS_PER_SESSION: usize = 8;
+pub(crate) const MAX_ORPHANS_PER_SESSION: usize = 8;
 /// Error stamps the core mints itself (deadlines, inconclusive loads) have this bit set, so
 /// they never collide with the runtime's stamps.
-const CORE_STAMP_BIT: u64 = 1 << 63;
+pub(crate) const CORE_STAMP_BIT: u64 = 1 << 63;
 
 const _: () = assert!(MAX_EFFECTS_PER_INPUT * 4 <= MAX_PENDING_EFFECTS);
 const _: () = assert!(MAX_ORPHANS_PER_SESSION < MAX_EFFECTS_PER_INPUT);

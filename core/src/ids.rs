@@ -100,7 +100,11 @@ impl Epoch {
 
     /// The next epoch, `None` at [`MAX_EPOCH`].
     pub const fn next(self) -> Option<Epoch> {
-        Epoch::new(self.0 + 1)
+        // A decoded epoch may hold any u32 (a corrupt snapshot): never overflow on it.
+        match self.0.checked_add(1) {
+            Some(raw) => Epoch::new(raw),
+            None => None,
+        }
     }
 }
 

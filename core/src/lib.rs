@@ -110,5 +110,5 @@ pub use crate::io::{
     AttemptOutcome, Callback, Effect, Input, NewConversationReason, PromptRequest, RecoveryFailure,
     RejectReason, RuntimeEvent, TurnOutcome, Verdict,
 };
-pub use crate::snapshot::RestoreError;
+pub use crate::snapshot::{KnownExecution, RestoreError, MAX_RESTORED_TURN_EVENTS};
 pub use crate::time::Timestamp;

@@ -36,6 +36,11 @@ const FIXED_LEN: usize = PREFIX_LEN + 8 + 4;
 /// Where the part that is compared to decide whether anything changed begins: right after
 /// `saved_at_ms`, which changes with every write.
 pub(crate) const BODY_OFFSET: usize = PREFIX_LEN + 8;
+/// The latest `saved_at_ms` a state file may carry: 9999-12-31T23:59:59.999Z in Unix
+/// milliseconds. The supervisor's clock is Unix milliseconds and resumes from this time;
+/// a later one leaves no room for the core's deadlines (they saturate at the end of time
+/// and fire at once), so every attempt would fail on every start.
+pub const MAX_SAVED_AT_MS: u64 = 253_402_300_799_999;
 
 /// The supervisor's own state, beside the core's snapshot.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -95,6 +100,8 @@ pub enum StateError {
     BadMagic,
     /// Written by another version.
     UnsupportedVersion(u16),
+    /// `saved_at_ms` is past [`MAX_SAVED_AT_MS`]: no clock of ours wrote it.
+    ImpossibleSavedAt(u64),
     /// The supervisor's header does not decode.
     Header(String),
     /// The core's snapshot was refused.
@@ -110,6 +117,10 @@ impl std::fmt::Display for StateError {
             StateError::UnsupportedVersion(v) => {
                 write!(f, "state file version {v}, expected {STATE_VERSION}")
             }
+            StateError::ImpossibleSavedAt(ms) => write!(
+                f,
+                "state file saved at {ms} ms, past the latest time a state file may carry ({MAX_SAVED_AT_MS} ms, the year 9999)"
+            ),
             StateError::Header(error) => write!(f, "state file header: {error}"),
             StateError::Core(error) => write!(f, "core snapshot: {error}"),
         }
@@ -155,6 +166,10 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Decoded<'_>, StateError> {
     }
     let mut saved_at = [0u8; 8];
     saved_at.copy_from_slice(&bytes[PREFIX_LEN..PREFIX_LEN + 8]);
+    let saved_at_ms = u64::from_le_bytes(saved_at);
+    if saved_at_ms > MAX_SAVED_AT_MS {
+        return Err(StateError::ImpossibleSavedAt(saved_at_ms));
+    }
     let mut header_len = [0u8; 4];
     header_len.copy_from_slice(&bytes[BODY_OFFSET..FIXED_LEN]);
     let header_len = usize::try_from(u32::from_le_bytes(header_len)).unwrap_or(usize::MAX);
@@ -165,7 +180,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Decoded<'_>, StateError> {
     let header: Header = serde_json::from_slice(&bytes[FIXED_LEN..header_end])
         .map_err(|error| StateError::Header(error.to_string()))?;
     Ok(Decoded {
-        saved_at_ms: u64::from_le_bytes(saved_at),
+        saved_at_ms,
         header,
         core_snapshot: &bytes[header_end..],
     })
@@ -254,6 +269,19 @@ mod tests {
         let mut bad = bytes;
         bad[FIXED_LEN] = b'!';
         assert!(matches!(decode(&bad), Err(StateError::Header(_))));
+    }
+
+    #[test]
+    fn a_saved_at_no_clock_wrote_is_refused_at_decode() {
+        let ok = encode(MAX_SAVED_AT_MS, &header(), b"core");
+        assert_eq!(decode(&ok).unwrap().saved_at_ms, MAX_SAVED_AT_MS);
+        for saved_at in [MAX_SAVED_AT_MS + 1, u64::MAX] {
+            let bytes = encode(saved_at, &header(), b"core");
+            assert!(
+                matches!(decode(&bytes), Err(StateError::ImpossibleSavedAt(ms)) if ms == saved_at),
+                "saved_at {saved_at}"
+            );
+        }
     }
 
     #[test]

@@ -1089,3 +1089,25 @@ fn palisade_supervise_runs_an_agent_and_prints_one_json_line_per_event() {
         .unwrap();
     assert_eq!(output.status.code(), Some(1));
 }
+
+/// Issue 14: a state file whose `saved_at` no clock wrote (here the end of time) used to
+/// restore, and the supervisor's clock then started there: every core deadline saturated
+/// and fired at once, failing every attempt on every start. It is refused at decode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_file_saved_at_the_end_of_time_is_refused() {
+    let state = temp_path("saved-at", "state");
+    let mut a = Harness::start(config(), test_agent(&[]), Some(state.clone()));
+    a.finish(true).await;
+    let mut bytes = std::fs::read(&state).expect("the start wrote the state file");
+    // "PLSV", the version (2 bytes), then saved_at_ms.
+    bytes[6..14].copy_from_slice(&u64::MAX.to_le_bytes());
+    std::fs::write(&state, &bytes).expect("rewrite the state file");
+    match Supervisor::start(config(), test_agent(&[]), Some(state.clone())) {
+        Err(palisade_embed::StartError::State(palisade_embed::StateError::ImpossibleSavedAt(
+            ms,
+        ))) => assert_eq!(ms, u64::MAX),
+        Err(other) => panic!("refused for another reason: {other}"),
+        Ok(_) => panic!("a state file saved at the end of time was restored"),
+    }
+    let _ = std::fs::remove_file(&state);
+}

@@ -12,7 +12,7 @@
 //! |---|---|
 //! | [`callback_orderings`] | sequences of resume / prompt / cancel / bind / runtime reactions and forged callbacks with any attempt, execution, generation, stream events, load outcomes, leases, timeouts, clock jumps and snapshot-restarts; `check_invariants()` and the independent [`Auditor`](palisade_core::audit::Auditor) after every step, then a liveness phase and `check_quiescent` |
 //! | [`classify`] | any load outcome under any agent profile: never a panic, the rule-6 table as an independent reference, and the core acting on it |
-//! | [`snapshot_restore`] | arbitrary and bit-flipped snapshot bytes to `Core::restore`; round trips of fuzzed states |
+//! | [`snapshot_restore`] | arbitrary and bit-flipped snapshot bytes to `Core::restore` (a typed error, or a core that keeps its invariants and stays live under any further input); round trips of fuzzed states |
 //! | [`delivery`] | the notification queue, the coalescer and the in-order receiver against a model: order, bounds, no loss |
 //!
 //! ```

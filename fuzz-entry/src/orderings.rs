@@ -557,6 +557,19 @@ pub fn decode(data: &[u8]) -> (Header, Vec<Op>) {
     (header, ops)
 }
 
+/// Decodes operations alone (no header), until the data ends (at most [`MAX_OPS`]).
+pub fn decode_ops(data: &[u8]) -> Vec<Op> {
+    let mut u = Unstructured::new(data);
+    let mut ops = Vec::new();
+    while !u.is_empty() && ops.len() < MAX_OPS {
+        match Op::arbitrary(&mut u) {
+            Ok(op) => ops.push(op),
+            Err(_) => break,
+        }
+    }
+    ops
+}
+
 /// Encodes a header and operations.
 pub fn encode(header: Header, ops: &[Op]) -> Vec<u8> {
     let mut w = Writer::new();
@@ -779,7 +792,7 @@ impl World {
     }
 
     /// The checker's first finding, if the last step broke a rule.
-    fn checked(&mut self, what: &dyn Fn() -> String) -> Result<(), Finding> {
+    pub(crate) fn checked(&mut self, what: &dyn Fn() -> String) -> Result<(), Finding> {
         match self.driver.observer_mut().take_found() {
             None => Ok(()),
             Some(found) => {
@@ -1532,7 +1545,19 @@ impl World {
     }
 
     fn quiet(&self) -> bool {
-        self.stops.is_empty() && self.active.is_empty() && self.todo.values().all(|q| q.is_empty())
+        let asked = self.stops.is_empty()
+            && self.active.is_empty()
+            && self.todo.values().all(|q| q.is_empty());
+        // Work this embedder no longer tracks (an answer it dropped, or a restored core's
+        // work it was never asked for) still keeps the core busy: only the core knows
+        // whether it is settled.
+        asked
+            && self
+                .driver
+                .core()
+                .known_sessions()
+                .into_iter()
+                .all(|s| !self.driver.core().session_busy(s))
     }
 
     /// The liveness phase: faults stop, every runtime answers well, every teardown
@@ -1574,18 +1599,87 @@ impl World {
                     )?;
                 }
             }
-            let target = self.now.plus_millis(LIVENESS_STEP_MS);
+            let mut target = self.now.plus_millis(LIVENESS_STEP_MS);
+            if !self.quiet() {
+                // Time runs out: on to the core's next deadline when it is further than a
+                // round, as it is when the embedder's clock went back behind the core's
+                // (`Op::ClockBack`), or for a restored core's own configuration.
+                if let Some(next) = self.driver.poll_timeout() {
+                    target = target.max(next);
+                }
+            }
             self.advance_to(target)?;
             if self.quiet() {
                 break;
             }
         }
         self.answer_stops()?;
-        self.driver
-            .observer()
-            .auditor
-            .check_quiescent()
-            .map_err(|v| self.finding(v.rule, format!("{} (after the liveness phase)", v.detail)))
+        match self.driver.observer().auditor() {
+            Some(audit) => audit.check_quiescent().map_err(|v| {
+                self.finding(v.rule, format!("{} (after the liveness phase)", v.detail))
+            }),
+            None => self.check_no_session_busy(),
+        }
+    }
+
+    /// A world around a core restored from `bytes` of unknown history: no reference
+    /// model, and the embedder knows of the restored executions only what the core tells
+    /// it ([`Core::known_executions`]), as an embedder that lost its own records would.
+    pub(crate) fn restored(core: Core, mutant: Option<Mutant>) -> World {
+        let mut world = World::new(core.config().clone(), mutant);
+        let checker = Checker::without_model(core.config());
+        world.driver = Driver::with_observer(core, checker).lease_check(LeaseCheck::ByCaller);
+        world.driver.set_mutant(mutant);
+        for k in world.driver.core().known_executions() {
+            world.bindings.insert(k.execution, (k.owner, k.generation));
+            world.bound_to.insert((k.execution, k.generation), k.owner);
+        }
+        let effects = world.drain();
+        world.record(None, &effects);
+        world
+    }
+
+    /// What an embedder does after a restart: every runtime the core knows died with the
+    /// previous incarnation, so each is reported exited by its owner, then stopped.
+    pub(crate) fn report_restart(&mut self) -> Result<(), Finding> {
+        self.op = None;
+        let known = self.driver.core().known_executions();
+        for k in &known {
+            let stamp = self.stamp(0);
+            self.cb(
+                k.session,
+                Some(k.owner),
+                k.execution,
+                k.generation,
+                RuntimeEvent::Exited { stamp },
+            )?;
+        }
+        for k in &known {
+            self.input(Input::Stopped {
+                execution: k.execution,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The liveness judgement without a reference model: no session is left busy (a live
+    /// attempt, a turn, or a teardown) once the world has been well behaved for long
+    /// enough.
+    fn check_no_session_busy(&self) -> Result<(), Finding> {
+        let core = self.driver.core();
+        for session in core.known_sessions() {
+            if core.session_busy(session) {
+                return Err(self.finding(
+                    "liveness-restored",
+                    format!(
+                        "session {session} still busy after the liveness phase (live attempt {:?}, runtime {:?})",
+                        core.live_attempt(session),
+                        core.runtime(session)
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Whether the operation budget is used up.

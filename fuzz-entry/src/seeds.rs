@@ -720,6 +720,19 @@ fn snapshot_seeds() -> Vec<Seed> {
         mutated.extend_from_slice(&at.to_le_bytes());
         mutated.extend([kind, value]);
     }
+    // The in-flight churn state, one byte of its stamp counter raised, then legal input to
+    // the restored core (a prompt driven to a running turn, time) before the liveness
+    // check.
+    let mut then_ops = vec![snapshot::MODE_MUTATED_THEN_OPS, in_flight.len() as u8];
+    then_ops.extend_from_slice(&in_flight);
+    then_ops.push(1);
+    then_ops.extend_from_slice(&30u16.to_le_bytes());
+    then_ops.extend([snapshot::EDIT_ADD, 1]);
+    let mut w = crate::Writer::new();
+    for op in [Op::Prompt(S1), Op::Drive(S1, 7), Op::Advance(Adv::Far)] {
+        op.encode(&mut w);
+    }
+    then_ops.extend(w.into_bytes());
     let real = snapshot_of(&kandev);
     let mut truncated = real.clone();
     truncated.truncate(real.len() / 2);
@@ -753,6 +766,12 @@ fn snapshot_seeds() -> Vec<Seed> {
             target: Target::SnapshotRestore,
             name: "flipped-bytes-in-flight",
             bytes: mutated,
+            catches: &[],
+        },
+        Seed {
+            target: Target::SnapshotRestore,
+            name: "flipped-then-legal-input",
+            bytes: then_ops,
             catches: &[],
         },
     ]

@@ -6,6 +6,8 @@
 //!   a core that passes `check_invariants` and keeps passing it while it takes further
 //!   inputs (a fixed script that resumes, prompts, cancels, answers teardowns and lets all
 //!   time pass), and whose own snapshot restores again. Never a panic, never a loop.
+//!   And the restored core stays live (see [`stays_live`]): after the embedder's restart
+//!   protocol and a well-behaved world, no session is left busy.
 //! - [`MODE_ROUND_TRIP`]: the rest is a `callback_orderings` input; the state after its
 //!   last operation (work in flight) and the state after its liveness phase are each
 //!   snapshotted and restored twice: the epoch advances by one each time; sessions and
@@ -15,13 +17,23 @@
 //!   `(offset u16, kind u8, value u8)` edits (xor, set, set to 255, add) applied to the snapshot of the state after its last
 //!   operation (before the liveness phase), restored as in [`MODE_RAW`]. Real snapshots
 //!   with a few flipped bytes reach far deeper into the decoder than random bytes do.
+//! - [`MODE_MUTATED_THEN_OPS`]: as [`MODE_MUTATED`], with an edit count byte before the
+//!   edits, and the rest of the input is `callback_orderings` operations (without a
+//!   header) fed to the restored core — any legal input — before the liveness check of
+//!   [`stays_live`].
+//!
+//! The property, for any bytes: `Core::restore` fails with a typed error, or it yields a
+//! core that passes `check_invariants` after every input and, after any operations, the
+//! restart protocol (every runtime it knows reported exited, then stopped) and a liveness
+//! phase, has no busy session. Built with overflow checks (`fuzz/run.sh`), so an
+//! arithmetic overflow on restored values is a crash too.
 
 use arbitrary::Unstructured;
 use palisade_core::mutants::Mutant;
 use palisade_core::*;
 
 use crate::bytes::{byte, take, u16le};
-use crate::orderings;
+use crate::orderings::{self, Op};
 use crate::Finding;
 
 const TARGET: &str = "snapshot_restore";
@@ -32,6 +44,10 @@ pub const MODE_RAW: u8 = 0;
 pub const MODE_ROUND_TRIP: u8 = 1;
 /// Flip bytes of a real snapshot, then restore.
 pub const MODE_MUTATED: u8 = 2;
+/// Flip bytes of a real snapshot, restore, then feed operations to the restored core.
+pub const MODE_MUTATED_THEN_OPS: u8 = 3;
+/// Modes, taken modulo this.
+const MODES: u8 = 4;
 /// Byte edits applied to a snapshot, at most.
 pub const MAX_EDITS: usize = 32;
 /// Edit kinds (`kind % 4`): xor the byte with the value, set it, set it to 255, add.
@@ -285,13 +301,21 @@ fn round_trip(core: &Core) -> Result<(), Finding> {
 /// [`MODE_MUTATED`]; `None` for [`MODE_ROUND_TRIP`]): for turning a crash input into a
 /// plain `Core::restore(&bytes)` reproduction.
 pub fn restored_bytes(data: &[u8], mutant: Option<Mutant>) -> Result<Option<Vec<u8>>, Finding> {
+    Ok(split(data, mutant)?.map(|(bytes, _)| bytes))
+}
+
+/// The snapshot bytes an input restores, and the operations that follow the restore.
+type Restored = (Vec<u8>, Vec<Op>);
+
+/// The snapshot bytes an input restores and the operations that follow the restore.
+fn split(data: &[u8], mutant: Option<Mutant>) -> Result<Option<Restored>, Finding> {
     let Some((&mode, rest)) = data.split_first() else {
         return Ok(None);
     };
-    match mode % 3 {
-        MODE_RAW => Ok(Some(rest.to_vec())),
+    match mode % MODES {
+        MODE_RAW => Ok(Some((rest.to_vec(), Vec::new()))),
         MODE_ROUND_TRIP => Ok(None),
-        _ => {
+        m => {
             let mut u = Unstructured::new(rest);
             let len = usize::from(byte(&mut u));
             let ops = take(&mut u, len);
@@ -300,7 +324,12 @@ pub fn restored_bytes(data: &[u8], mutant: Option<Mutant>) -> Result<Option<Vec<
                 snap = core.snapshot();
                 Ok(())
             })?;
-            for _ in 0..MAX_EDITS {
+            let edits = if m == MODE_MUTATED {
+                MAX_EDITS
+            } else {
+                usize::from(byte(&mut u)) % (MAX_EDITS + 1)
+            };
+            for _ in 0..edits {
                 if u.is_empty() || snap.is_empty() {
                     break;
                 }
@@ -314,15 +343,47 @@ pub fn restored_bytes(data: &[u8], mutant: Option<Mutant>) -> Result<Option<Vec<
                     _ => snap[at].wrapping_add(value),
                 };
             }
-            Ok(Some(snap))
+            let after = if m == MODE_MUTATED {
+                Vec::new()
+            } else {
+                let n = u.len();
+                orderings::decode_ops(take(&mut u, n))
+            };
+            Ok(Some((snap, after)))
         }
     }
 }
 
+/// The liveness half of the property: if `bytes` restore, the core takes `ops` (any
+/// legal input, checked after every one), then the embedder's restart protocol (every
+/// runtime the core knows is reported exited by its owner, then stopped) and a liveness
+/// phase (every runtime answers well, every teardown finishes, time runs out); then no
+/// session may be busy. A restored core that points a turn at another session's
+/// execution, say, would keep that session busy forever.
+pub fn stays_live(bytes: &[u8], ops: &[Op], mutant: Option<Mutant>) -> Result<(), Finding> {
+    let Ok(core) = Core::restore(bytes) else {
+        return Ok(());
+    };
+    let mut world = orderings::World::restored(core, mutant);
+    world.checked(&|| "restore".to_owned())?;
+    for (i, op) in ops.iter().enumerate() {
+        if !world.budget_left() {
+            break;
+        }
+        world.at_op(i);
+        world.apply(*op)?;
+    }
+    world.report_restart()?;
+    world.settle()
+}
+
 /// The `snapshot_restore` entry point.
 pub fn run(data: &[u8], mutant: Option<Mutant>) -> Result<(), Finding> {
-    match restored_bytes(data, mutant)? {
-        Some(bytes) => restore_any(&bytes, mutant),
+    match split(data, mutant)? {
+        Some((bytes, ops)) => {
+            restore_any(&bytes, mutant)?;
+            stays_live(&bytes, &ops, mutant)
+        }
         None if data.is_empty() => Ok(()),
         None => {
             // Mid-flight (live attempts, leases, timers), then settled.

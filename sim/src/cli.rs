@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::diagram;
-use crate::failure::{self, FailureFile, FAILURE_FORMAT};
+use crate::failure::{self, FailureFile};
 use crate::minimize;
 use crate::report::{self, Summary};
 use crate::runner;
@@ -255,21 +255,17 @@ fn resolve(spec: &str) -> Result<Vec<Resolved>, Fail> {
     scenario::resolve(spec).map_err(|e| bad_input(e.to_string()))
 }
 
-/// Creates the report directory up front, so a path that cannot be one is bad input
+fn report_error(e: report::ReportError) -> Fail {
+    // Not always the input's fault, but no verdict either: the run is unusable.
+    bad_input(e.to_string())
+}
+
+/// Creates the report directory up front and checks that the report's files can be
+/// written there (`rels`, relative to it), so a path that cannot be one is bad input
 /// reported before any seed runs.
-fn prepare_report_dir(dir: &Path) -> Result<(), Fail> {
-    if dir.exists() && !dir.is_dir() {
-        return Err(bad_input(format!(
-            "--report-dir {}: exists and is not a directory",
-            dir.display()
-        )));
-    }
-    std::fs::create_dir_all(dir).map_err(|e| {
-        bad_input(format!(
-            "--report-dir {}: cannot create: {e}",
-            dir.display()
-        ))
-    })
+fn prepare_report_dir(dir: &Path, rels: &[&str]) -> Result<(), Fail> {
+    report::ReportWriter::check(dir, rels)
+        .map_err(|e| bad_input(format!("--report-dir {}: {e}", dir.display())))
 }
 
 fn cmd_sweep(args: SweepArgs) -> Result<u8, Fail> {
@@ -286,7 +282,22 @@ fn cmd_sweep(args: SweepArgs) -> Result<u8, Fail> {
             (None, None) => SeedRange::first(sweep::default_seeds(&r.scenario)),
         })
         .collect();
-    prepare_report_dir(&args.report_dir)?;
+    let total = ranges.iter().fold(0u64, |acc, r| {
+        acc.saturating_add(sweep::seeds_in(*r, args.shard))
+    });
+    if total > sweep::MAX_SEEDS_PER_RUN {
+        let asked = match (args.seeds, args.seed_range) {
+            (Some(n), _) => format!("--seeds {n}"),
+            (None, Some(r)) => format!("--seed-range {r}"),
+            (None, None) => "the default seed counts".into(),
+        };
+        return Err(bad_input(format!(
+            "{asked}: this sweep would run {total} seeds{}, more than one run may ({} seeds, MAX_SEEDS_PER_RUN: every seed keeps a record in memory); split it with --shard I/N and join the shards with `palisade merge`",
+            args.shard.map(|s| format!(" in shard {s}")).unwrap_or_default(),
+            sweep::MAX_SEEDS_PER_RUN
+        )));
+    }
+    prepare_report_dir(&args.report_dir, &report::SUMMARY_FILES)?;
     let config = SweepConfig {
         scenarios,
         ranges,
@@ -298,7 +309,10 @@ fn cmd_sweep(args: SweepArgs) -> Result<u8, Fail> {
     };
     let result = sweep::sweep(&config);
 
-    // Failure files first, so the summary only points at files that exist.
+    // Every file of the report is staged, then all are renamed into place together: the
+    // summary points only at failure files of this run, and a write that fails leaves the
+    // previous report as it was.
+    let mut staged = report::ReportWriter::new(&args.report_dir).map_err(report_error)?;
     let mut files = BTreeMap::new();
     let mut diagrams = BTreeMap::new();
     let mut out = std::io::stdout().lock();
@@ -314,7 +328,9 @@ fn cmd_sweep(args: SweepArgs) -> Result<u8, Fail> {
         let rel = report::failure_file_name(name, rec.seed, None);
         let path = args.report_dir.join(&rel);
         let file = FailureFile::new(resolved, rec, config.mutant, &path, report::commit());
-        report::write_json(&path, &file).map_err(|e| io_error(&path, e))?;
+        staged
+            .stage(&rel, &report::json_bytes(&file))
+            .map_err(report_error)?;
         let _ = writeln!(
             out,
             "FAIL {name} seed {}: {}: {}\n  replay: {}\n  repro:  {}",
@@ -356,8 +372,8 @@ fn cmd_sweep(args: SweepArgs) -> Result<u8, Fail> {
         );
     }
     let summary = report::summarize(&config, &result, &files);
-    report::write_summary_files(&args.report_dir, &summary, &diagrams)
-        .map_err(|e| io_error(&args.report_dir, e))?;
+    report::stage_summary_files(&mut staged, &summary, &diagrams).map_err(report_error)?;
+    staged.commit().map_err(report_error)?;
     print_tail(&mut out, &summary);
     Ok(if summary.held() {
         EXIT_HELD
@@ -576,20 +592,35 @@ fn cmd_minimize(
 
 fn cmd_mutants(args: MutantsArgs) -> Result<u8, Fail> {
     let scenarios = resolve(&args.scenario)?;
-    prepare_report_dir(&args.report_dir)?;
+    let per_mutant = args.seeds.saturating_mul(scenarios.len() as u64);
+    if per_mutant > sweep::MAX_SEEDS_PER_RUN {
+        return Err(bad_input(format!(
+            "--seeds {}: {per_mutant} seed runs per mutant over {} scenarios, more than one run may ({} seeds, MAX_SEEDS_PER_RUN)",
+            args.seeds,
+            scenarios.len(),
+            sweep::MAX_SEEDS_PER_RUN
+        )));
+    }
+    let path = scoreboard::scoreboard_path(&args.report_dir);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    prepare_report_dir(&args.report_dir, &[name.as_str()])?;
     let jobs = args.jobs.unwrap_or_else(default_jobs);
+    let mut staged = report::ReportWriter::new(&args.report_dir).map_err(report_error)?;
     let results = scoreboard::run(
         &scenarios,
         args.seeds,
         jobs,
         args.minimize_runs,
-        &args.report_dir,
+        &mut staged,
         true,
     )
-    .map_err(|e| io_error(&args.report_dir, e))?;
+    .map_err(report_error)?;
     let md = scoreboard::render(&results, args.seeds, &scenarios, &args.report_dir);
-    let path = scoreboard::scoreboard_path(&args.report_dir);
-    report::write_atomic(&path, md.as_bytes()).map_err(|e| io_error(&path, e))?;
+    staged.stage(&name, md.as_bytes()).map_err(report_error)?;
+    staged.commit().map_err(report_error)?;
     let mut survived = 0;
     let mut runs = Vec::new();
     for r in &results {
@@ -644,39 +675,46 @@ fn cmd_mutants(args: MutantsArgs) -> Result<u8, Fail> {
 }
 
 fn cmd_diagram(path: &Path, all: bool, markdown: bool) -> Result<u8, Fail> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| bad_input(format!("{}: cannot read: {e}", path.display())))?;
+    let shown = path.display();
+    let bytes = crate::input::read_capped(
+        path,
+        diagram::MAX_DIAGRAM_INPUT_BYTES,
+        "failure file or trace",
+    )
+    .map_err(bad_input)?;
     let window = (!all).then_some(diagram::DEFAULT_WINDOW);
-    // A failure file, else a JSONL trace.
-    let whole: Option<serde_json::Value> = serde_json::from_str(&text).ok();
-    let is_failure_file = whole
-        .as_ref()
-        .and_then(|v| v.get("format"))
-        .and_then(|f| f.as_str())
-        == Some(FAILURE_FORMAT);
-    let d = if is_failure_file {
-        let file: FailureFile = serde_json::from_str(&text)
-            .map_err(|e| bad_input(format!("{}: malformed failure file: {e}", path.display())))?;
+    let too_many = |events: usize| {
+        bad_input(format!(
+            "{shown}: --all draws at most {} events (MAX_DIAGRAM_EVENTS), and this trace has {events}; leave out --all to draw the {} around the violation",
+            diagram::MAX_DIAGRAM_EVENTS,
+            diagram::DEFAULT_WINDOW
+        ))
+    };
+    // A failure file, else a JSONL trace. Neither is built whole: the format is read
+    // first, and only the drawn events are parsed.
+    let d = if matches!(failure::format_of(&bytes), failure::Format::Failure) {
+        let file: FailureFile = serde_json::from_slice(&bytes)
+            .map_err(|e| bad_input(format!("{shown}: malformed failure file: {e}")))?;
+        drop(bytes);
         if file.trace.is_empty() {
-            return Err(bad_input(format!(
-                "{}: the failure file has no trace",
-                path.display()
-            )));
+            return Err(bad_input(format!("{shown}: the failure file has no trace")));
+        }
+        if all && file.trace.len() > diagram::MAX_DIAGRAM_EVENTS {
+            return Err(too_many(diagram::count_events(&file.trace)));
         }
         diagram::mermaid(&file.trace, &file.events, Some(&file.invariant), window)
     } else {
-        let lines: Vec<String> = text.lines().map(str::to_string).collect();
-        let objects = lines
-            .iter()
-            .filter(|l| {
-                serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(l).is_ok()
-            })
-            .count();
+        let text = std::str::from_utf8(&bytes)
+            .map_err(|e| bad_input(format!("{shown}: not UTF-8 text: {e}")))?;
+        let lines: Vec<&str> = text.lines().collect();
+        let objects = diagram::count_events(&lines);
         if objects == 0 {
             return Err(bad_input(format!(
-                "{}: neither a failure file nor a JSONL trace (no line is a JSON object)",
-                path.display()
+                "{shown}: neither a failure file nor a JSONL trace (no line is a JSON object)"
             )));
+        }
+        if all && objects > diagram::MAX_DIAGRAM_EVENTS {
+            return Err(too_many(objects));
         }
         diagram::mermaid(&lines, &[], None, window)
     };
@@ -732,42 +770,57 @@ fn cmd_merge(paths: &[PathBuf], report_dir: &Path) -> Result<u8, Fail> {
         parts.push((path.clone(), report::load_summary(path).map_err(bad_input)?));
     }
     let merged = report::merge(&parts).map_err(bad_input)?;
-    prepare_report_dir(report_dir)?;
-    // Bring the shards' failure files along, and draw their diagrams.
+    prepare_report_dir(report_dir, &report::SUMMARY_FILES)?;
+    let mut staged = report::ReportWriter::new(report_dir).map_err(report_error)?;
+    // Bring the shards' failure files along, and draw their diagrams. A summary names
+    // each as `failures/<plain name>.json` (checked when it was loaded); it is read only
+    // from inside its shard's own directory, and written only inside the report dir.
     let mut diagrams = BTreeMap::new();
+    // Only the failures whose files the merged summary keeps (a sweep's choice).
+    let filed: std::collections::BTreeSet<(&str, u64)> = merged
+        .failures
+        .iter()
+        .filter(|f| f.file.is_some())
+        .map(|f| (f.scenario.as_str(), f.seed))
+        .collect();
     for (path, part) in &parts {
-        let from_dir = path.parent().unwrap_or(Path::new("."));
+        let from_dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
         for f in &part.failures {
             let Some(rel) = &f.file else { continue };
-            let src = from_dir.join(rel);
-            let Ok(bytes) = std::fs::read(&src) else {
-                eprintln!(
-                    "warning: {} is missing; its summary entry stays",
-                    src.display()
-                );
+            if !filed.contains(&(f.scenario.as_str(), f.seed)) {
+                continue;
+            }
+            let Some(mut copied) = read_shard_failure(from_dir, rel, f)? else {
                 continue;
             };
-            let dst = report_dir.join(rel);
-            if !same_path(&src, &dst) {
-                report::write_atomic(&dst, &bytes).map_err(|e| io_error(&dst, e))?;
+            let src = from_dir.join(rel);
+            let dest = report_dir.join(rel);
+            if !same_path(&src, &dest) {
+                // The file now lives in the merged directory: it replays from there.
+                copied.1.replay = failure::replay_command(&dest);
+                staged
+                    .stage(rel, &report::json_bytes(&copied.1))
+                    .map_err(report_error)?;
             }
             if diagrams.len() < report::MAX_DIAGRAMS_IN_MARKDOWN {
-                if let Ok(file) = serde_json::from_slice::<FailureFile>(&bytes) {
-                    diagrams.insert(
-                        (f.scenario.clone(), f.seed),
-                        diagram::mermaid(
-                            &file.trace,
-                            &file.events,
-                            Some(&file.invariant),
-                            Some(diagram::DEFAULT_WINDOW),
-                        ),
-                    );
-                }
+                let file = copied.1;
+                diagrams.insert(
+                    (f.scenario.clone(), f.seed),
+                    diagram::mermaid(
+                        &file.trace,
+                        &file.events,
+                        Some(&file.invariant),
+                        Some(diagram::DEFAULT_WINDOW),
+                    ),
+                );
             }
         }
     }
-    report::write_summary_files(report_dir, &merged, &diagrams)
-        .map_err(|e| io_error(report_dir, e))?;
+    report::stage_summary_files(&mut staged, &merged, &diagrams).map_err(report_error)?;
+    staged.commit().map_err(report_error)?;
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
@@ -781,6 +834,50 @@ fn cmd_merge(paths: &[PathBuf], report_dir: &Path) -> Result<u8, Fail> {
     } else {
         EXIT_FAILED
     })
+}
+
+/// A shard's failure file `rel` (already checked to be `failures/<plain name>.json`),
+/// read from inside `dir` only — a symbolic link that leads out of it is refused — and
+/// only if it is the failure file of `entry`. A missing or unreadable one is a warning:
+/// its summary entry stays, without a file.
+fn read_shard_failure(
+    dir: &Path,
+    rel: &str,
+    entry: &report::FailureSummary,
+) -> Result<Option<(Vec<u8>, FailureFile)>, Fail> {
+    let src = dir.join(rel);
+    let warn = |why: String| {
+        eprintln!("warning: {}: {why}; its summary entry stays", src.display());
+        Ok(None)
+    };
+    let (Ok(real_dir), Ok(real_src)) = (dir.canonicalize(), src.canonicalize()) else {
+        return warn("is missing".into());
+    };
+    if !real_src.starts_with(&real_dir) {
+        return Err(bad_input(format!(
+            "{}: leads out of its shard's directory {} (to {}): refusing to read it",
+            src.display(),
+            dir.display(),
+            real_src.display()
+        )));
+    }
+    let bytes =
+        match crate::input::read_capped(&real_src, failure::MAX_FAILURE_FILE_BYTES, "failure file")
+        {
+            Ok(bytes) => bytes,
+            Err(e) => return warn(e),
+        };
+    let file: FailureFile = match serde_json::from_slice(&bytes) {
+        Ok(file) if matches!(failure::format_of(&bytes), failure::Format::Failure) => file,
+        _ => return warn("is not a palisade failure file".into()),
+    };
+    if file.scenario != entry.scenario || file.seed != entry.seed {
+        return warn(format!(
+            "is the failure of {} seed {}, not of {} seed {}",
+            file.scenario, file.seed, entry.scenario, entry.seed
+        ));
+    }
+    Ok(Some((bytes, file)))
 }
 
 fn same_path(a: &Path, b: &Path) -> bool {

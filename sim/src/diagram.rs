@@ -13,6 +13,14 @@ use std::fmt::Write as _;
 /// and the events just before the violation are the ones that explain it.
 pub const DEFAULT_WINDOW: usize = 60;
 
+/// The most events `diagram --all` draws: a mermaid diagram of more is neither rendered
+/// nor read, and its text would be hundreds of megabytes for the longest traces.
+pub const MAX_DIAGRAM_EVENTS: usize = 10_000;
+
+/// The largest file `diagram` reads (a failure file or a JSONL trace): the same bound as
+/// a failure file, which holds the longest trace a run may record.
+pub const MAX_DIAGRAM_INPUT_BYTES: u64 = crate::failure::MAX_FAILURE_FILE_BYTES;
+
 /// Events shown after the last violating one.
 const EVENTS_AFTER_VIOLATION: usize = 3;
 
@@ -47,6 +55,17 @@ fn scalar(value: &Value) -> String {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     }
+}
+
+/// Whether a line is a JSON object, checked without building it.
+fn is_object(line: &str) -> bool {
+    line.trim_start().starts_with('{')
+        && serde_json::from_str::<serde::de::IgnoredAny>(line).is_ok()
+}
+
+/// How many lines of a trace are JSON objects (the events [`mermaid`] can draw).
+pub fn count_events<S: AsRef<str>>(lines: &[S]) -> usize {
+    lines.iter().filter(|l| is_object(l.as_ref())).count()
 }
 
 fn parse(index: usize, line: &str) -> Option<Event> {
@@ -111,18 +130,21 @@ fn clip(text: &str) -> String {
 /// The mermaid `sequenceDiagram` of `lines` (without the markdown fence). `violation`
 /// lists the trace indices of the violating events; `invariant` names the broken rule.
 /// With `window`, only that many events up to just after the violation are drawn.
-pub fn mermaid(
-    lines: &[String],
+pub fn mermaid<S: AsRef<str>>(
+    lines: &[S],
     violation: &[u64],
     invariant: Option<&str>,
     window: Option<usize>,
 ) -> String {
-    let events: Vec<Event> = lines
+    // Which lines are events, without building them: only the window's are parsed, so a
+    // long trace costs its index, not its events.
+    let objects: Vec<usize> = lines
         .iter()
         .enumerate()
-        .filter_map(|(i, l)| parse(i, l))
+        .filter(|(_, l)| is_object(l.as_ref()))
+        .map(|(i, _)| i)
         .collect();
-    let skipped = lines.len() - events.len();
+    let skipped = lines.len() - objects.len();
     let last_violation = violation
         .iter()
         .filter_map(|&v| usize::try_from(v).ok())
@@ -130,22 +152,25 @@ pub fn mermaid(
         .max();
 
     // Which events to draw: a window ending just after the last violating event.
+    let total = objects.len();
     let (start, end) = match window {
-        Some(w) if events.len() > w => {
+        Some(w) if total > w => {
             let end = match last_violation {
-                Some(v) => events
+                Some(v) => objects
                     .iter()
-                    .position(|e| e.index > v)
-                    .map_or(events.len(), |p| {
-                        (p + EVENTS_AFTER_VIOLATION).min(events.len())
-                    }),
-                None => events.len(),
+                    .position(|&i| i > v)
+                    .map_or(total, |p| (p + EVENTS_AFTER_VIOLATION).min(total)),
+                None => total,
             };
             (end.saturating_sub(w), end)
         }
-        _ => (0, events.len()),
+        _ => (0, total),
     };
-    let shown = &events[start..end];
+    let shown: Vec<Event> = objects[start..end]
+        .iter()
+        .filter_map(|&i| parse(i, lines[i].as_ref()))
+        .collect();
+    let shown = &shown[..];
 
     let mut actors: Vec<String> = FIXED_ACTORS.iter().map(|a| a.to_string()).collect();
     for e in shown {
@@ -228,11 +253,11 @@ pub fn mermaid(
             let _ = writeln!(out, "    end");
         }
     }
-    if end < events.len() {
+    if end < total {
         let _ = writeln!(
             out,
             "    Note over {span}: … {} later events not shown",
-            events.len() - end
+            total - end
         );
     }
     out

@@ -15,8 +15,16 @@ use crate::world::{FaultPlan, Mutant, SeedStats};
 /// The `format` field every failure file carries; anything else is a foreign file.
 pub const FAILURE_FORMAT: &str = "palisade-failure/1";
 
-/// Larger files are refused rather than read: a failing trace is megabytes, not gigabytes.
-pub const MAX_FAILURE_FILE_BYTES: u64 = 512 << 20;
+/// Larger files are refused rather than read: the longest trace a run may record
+/// ([`crate::scenario::MAX_EVENTS`] events, about 220 bytes each in a failure file) and
+/// the largest plan ([`crate::world::plan::MAX_PLAN_FAULTS`] faults, under 128 bytes each
+/// as pretty JSON) fit.
+pub const MAX_FAILURE_FILE_BYTES: u64 = 256 << 20;
+
+const _: () = assert!(
+    crate::scenario::MAX_EVENTS * 240 + crate::world::plan::MAX_PLAN_FAULTS as u64 * 128
+        <= MAX_FAILURE_FILE_BYTES
+);
 
 /// How a minimised failure compares with the one it came from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -172,46 +180,28 @@ pub struct Loaded {
 }
 
 /// Reads a failure file and finds its scenario. Every error is the input's fault and is
-/// worded for the person who gave it.
+/// worded for the person who gave it: the file, the JSON path of the bad value, and the
+/// bound it breaks.
 pub fn load(path: &Path) -> Result<Loaded, String> {
     let shown = path.display();
-    let meta = std::fs::metadata(path).map_err(|e| format!("{shown}: cannot read: {e}"))?;
-    if !meta.is_file() {
-        return Err(format!("{shown}: not a file"));
-    }
-    if meta.len() > MAX_FAILURE_FILE_BYTES {
-        return Err(format!(
-            "{shown}: {} bytes is larger than a failure file may be ({MAX_FAILURE_FILE_BYTES})",
-            meta.len()
-        ));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: cannot read: {e}"))?;
-    let value: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| format!("{shown}: not a palisade failure file (not JSON: {e})"))?;
-    match value.get("format").and_then(|f| f.as_str()) {
-        Some(FAILURE_FORMAT) => {}
-        Some(other) => {
-            return Err(format!(
-                "{shown}: not a failure file this palisade reads (its format is {other:?}, not {FAILURE_FORMAT:?})"
-            ))
-        }
-        None => {
-            return Err(format!(
-                "{shown}: not a palisade failure file (no \"format\": {FAILURE_FORMAT:?})"
-            ))
-        }
-    }
-    let file: FailureFile = serde_json::from_value(value)
-        .map_err(|e| format!("{shown}: malformed failure file: {e}"))?;
+    let file = parse(path)?;
     let mutant = match &file.mutant {
         None => None,
         Some(name) => Some(Mutant::from_name(name).ok_or_else(|| {
             format!(
-                "{shown}: unknown mutant {name:?} (this build knows: {})",
+                "{shown}: mutant: unknown mutant {name:?} (this build knows: {})",
                 mutant_names()
             )
         })?),
     };
+    // A failure file names its scenario by a shipped name or by the path of a `.toml`
+    // file; it never makes palisade read anything else.
+    if !file.scenario_file.ends_with(".toml") && !crate::input::is_plain_name(&file.scenario_file) {
+        return Err(format!(
+            "{shown}: scenario_file: {:?} is neither a scenario name nor a path to a .toml file",
+            file.scenario_file
+        ));
+    }
     let scenario = scenario::resolve_one(&file.scenario_file)
         .map_err(|e| format!("{shown}: its scenario cannot be loaded: {e}"))?;
     if scenario.scenario.name != file.scenario {
@@ -232,11 +222,74 @@ pub fn load(path: &Path) -> Result<Loaded, String> {
             repro_command(&scenario.spec, file.seed, mutant),
         ));
     }
+    if let Some(plan) = &file.plan {
+        plan.validate(&scenario.scenario)
+            .map_err(|e| format!("{shown}: {e}"))?;
+    }
     Ok(Loaded {
         file,
         scenario,
         mutant,
     })
+}
+
+/// Reads and decodes a failure file, without looking at its scenario (what `diagram`
+/// needs): capped at [`MAX_FAILURE_FILE_BYTES`], the format checked first, then decoded
+/// once, straight from the bytes.
+pub fn parse(path: &Path) -> Result<FailureFile, String> {
+    let shown = path.display();
+    let bytes = crate::input::read_capped(path, MAX_FAILURE_FILE_BYTES, "failure file")?;
+    match format_of(&bytes) {
+        Format::Failure => {}
+        Format::Other(other) => {
+            return Err(format!(
+                "{shown}: not a failure file this palisade reads (its format is {other:?}, not {FAILURE_FORMAT:?})"
+            ))
+        }
+        Format::Missing => {
+            return Err(format!(
+                "{shown}: not a palisade failure file (no \"format\": {FAILURE_FORMAT:?})"
+            ))
+        }
+        Format::NotJson(e) => {
+            return Err(format!("{shown}: not a palisade failure file (not JSON: {e})"))
+        }
+    }
+    serde_json::from_slice(&bytes).map_err(|e| format!("{shown}: malformed failure file: {e}"))
+}
+
+/// What a JSON document says its format is.
+#[derive(Debug)]
+pub enum Format {
+    /// [`FAILURE_FORMAT`].
+    Failure,
+    /// Another format string.
+    Other(String),
+    /// A JSON object without a `format` string.
+    Missing,
+    /// Not a JSON object.
+    NotJson(String),
+}
+
+/// The `format` field of a JSON object, read without building the rest of it.
+pub fn format_of(bytes: &[u8]) -> Format {
+    #[derive(Deserialize)]
+    struct Probe {
+        #[serde(default)]
+        format: Option<serde_json::Value>,
+    }
+    match serde_json::from_slice::<Probe>(bytes) {
+        Ok(Probe {
+            format: Some(serde_json::Value::String(f)),
+        }) if f == FAILURE_FORMAT => Format::Failure,
+        Ok(Probe {
+            format: Some(serde_json::Value::String(f)),
+        }) => Format::Other(f),
+        Ok(_) => Format::Missing,
+        // Valid JSON of another shape (an array, a number) has no format either.
+        Err(e) if e.is_data() => Format::Missing,
+        Err(e) => Format::NotJson(e.to_string()),
+    }
 }
 
 /// Every mutant's name, comma-separated.

@@ -9,6 +9,7 @@
 //! - [`failure`]: failure files (replayable), [`minimize`]: shrinking them,
 //!   [`diagram`]: mermaid sequence diagrams of their traces.
 //! - [`scoreboard`]: the mutant scoreboard.
+//! - [`input`]: reading the files a user names, every one with a size cap.
 //! - [`cli`]: the command line.
 #[cfg(not(madsim))]
 compile_error!(
@@ -18,6 +19,7 @@ compile_error!(
 pub mod cli;
 pub mod diagram;
 pub mod failure;
+pub mod input;
 pub mod minimize;
 pub mod report;
 pub mod runner;

@@ -1,8 +1,15 @@
 //! What a sweep writes under `--report-dir`: `summary.json` (what `merge` reads),
 //! `summary.md` (ready for `$GITHUB_STEP_SUMMARY`), `junit.xml`, and `failures/*.json`.
 //!
-//! Every file is written to a temporary name in the same directory and renamed into
-//! place, so a reader (or a CI artifact upload) never sees half a file.
+//! A report is all or nothing ([`ReportWriter`]): every file of it is written to a
+//! temporary name beside its destination and synced, and only when all of them were
+//! written are they renamed into place; if a rename fails, the ones already renamed are
+//! put back. A reader (or a CI artifact upload) never sees half a file, nor a summary
+//! that points at failure files from another run.
+//!
+//! `merge` trusts nothing in the summaries it reads ([`validate_summary`]): shard indices,
+//! seed counts, totals and failure file names are all checked, and a failure file is read
+//! only from inside its shard's directory.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -24,8 +31,15 @@ pub const MAX_FAILURES_IN_MARKDOWN: usize = 20;
 /// Failures that get a sequence diagram in `summary.md`.
 pub const MAX_DIAGRAMS_IN_MARKDOWN: usize = 5;
 
-/// Larger `summary.json` files are refused by `merge`.
+/// Larger `summary.json` files are refused by `merge`: a summary lists every failing
+/// seed (a few hundred bytes each), and a sweep writing more than this has a mutant on.
 pub const MAX_SUMMARY_BYTES: u64 = 64 << 20;
+
+/// The directory of failure files inside a report directory.
+pub const FAILURES_DIR: &str = "failures";
+
+/// The files of a summary, relative to the report directory.
+pub const SUMMARY_FILES: [&str; 3] = ["summary.json", "summary.md", "junit.xml"];
 
 /// The commit this run is measuring: `git rev-parse HEAD`, tried from this crate's source
 /// directory and then the current one, else `unknown`. Never fails.
@@ -81,9 +95,15 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// Serialises `value` as pretty JSON and writes it atomically.
 pub fn write_json<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
-    let mut text = serde_json::to_string_pretty(value).map_err(std::io::Error::other)?;
+    write_atomic(path, &json_bytes(value))
+}
+
+/// `value` as pretty JSON with a final newline, as report files hold it.
+pub fn json_bytes<T: Serialize>(value: &T) -> Vec<u8> {
+    let mut text = serde_json::to_string_pretty(value)
+        .expect("report types have string keys and plain values, so they always serialize");
     text.push('\n');
-    write_atomic(path, text.as_bytes())
+    text.into_bytes()
 }
 
 /// Figures that depend on the machine and the moment, not on the seeds: left out when
@@ -316,22 +336,37 @@ pub fn summarize(
             oracle_seconds: 0.0,
         },
     };
-    total_up(&mut summary);
+    total_up(&mut summary).expect("a sweep's own figures add up: at most MAX_SEEDS_PER_RUN seeds");
     summary
 }
 
-/// Recomputes the totals, the marks and the coverage gaps from the per-scenario parts.
-fn total_up(summary: &mut Summary) {
-    summary.seeds = summary.scenarios.iter().map(|s| s.seeds).sum();
-    summary.failed = summary.scenarios.iter().map(|s| s.failed).sum();
-    summary.events = summary.scenarios.iter().map(|s| s.events).sum();
-    summary.sim_millis = summary.scenarios.iter().map(|s| s.sim_millis).sum();
+/// Recomputes the totals, the marks and the coverage gaps from the per-scenario parts;
+/// `Err` names a total that would overflow.
+fn total_up(summary: &mut Summary) -> Result<(), String> {
+    let sum = |field: &str, f: &dyn Fn(&ScenarioSummary) -> u64| {
+        summary
+            .scenarios
+            .iter()
+            .try_fold(0u64, |acc, s| acc.checked_add(f(s)))
+            .ok_or_else(|| format!("{field}: the total over scenarios overflows"))
+    };
+    let seeds = sum("seeds", &|s| s.seeds)?;
+    let failed = sum("failed", &|s| s.failed)?;
+    let events = sum("events", &|s| s.events)?;
+    let sim_millis = sum("sim_millis", &|s| s.sim_millis)?;
+    summary.seeds = seeds;
+    summary.failed = failed;
+    summary.events = events;
+    summary.sim_millis = sim_millis;
     summary.timing.seed_seconds = summary.scenarios.iter().map(|s| s.seed_seconds).sum();
     summary.timing.oracle_seconds = summary.scenarios.iter().map(|s| s.oracle_seconds).sum();
     summary.marks.clear();
     for s in &summary.scenarios {
         for (mark, n) in &s.marks {
-            *summary.marks.entry(mark.clone()).or_default() += n;
+            let total = summary.marks.entry(mark.clone()).or_default();
+            *total = total
+                .checked_add(*n)
+                .ok_or_else(|| format!("marks.{mark}: the total over scenarios overflows"))?;
         }
     }
     summary.coverage_gaps.clear();
@@ -352,27 +387,256 @@ fn total_up(summary: &mut Summary) {
             }
         }
     }
+    Ok(())
 }
 
-/// Reads a `summary.json`.
+/// Reads a `summary.json` and checks that it is one a sweep could have written (see
+/// [`validate_summary`]). Every error names the file and, where it applies, the JSON path
+/// and the bound.
 pub fn load_summary(path: &Path) -> Result<Summary, String> {
     let shown = path.display();
-    let meta = std::fs::metadata(path).map_err(|e| format!("{shown}: cannot read: {e}"))?;
-    if meta.len() > MAX_SUMMARY_BYTES {
-        return Err(format!(
-            "{shown}: too large for a summary ({} bytes)",
-            meta.len()
-        ));
+    let bytes = crate::input::read_capped(path, MAX_SUMMARY_BYTES, "summary")?;
+    #[derive(Deserialize)]
+    struct Probe {
+        #[serde(default)]
+        format: Option<serde_json::Value>,
     }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: cannot read: {e}"))?;
-    let value: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| format!("{shown}: not a palisade summary (not JSON: {e})"))?;
-    if value.get("format").and_then(|f| f.as_str()) != Some(SUMMARY_FORMAT) {
+    let format = serde_json::from_slice::<Probe>(&bytes).map_err(|e| {
+        if e.is_data() {
+            format!("{shown}: not a palisade summary (no \"format\": {SUMMARY_FORMAT:?})")
+        } else {
+            format!("{shown}: not a palisade summary (not JSON: {e})")
+        }
+    })?;
+    if format.format.as_ref().and_then(|f| f.as_str()) != Some(SUMMARY_FORMAT) {
         return Err(format!(
             "{shown}: not a palisade summary (no \"format\": {SUMMARY_FORMAT:?})"
         ));
     }
-    serde_json::from_value(value).map_err(|e| format!("{shown}: malformed summary: {e}"))
+    let summary: Summary =
+        serde_json::from_slice(&bytes).map_err(|e| format!("{shown}: malformed summary: {e}"))?;
+    validate_summary(&summary).map_err(|e| format!("{shown}: {e}"))?;
+    Ok(summary)
+}
+
+/// The plain failure file name (under [`FAILURES_DIR`]) of a summary entry, if its path
+/// is one: `failures/<name>.json`, the name plain (see [`crate::input::is_plain_name`]).
+pub fn failure_file_of(rel: &str) -> Option<&str> {
+    let name = rel.strip_prefix(FAILURES_DIR)?.strip_prefix('/')?;
+    (crate::input::is_plain_name(name) && name.ends_with(".json")).then_some(name)
+}
+
+/// Checks that a summary is one a sweep (or a shard of one) could have written: at least
+/// one scenario, names that are scenario names, valid seed ranges, a shard index below
+/// its count (at most [`sweep::MAX_SHARDS`]), each scenario's seed count exactly the
+/// seeds of its range in that shard, failures counted and listed alike, every failing
+/// seed in its scenario's range and shard, failure files plain names under
+/// `failures/`, totals that add up without overflow, and finite, non-negative timings.
+/// The error names the JSON path.
+pub fn validate_summary(summary: &Summary) -> Result<(), String> {
+    if let Some(shard) = summary.shard {
+        if shard.count == 0 || shard.count > sweep::MAX_SHARDS {
+            return Err(format!(
+                "shard.count: {} shards is outside 1..={} (MAX_SHARDS)",
+                shard.count,
+                sweep::MAX_SHARDS
+            ));
+        }
+        if shard.index >= shard.count {
+            return Err(format!(
+                "shard.index: shard {} of {} does not exist (an index is below its count)",
+                shard.index, shard.count
+            ));
+        }
+    }
+    if summary.scenarios.is_empty() {
+        return Err("scenarios: a summary of no scenarios is not a sweep".into());
+    }
+    if let Some(m) = &summary.mutant {
+        if crate::world::Mutant::from_name(m).is_none() {
+            return Err(format!("mutant: unknown mutant {m:?}"));
+        }
+    }
+    let mut totals = [0u64; 4];
+    let mut names: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, s) in summary.scenarios.iter().enumerate() {
+        let at = |field: &str| format!("scenarios[{i}].{field}");
+        if !is_scenario_name(&s.name) {
+            return Err(format!(
+                "{}: {:?} is not a scenario name",
+                at("name"),
+                s.name
+            ));
+        }
+        if names.insert(s.name.as_str(), i).is_some() {
+            return Err(format!(
+                "{}: scenario {:?} listed twice",
+                at("name"),
+                s.name
+            ));
+        }
+        if s.seed_range.end <= s.seed_range.start {
+            return Err(format!(
+                "{}: {} holds no seed",
+                at("seed_range"),
+                s.seed_range
+            ));
+        }
+        let expected = sweep::seeds_in(s.seed_range, summary.shard);
+        if s.seeds != expected {
+            return Err(format!(
+                "{}: {} seeds, but {} of seed range {} holds {expected}",
+                at("seeds"),
+                s.seeds,
+                summary
+                    .shard
+                    .map_or_else(|| "the whole sweep".to_string(), |sh| format!("shard {sh}")),
+                s.seed_range
+            ));
+        }
+        if s.failed > s.seeds {
+            return Err(format!(
+                "{}: {} failed of {} seeds",
+                at("failed"),
+                s.failed,
+                s.seeds
+            ));
+        }
+        let listed = summary
+            .failures
+            .iter()
+            .filter(|f| f.scenario == s.name)
+            .count() as u64;
+        if listed != s.failed {
+            return Err(format!(
+                "{}: {} failed, but failures lists {listed} of scenario {:?}",
+                at("failed"),
+                s.failed,
+                s.name
+            ));
+        }
+        if s.digest.len() != 16 || u64::from_str_radix(&s.digest, 16).is_err() {
+            return Err(format!(
+                "{}: {:?} is not 16 hex digits",
+                at("digest"),
+                s.digest
+            ));
+        }
+        for (field, v) in [
+            ("seed_seconds", s.seed_seconds),
+            ("oracle_seconds", s.oracle_seconds),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(format!("{}: {v} is not a duration", at(field)));
+            }
+        }
+        let mut marks = 0u64;
+        for (mark, n) in &s.marks {
+            marks = marks
+                .checked_add(*n)
+                .ok_or_else(|| format!("{}: mark {mark:?}: the counts overflow", at("marks")))?;
+        }
+        for (k, (field, v)) in [
+            ("seeds", s.seeds),
+            ("failed", s.failed),
+            ("events", s.events),
+            ("sim_millis", s.sim_millis),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            totals[k] = totals[k]
+                .checked_add(v)
+                .ok_or_else(|| format!("{}: the total over scenarios overflows", at(field)))?;
+        }
+    }
+    for (k, (field, v)) in [
+        ("seeds", summary.seeds),
+        ("failed", summary.failed),
+        ("events", summary.events),
+        ("sim_millis", summary.sim_millis),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if v != totals[k] {
+            return Err(format!(
+                "{field}: {v}, but the scenarios add up to {}",
+                totals[k]
+            ));
+        }
+    }
+    if summary.determinism_checked > summary.seeds {
+        return Err(format!(
+            "determinism_checked: {} seeds re-run of {}",
+            summary.determinism_checked, summary.seeds
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (j, f) in summary.failures.iter().enumerate() {
+        let at = |field: &str| format!("failures[{j}].{field}");
+        let Some(&i) = names.get(f.scenario.as_str()) else {
+            return Err(format!(
+                "{}: {:?} is not one of the summary's scenarios",
+                at("scenario"),
+                f.scenario
+            ));
+        };
+        let s = &summary.scenarios[i];
+        let in_shard = summary
+            .shard
+            .is_none_or(|sh| sh.holds(f.seed.wrapping_sub(s.seed_range.start)));
+        if f.seed < s.seed_range.start || f.seed >= s.seed_range.end || !in_shard {
+            return Err(format!(
+                "{}: seed {} is not one this sweep ran (range {}{})",
+                at("seed"),
+                f.seed,
+                s.seed_range,
+                summary
+                    .shard
+                    .map(|sh| format!(", shard {sh}"))
+                    .unwrap_or_default()
+            ));
+        }
+        if !seen.insert((i, f.seed)) {
+            return Err(format!("{}: seed {} listed twice", at("seed"), f.seed));
+        }
+        if let Some(file) = &f.file {
+            if failure_file_of(file).is_none() {
+                return Err(format!(
+                    "{}: {file:?} is not a failure file name (failures/<plain name>.json, inside the report directory)",
+                    at("file")
+                ));
+            }
+        }
+    }
+    for (j, g) in summary.coverage_gaps.iter().enumerate() {
+        if !names.contains_key(g.scenario.as_str()) {
+            return Err(format!(
+                "coverage_gaps[{j}].scenario: {:?} is not one of the summary's scenarios",
+                g.scenario
+            ));
+        }
+    }
+    let t = &summary.timing;
+    for (field, v) in [
+        ("wall_seconds", t.wall_seconds),
+        ("seed_seconds", t.seed_seconds),
+        ("oracle_seconds", t.oracle_seconds),
+    ] {
+        if !(v.is_finite() && v >= 0.0) {
+            return Err(format!("timing.{field}: {v} is not a duration"));
+        }
+    }
+    Ok(())
+}
+
+fn is_scenario_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.chars().count() <= crate::scenario::MAX_NAME_CHARS
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
 /// Combines the summaries of the shards of one sweep. They must be the shards `0..N` of
@@ -392,6 +656,8 @@ pub fn merge(parts: &[(PathBuf, Summary)]) -> Result<Summary, String> {
             ))
         }
     };
+    // Every part passed `validate_summary`: its index is below its count, which is at most
+    // MAX_SHARDS.
     let mut seen = vec![false; usize::try_from(count).unwrap_or(usize::MAX).min(1 << 20)];
     for (path, part) in parts {
         let index = match part.shard {
@@ -405,7 +671,12 @@ pub fn merge(parts: &[(PathBuf, Summary)]) -> Result<Summary, String> {
                 ))
             }
         };
-        let slot = &mut seen[usize::try_from(index).expect("index < count, which fits")];
+        let Some(slot) = usize::try_from(index).ok().and_then(|i| seen.get_mut(i)) else {
+            return Err(format!(
+                "{}: shard index {index} is not below its count {count}",
+                shown(path)
+            ));
+        };
         if *slot {
             return Err(format!(
                 "shard {index}/{count} is given twice ({})",
@@ -470,19 +741,37 @@ pub fn merge(parts: &[(PathBuf, Summary)]) -> Result<Summary, String> {
         s.oracle_seconds = 0.0;
         s.marks.clear();
         let mut digest = 0u64;
+        let overflow = |field: &str| format!("scenarios[{i}].{field}: the shards' total overflows");
         for part in all {
-            s.seeds += part.seeds;
-            s.failed += part.failed;
-            s.events += part.events;
-            s.sim_millis += part.sim_millis;
-            s.turns += part.turns;
+            s.seeds = s
+                .seeds
+                .checked_add(part.seeds)
+                .ok_or_else(|| overflow("seeds"))?;
+            s.failed = s
+                .failed
+                .checked_add(part.failed)
+                .ok_or_else(|| overflow("failed"))?;
+            s.events = s
+                .events
+                .checked_add(part.events)
+                .ok_or_else(|| overflow("events"))?;
+            s.sim_millis = s
+                .sim_millis
+                .checked_add(part.sim_millis)
+                .ok_or_else(|| overflow("sim_millis"))?;
+            s.turns = s
+                .turns
+                .checked_add(part.turns)
+                .ok_or_else(|| overflow("turns"))?;
             s.seed_seconds += part.seed_seconds;
             s.oracle_seconds += part.oracle_seconds;
             let d = u64::from_str_radix(&part.digest, 16)
                 .map_err(|_| format!("bad digest {:?} in scenario {}", part.digest, part.name))?;
+            // The digest is a sum modulo 2^64 by definition (see `digest_term`).
             digest = digest.wrapping_add(d);
             for (mark, n) in &part.marks {
-                *s.marks.entry(mark.clone()).or_default() += n;
+                let total = s.marks.entry(mark.clone()).or_default();
+                *total = total.checked_add(*n).ok_or_else(|| overflow("marks"))?;
             }
         }
         s.digest = format!("{digest:016x}");
@@ -498,8 +787,22 @@ pub fn merge(parts: &[(PathBuf, Summary)]) -> Result<Summary, String> {
         .flat_map(|(_, p)| p.failures.iter().cloned())
         .collect();
     failures.sort_by_key(|f| (order.get(f.scenario.as_str()).copied(), f.seed));
+    // A sweep keeps the files of each scenario's lowest failing seeds only; each shard kept
+    // its own lowest, which include every one of the whole sweep's that fell in it. Keep
+    // the sweep's choice: a determinism divergence never has a file, and does not count.
+    let mut filed: BTreeMap<String, usize> = BTreeMap::new();
+    for f in &mut failures {
+        if f.invariant == crate::sweep::DETERMINISM_INVARIANT {
+            continue;
+        }
+        let rank = filed.entry(f.scenario.clone()).or_default();
+        *rank += 1;
+        if *rank > crate::sweep::MAX_FAILURE_FILES_PER_SCENARIO {
+            f.file = None;
+        }
+    }
     merged.failures = failures;
-    total_up(&mut merged);
+    total_up(&mut merged)?;
     Ok(merged)
 }
 
@@ -747,21 +1050,217 @@ pub fn render_junit(summary: &Summary, report_dir: &Path) -> String {
     xml
 }
 
-/// Writes `summary.json`, `summary.md` and `junit.xml` into `dir`.
-pub fn write_summary_files(
-    dir: &Path,
+/// Stages `summary.json`, `summary.md` and `junit.xml` in `report` (see [`ReportWriter`]).
+pub fn stage_summary_files(
+    report: &mut ReportWriter,
     summary: &Summary,
     diagrams: &BTreeMap<(String, u64), String>,
-) -> std::io::Result<()> {
-    write_json(&dir.join("summary.json"), summary)?;
-    write_atomic(
-        &dir.join("summary.md"),
-        render_markdown(summary, dir, diagrams).as_bytes(),
+) -> Result<(), ReportError> {
+    let mut json = serde_json::to_string_pretty(summary).map_err(|e| ReportError {
+        path: report.dir().join(SUMMARY_FILES[0]),
+        message: format!("cannot serialize: {e}"),
+    })?;
+    json.push('\n');
+    let dir = report.dir().to_path_buf();
+    report.stage(SUMMARY_FILES[0], json.as_bytes())?;
+    report.stage(
+        SUMMARY_FILES[1],
+        render_markdown(summary, &dir, diagrams).as_bytes(),
     )?;
-    write_atomic(
-        &dir.join("junit.xml"),
-        render_junit(summary, dir).as_bytes(),
-    )
+    report.stage(SUMMARY_FILES[2], render_junit(summary, &dir).as_bytes())
+}
+
+/// A report file that could not be written, and why (the message names the file).
+#[derive(Debug)]
+pub struct ReportError {
+    /// The file.
+    pub path: PathBuf,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl std::fmt::Display for ReportError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.message)
+    }
+}
+
+/// The files of one report, written all or nothing.
+///
+/// [`ReportWriter::stage`] writes each file to a temporary name beside its destination
+/// and syncs it; [`ReportWriter::commit`] renames them all into place, and if one rename
+/// fails it puts back the files it had already replaced (from hard links taken before)
+/// and removes the rest. Dropped without a commit, it removes its temporaries: the report
+/// directory is as it was. Destinations are relative paths, always inside the report
+/// directory (checked).
+#[derive(Debug)]
+pub struct ReportWriter {
+    dir: PathBuf,
+    /// (temporary, destination), in staging order.
+    staged: Vec<(PathBuf, PathBuf)>,
+}
+
+impl ReportWriter {
+    /// A writer into `dir`, which must be a directory (it is created if missing).
+    pub fn new(dir: &Path) -> Result<ReportWriter, ReportError> {
+        prepare_dir(dir)?;
+        Ok(ReportWriter {
+            dir: dir.to_path_buf(),
+            staged: Vec::new(),
+        })
+    }
+
+    /// The report directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Checks, before anything runs, that the files of a report could be written: every
+    /// destination that exists is a regular file (not a directory, say), and the
+    /// directories it needs are directories.
+    pub fn check(dir: &Path, rels: &[&str]) -> Result<(), ReportError> {
+        prepare_dir(dir)?;
+        for rel in rels {
+            check_destination(&dir.join(rel))?;
+        }
+        let failures = dir.join(FAILURES_DIR);
+        if failures.exists() && !failures.is_dir() {
+            return Err(ReportError {
+                path: failures,
+                message: "exists and is not a directory (failure files go there)".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Writes `bytes` to a temporary file beside `dir/rel`, synced; the file appears under
+    /// its name only at [`ReportWriter::commit`].
+    pub fn stage(&mut self, rel: &str, bytes: &[u8]) -> Result<(), ReportError> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let dest = self.dir.join(rel);
+        let fail = |message: String| ReportError {
+            path: dest.clone(),
+            message,
+        };
+        let inside = Path::new(rel)
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !inside {
+            return Err(fail("not a path inside the report directory".into()));
+        }
+        check_destination(&dest)?;
+        let parent = dest.parent().unwrap_or(&self.dir);
+        std::fs::create_dir_all(parent)
+            .map_err(|e| fail(format!("cannot create its directory: {e}")))?;
+        let name = dest
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "out".into());
+        let tmp = parent.join(format!(
+            ".{name}.tmp-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let written = (|| {
+            let mut file = std::fs::File::create(&tmp)?;
+            file.write_all(bytes)?;
+            file.sync_all()
+        })();
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(fail(format!("cannot write: {e}")));
+        }
+        self.staged.push((tmp, dest));
+        Ok(())
+    }
+
+    /// Renames every staged file into place; all of them, or (on an error) none.
+    pub fn commit(mut self) -> Result<(), ReportError> {
+        let staged = std::mem::take(&mut self.staged);
+        // Keep what each rename replaces, to put it back if a later rename fails.
+        let mut backups: Vec<Option<PathBuf>> = Vec::with_capacity(staged.len());
+        for (tmp, dest) in &staged {
+            let mut backup = tmp.clone().into_os_string();
+            backup.push(".bak");
+            let backup = PathBuf::from(backup);
+            let kept = dest.is_file()
+                && (std::fs::hard_link(dest, &backup).is_ok()
+                    || std::fs::copy(dest, &backup).is_ok());
+            backups.push(kept.then_some(backup));
+        }
+        let mut done = 0;
+        let mut failure = None;
+        for (tmp, dest) in &staged {
+            if let Err(e) = std::fs::rename(tmp, dest) {
+                failure = Some(ReportError {
+                    path: dest.clone(),
+                    message: format!("cannot write: {e}"),
+                });
+                break;
+            }
+            done += 1;
+        }
+        if let Some(error) = failure {
+            for ((tmp, dest), backup) in staged.iter().zip(&backups).take(done) {
+                let _ = match backup {
+                    Some(b) => std::fs::rename(b, dest),
+                    None => std::fs::remove_file(dest),
+                };
+                let _ = std::fs::remove_file(tmp);
+            }
+            for ((tmp, _), backup) in staged.iter().zip(&backups).skip(done) {
+                let _ = std::fs::remove_file(tmp);
+                if let Some(b) = backup {
+                    let _ = std::fs::remove_file(b);
+                }
+            }
+            return Err(error);
+        }
+        for b in backups.into_iter().flatten() {
+            let _ = std::fs::remove_file(b);
+        }
+        if let Ok(dir) = std::fs::File::open(&self.dir) {
+            let _ = dir.sync_all();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ReportWriter {
+    fn drop(&mut self) {
+        for (tmp, _) in &self.staged {
+            let _ = std::fs::remove_file(tmp);
+        }
+    }
+}
+
+fn prepare_dir(dir: &Path) -> Result<(), ReportError> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(ReportError {
+            path: dir.to_path_buf(),
+            message: "exists and is not a directory".into(),
+        });
+    }
+    std::fs::create_dir_all(dir).map_err(|e| ReportError {
+        path: dir.to_path_buf(),
+        message: format!("cannot create: {e}"),
+    })
+}
+
+/// A destination that exists must be a regular file (or a link to one): a rename over a
+/// directory fails, and only after other files of the report were replaced.
+fn check_destination(dest: &Path) -> Result<(), ReportError> {
+    match std::fs::metadata(dest) {
+        Ok(meta) if !meta.is_file() => Err(ReportError {
+            path: dest.to_path_buf(),
+            message: if meta.is_dir() {
+                "is a directory, not a file: the report cannot be written".into()
+            } else {
+                "is not a regular file: the report cannot be written".into()
+            },
+        }),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -774,6 +1273,44 @@ mod tests {
             xml_escape("a<b & \"c\"\u{1}"),
             "a&lt;b &amp; &quot;c&quot;?"
         );
+    }
+
+    #[test]
+    fn a_report_whose_last_rename_fails_puts_back_what_it_replaced() {
+        let dir = std::env::temp_dir().join(format!("palisade-report-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join("a.json"), "old a").expect("write");
+        let mut report = ReportWriter::new(&dir).expect("writer");
+        report.stage("a.json", b"new a").expect("stage a");
+        report.stage("failures/x.json", b"new x").expect("stage x");
+        report.stage("b.xml", b"new b").expect("stage b");
+        // b.xml becomes a directory after it was staged: its rename fails at commit.
+        std::fs::create_dir(dir.join("b.xml")).expect("mkdir");
+        let e = report.commit().expect_err("the last rename fails");
+        assert!(e.path.ends_with("b.xml"), "{e}");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("a.json")).expect("a"),
+            "old a"
+        );
+        assert!(!dir.join("failures/x.json").exists());
+        let leftovers: Vec<_> = std::fs::read_dir(&dir)
+            .expect("dir")
+            .chain(std::fs::read_dir(dir.join("failures")).expect("failures"))
+            .map(|e| e.expect("entry").file_name())
+            .filter(|n| n.to_string_lossy().starts_with('.'))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+        // Dropped without a commit: nothing appears.
+        let mut report = ReportWriter::new(&dir).expect("writer");
+        report.stage("c.json", b"c").expect("stage c");
+        drop(report);
+        assert_eq!(
+            std::fs::read_dir(&dir).expect("dir").count(),
+            3,
+            "a.json, b.xml, failures/"
+        );
+        std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 
     #[test]

@@ -35,6 +35,56 @@ use std::path::{Path, PathBuf};
 /// Larger scenario files are refused: a scenario is a page of settings, not data.
 pub const MAX_SCENARIO_BYTES: u64 = 1 << 20;
 
+// Input bounds. Every number in a scenario file is checked against these before a seed
+// runs (see "Input bounds" in the README): a value past them would make the sweep hang,
+// run out of memory, overflow simulated time, or fail seeds for reasons that are the
+// scenario's and not the core's.
+
+/// Longest scenario name: it becomes part of failure file names.
+pub const MAX_NAME_CHARS: usize = 64;
+/// Sessions: each runs its own client and agents, and a seed's cost and plan grow with
+/// them (the shipped scenarios use at most 8).
+pub const MAX_SESSIONS: u32 = 64;
+/// Prompt turns a client sends on its own (the shipped scenarios send at most 8).
+pub const MAX_TURNS_PER_SESSION: u32 = 64;
+/// Notifications an agent streams in one turn; each takes at least a simulated
+/// millisecond, so a turn of more would outlast any liveness window.
+pub const MAX_NOTIFICATIONS_PER_TURN: u32 = 10_000;
+/// Payload bytes of one notification (counted, never allocated): the coalescer's largest
+/// batch.
+pub const MAX_NOTIFICATION_BYTES: u32 = 1 << 20;
+/// Longest workload delay (load, think, boot): the longest fault window.
+pub const MAX_WORKLOAD_DELAY_MS: u64 = MAX_FAULT_WINDOW_MS;
+/// Notifications in one burst: sixteen times the default 1,024-notification queue, far
+/// past what compozy #454 needed, and drained within a simulated quarter second.
+pub const MAX_BURST: u32 = 16_384;
+/// Longest fault window: ten simulated minutes. A plan draws every fault class per
+/// session per 500 ms slot, so this bounds a drawn plan (with [`MAX_SESSIONS`]).
+pub const MAX_FAULT_WINDOW_MS: u64 = 600_000;
+/// Longest liveness window: ten simulated minutes, longer than every default deadline.
+pub const MAX_QUIESCE_MS: u64 = 600_000;
+/// Shortest liveness window: a drawn fault may fire up to 500 ms (a slot) after the fault
+/// window, and must still fire before the run ends.
+pub const MIN_QUIESCE_MS: u64 = 1_000;
+/// Anything that may still happen after the fault window (a delayed message, a repeated
+/// step, a late callback, a turn's stream) must fit in this share of the liveness window,
+/// so the rest is left to settle: 1/4.
+pub const LATE_SHARE_OF_QUIESCE: u64 = 4;
+/// Trace events per run (the livelock guard, and so the bound on a seed's work): a
+/// failing seed keeps its whole trace in memory, about 220 bytes an event, and a sweep
+/// keeps up to 20 failing traces per scenario (the shipped scenarios allow at most
+/// 60,000; the default is 200,000).
+pub const MAX_EVENTS: u64 = 250_000;
+/// Fixed steps: hand-written interleavings (tombstone-churn has 40).
+pub const MAX_STEPS: usize = 1_000;
+/// Repetitions of a repeated `cancel` or `provider_exit` step, 1.5 s apart.
+pub const MAX_STEP_REPEATS: u32 = 16;
+/// Time between two repetitions of a repeated step (as the plan spaces them).
+pub const STEP_REPEAT_SPACING_MS: u64 = 1_500;
+/// Longest `join_wait_ms` a scenario may set: a joiner's wait ends by its own effect, so
+/// it need not fit in the liveness window, only in simulated time.
+pub const MAX_JOIN_WAIT_MS: u64 = MAX_QUIESCE_MS;
+
 /// Environment variable naming a scenarios directory searched before the built-in ones.
 pub const SCENARIO_DIR_ENV: &str = "PALISADE_SCENARIOS";
 
@@ -542,18 +592,18 @@ impl Scenario {
             message,
             excerpt: None,
         };
-        let meta = std::fs::metadata(path).map_err(|e| read_error(format!("cannot read: {e}")))?;
-        if !meta.is_file() {
-            return Err(read_error("not a file".into()));
-        }
-        if meta.len() > MAX_SCENARIO_BYTES {
-            return Err(read_error(format!(
-                "{} bytes is larger than a scenario may be ({MAX_SCENARIO_BYTES})",
-                meta.len()
-            )));
-        }
-        let text =
-            std::fs::read_to_string(path).map_err(|e| read_error(format!("cannot read: {e}")))?;
+        let text = crate::input::read_text_capped(path, MAX_SCENARIO_BYTES, "scenario").map_err(
+            |message| {
+                // The message starts with the path, which Display adds again.
+                let prefix = format!("{}: ", path.display());
+                read_error(
+                    message
+                        .strip_prefix(&prefix)
+                        .unwrap_or(&message)
+                        .to_string(),
+                )
+            },
+        )?;
         Scenario::parse(&text, path)
     }
 
@@ -582,10 +632,12 @@ impl Scenario {
         Ok(scenario)
     }
 
-    /// The semantic checks serde cannot express. Returns the first problem found.
+    /// The semantic checks serde cannot express, and every bound of "Input bounds".
+    /// Returns the first problem found.
     fn validate(&self) -> Result<(), Invalid> {
         use Key::{Field, Index};
         if self.name.is_empty()
+            || self.name.chars().count() > MAX_NAME_CHARS
             || !self
                 .name
                 .chars()
@@ -594,7 +646,7 @@ impl Scenario {
             return Err(invalid(
                 &[Field("name")],
                 format!(
-                    "scenario name {:?} must be non-empty and use only letters, digits, '-' and '_'",
+                    "scenario name {:?} must be 1 to {MAX_NAME_CHARS} letters, digits, '-' and '_'",
                     self.name
                 ),
             ));
@@ -602,6 +654,47 @@ impl Scenario {
         if self.version == 0 {
             return Err(invalid(&[Field("version")], "version starts at 1".into()));
         }
+
+        let limits = &self.limits;
+        let at = |field: &'static str| [Field("limits"), Field(field)];
+        at_most(
+            &at("fault_window_ms"),
+            limits.fault_window_ms,
+            MAX_FAULT_WINDOW_MS,
+            "MAX_FAULT_WINDOW_MS, ten simulated minutes",
+        )?;
+        if limits.quiesce_ms < MIN_QUIESCE_MS {
+            return Err(invalid(
+                &at("quiesce_ms"),
+                format!(
+                    "quiesce_ms = {} is below {MIN_QUIESCE_MS} (MIN_QUIESCE_MS): liveness needs time to settle after faults stop, and a drawn fault may fire up to 500 ms after the fault window",
+                    limits.quiesce_ms
+                ),
+            ));
+        }
+        at_most(
+            &at("quiesce_ms"),
+            limits.quiesce_ms,
+            MAX_QUIESCE_MS,
+            "MAX_QUIESCE_MS, ten simulated minutes",
+        )?;
+        if limits.max_events == 0 {
+            return Err(invalid(
+                &at("max_events"),
+                "max_events must be positive".into(),
+            ));
+        }
+        at_most(
+            &at("max_events"),
+            limits.max_events,
+            MAX_EVENTS,
+            "MAX_EVENTS: a failing seed keeps its whole trace in memory",
+        )?;
+        // What may still happen after the fault window must fit in this.
+        let late = limits.quiesce_ms / LATE_SHARE_OF_QUIESCE;
+        let late_why = "a quarter of limits.quiesce_ms: what happens after the fault window must leave the rest of the liveness window to settle, or the core is blamed for the scenario's timing";
+        // The end of the window in which something may still start after the faults.
+        let late_end = limits.fault_window_ms + late;
 
         let w = &self.workload;
         let at = |field: &'static str| [Field("workload"), Field(field)];
@@ -611,11 +704,53 @@ impl Scenario {
                 "sessions must be at least 1: a scenario without sessions has no actors".into(),
             ));
         }
+        at_most(
+            &at("sessions"),
+            u64::from(w.sessions),
+            u64::from(MAX_SESSIONS),
+            "MAX_SESSIONS",
+        )?;
+        at_most(
+            &at("turns_per_session"),
+            u64::from(w.turns_per_session),
+            u64::from(MAX_TURNS_PER_SESSION),
+            "MAX_TURNS_PER_SESSION",
+        )?;
         check_range(&at("notifications_per_turn"), w.notifications_per_turn)?;
+        at_most(
+            &at("notifications_per_turn"),
+            u64::from(w.notifications_per_turn.hi),
+            u64::from(MAX_NOTIFICATIONS_PER_TURN),
+            "MAX_NOTIFICATIONS_PER_TURN",
+        )?;
+        // Each notification of a turn takes at least a simulated millisecond.
+        at_most(
+            &at("notifications_per_turn"),
+            u64::from(w.notifications_per_turn.hi),
+            late,
+            late_why,
+        )?;
         check_range(&at("notification_bytes"), w.notification_bytes)?;
-        check_range(&at("load_delay_ms"), w.load_delay_ms)?;
-        check_range(&at("think_ms"), w.think_ms)?;
-        check_range(&at("boot_delay_ms"), w.boot_delay_ms)?;
+        at_most(
+            &at("notification_bytes"),
+            u64::from(w.notification_bytes.hi),
+            u64::from(MAX_NOTIFICATION_BYTES),
+            "MAX_NOTIFICATION_BYTES",
+        )?;
+        for name in ["load_delay_ms", "think_ms", "boot_delay_ms"] {
+            let range = match name {
+                "load_delay_ms" => w.load_delay_ms,
+                "think_ms" => w.think_ms,
+                _ => w.boot_delay_ms,
+            };
+            check_range(&at(name), range)?;
+            at_most(
+                &at(name),
+                range.hi,
+                MAX_WORKLOAD_DELAY_MS,
+                "MAX_WORKLOAD_DELAY_MS",
+            )?;
+        }
 
         for (name, range) in self.faults.probabilities() {
             let path = [Field("faults"), Field(name)];
@@ -629,26 +764,35 @@ impl Scenario {
             }
             check_range(&path, range)?;
         }
+        at_most(
+            &[Field("faults"), Field("max_delay_ms")],
+            self.faults.max_delay_ms,
+            late,
+            late_why,
+        )?;
+        at_most(
+            &[Field("faults"), Field("max_stall_ms")],
+            self.faults.max_stall_ms,
+            MAX_WORKLOAD_DELAY_MS,
+            "MAX_WORKLOAD_DELAY_MS",
+        )?;
         check_range(
             &[Field("faults"), Field("burst_size")],
             self.faults.burst_size,
         )?;
+        at_most(
+            &[Field("faults"), Field("burst_size")],
+            u64::from(self.faults.burst_size.hi),
+            u64::from(MAX_BURST),
+            "MAX_BURST",
+        )?;
 
-        let limits = &self.limits;
-        if limits.quiesce_ms == 0 {
-            return Err(invalid(
-                &[Field("limits"), Field("quiesce_ms")],
-                "quiesce_ms must be positive: liveness needs time to settle after faults stop"
-                    .into(),
-            ));
-        }
-        if limits.max_events == 0 {
-            return Err(invalid(
-                &[Field("limits"), Field("max_events")],
-                "max_events must be positive".into(),
-            ));
-        }
-
+        at_most(
+            &[Field("steps")],
+            self.steps.len() as u64,
+            MAX_STEPS as u64,
+            "MAX_STEPS steps",
+        )?;
         for (i, step) in self.steps.iter().enumerate() {
             let at = |field: &'static str| [Field("steps"), Index(i), Field(field)];
             if step.session == 0 || step.session > w.sessions {
@@ -673,27 +817,195 @@ impl Scenario {
                     ),
                 ));
             }
-            if step.count == Some(0) {
-                return Err(invalid(&at("count"), "count must be at least 1".into()));
+            let counted = matches!(
+                step.action,
+                Action::Cancel | Action::ProviderExit | Action::Burst
+            );
+            if let Some(count) = step.count {
+                if !counted {
+                    return Err(invalid(
+                        &at("count"),
+                        format!(
+                            "step {}: `count` means nothing for {:?} (only cancel and provider_exit repeat, and burst counts notifications)",
+                            i + 1,
+                            step.action
+                        ),
+                    ));
+                }
+                if count == 0 {
+                    return Err(invalid(&at("count"), "count must be at least 1".into()));
+                }
+                if step.action == Action::Burst {
+                    at_most(
+                        &at("count"),
+                        u64::from(count),
+                        u64::from(MAX_BURST),
+                        "MAX_BURST notifications",
+                    )?;
+                } else {
+                    at_most(
+                        &at("count"),
+                        u64::from(count),
+                        u64::from(MAX_STEP_REPEATS),
+                        "MAX_STEP_REPEATS repetitions",
+                    )?;
+                    let last = step.at_ms + u64::from(count - 1) * STEP_REPEAT_SPACING_MS;
+                    if last > late_end {
+                        return Err(invalid(
+                            &at("count"),
+                            format!(
+                                "step {}: its last repetition fires at {last} ms, past {late_end} ms (the fault window plus {late_why})",
+                                i + 1
+                            ),
+                        ));
+                    }
+                }
+            }
+            if let Some(delay) = step.delay_ms {
+                if step.action != Action::LateCallback {
+                    return Err(invalid(
+                        &at("delay_ms"),
+                        format!(
+                            "step {}: `delay_ms` means nothing for {:?} (only late_callback is delayed)",
+                            i + 1,
+                            step.action
+                        ),
+                    ));
+                }
+                let arrives = step.at_ms.saturating_add(delay);
+                if arrives > late_end {
+                    return Err(invalid(
+                        &at("delay_ms"),
+                        format!(
+                            "step {}: the late callback arrives at {arrives} ms, past {late_end} ms (the fault window plus {late_why})",
+                            i + 1
+                        ),
+                    ));
+                }
             }
         }
 
-        if self.core.queue_capacity == Some(0) {
-            return Err(invalid(
-                &[Field("core"), Field("queue_capacity")],
-                "queue_capacity must be at least 1".into(),
-            ));
-        }
+        self.validate_core()?;
+
         for (i, mark) in self.expect.min_marks.iter().enumerate() {
+            let path = [Field("expect"), Field("min_marks"), Index(i)];
+            // A mark the world never records is allowed (tests/cli.rs uses one to show
+            // that a required mark is enforced): it shows up as a coverage gap.
             if mark.is_empty() {
                 return Err(invalid(
-                    &[Field("expect"), Field("min_marks"), Index(i)],
+                    &path,
                     "a coverage mark name cannot be empty".into(),
                 ));
             }
         }
         Ok(())
     }
+
+    /// The core configuration the run builds from `[core]` and the scenario's limits (as
+    /// the world does), checked by the core's own [`palisade_core::Config::validate`],
+    /// and its deadlines against the liveness window: a deadline longer than the whole
+    /// window can never be seen to pass.
+    fn validate_core(&self) -> Result<(), Invalid> {
+        use palisade_core::ConfigError;
+        use Key::{Field, Index};
+        let c = &self.core;
+        let quiesce = self.limits.quiesce_ms;
+        let path = |field: &'static str| [Field("core"), Field(field)];
+        let config = self.effective_core_config();
+        if let Err(e) = config.validate() {
+            let field = match &e {
+                ConfigError::TooManyRecoverySteps(_) => "recovery_delays_ms",
+                ConfigError::ZeroDeadline(name) => name,
+            };
+            return Err(invalid(
+                &path(field),
+                format!(
+                    "the core refuses this configuration: {e} (palisade_core::Config::validate)"
+                ),
+            ));
+        }
+        if let Some(capacity) = c.queue_capacity {
+            if capacity == 0 {
+                return Err(invalid(
+                    &path("queue_capacity"),
+                    "queue_capacity must be at least 1".into(),
+                ));
+            }
+            at_most(
+                &path("queue_capacity"),
+                u64::from(capacity),
+                palisade_core::delivery::MAX_QUEUE_CAPACITY as u64,
+                "palisade_core::delivery::MAX_QUEUE_CAPACITY (a larger queue is silently clamped)",
+            )?;
+        }
+        let why =
+            "limits.quiesce_ms: a deadline longer than the liveness window is never seen to pass";
+        for (field, value) in [
+            ("lease_ms", config.lease_ms),
+            ("stop_deadline_ms", config.stop_deadline_ms),
+            ("start_deadline_ms", config.start_deadline_ms),
+        ] {
+            at_most(&path(field), value, quiesce, why)?;
+        }
+        at_most(
+            &path("join_wait_ms"),
+            config.join_wait_ms,
+            MAX_JOIN_WAIT_MS,
+            "MAX_JOIN_WAIT_MS",
+        )?;
+        let mut total = 0u64;
+        for (i, &delay) in config.recovery_delays_ms.iter().enumerate() {
+            total = total.saturating_add(delay);
+            if total > quiesce {
+                return Err(invalid(
+                    &[Field("core"), Field("recovery_delays_ms"), Index(i)],
+                    format!(
+                        "the recovery schedule adds up to {total} ms by step {}, past {quiesce} ms ({why})",
+                        i + 1
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The core configuration a run of this scenario uses: `[core]` over the core's
+    /// defaults, the start deadline fitted into the liveness window. The world builds the
+    /// same (`world::run::core_config`), plus the agent profile, which `validate` does
+    /// not look at.
+    pub fn effective_core_config(&self) -> palisade_core::Config {
+        let c = &self.core;
+        let d = palisade_core::Config::default();
+        palisade_core::Config {
+            join_wait_ms: c.join_wait_ms.unwrap_or(d.join_wait_ms),
+            start_deadline_ms: c
+                .start_deadline_ms
+                .unwrap_or(d.start_deadline_ms.min((self.limits.quiesce_ms / 3).max(1))),
+            lease_ms: c.lease_ms.unwrap_or(d.lease_ms),
+            stop_deadline_ms: c.stop_deadline_ms.unwrap_or(d.stop_deadline_ms),
+            recovery_delays_ms: c.recovery_delays_ms.clone().unwrap_or(d.recovery_delays_ms),
+            ..d
+        }
+    }
+}
+
+/// `Err` naming the bound unless `value <= max`.
+fn at_most(path: &[Key], value: u64, max: u64, bound: &str) -> Result<(), Invalid> {
+    if value <= max {
+        return Ok(());
+    }
+    let name = path
+        .iter()
+        .rev()
+        .find_map(|k| match k {
+            Key::Field(name) => Some(*name),
+            Key::Index(_) => None,
+        })
+        .unwrap_or("value");
+    Err(invalid(
+        path,
+        format!("`{name}` = {value} is above its bound {max} ({bound})"),
+    ))
 }
 
 fn check_range<T: PartialOrd + fmt::Display + Copy>(
@@ -852,7 +1164,8 @@ fn load_shipped(file: &Path) -> Result<Resolved, ScenarioError> {
     let scenario = Scenario::load(file)?;
     let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
     if scenario.name != stem {
-        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let text = crate::input::read_text_capped(file, MAX_SCENARIO_BYTES, "scenario")
+            .unwrap_or_default();
         let at = locate(&text, &[Key::Field("name")]);
         return Err(located(
             ScenarioErrorKind::Invalid,

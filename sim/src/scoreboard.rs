@@ -66,16 +66,16 @@ pub struct MutantResult {
     pub caught: Option<Caught>,
 }
 
-/// Runs the scoreboard and writes the failure files; `mutants.md` is written by the caller
-/// from [`render`].
+/// Runs the scoreboard and stages the failure files in `report`; `mutants.md` is staged
+/// by the caller from [`render`], and the caller commits the whole report.
 pub fn run(
     scenarios: &[Resolved],
     seeds: u64,
     jobs: usize,
     minimize_runs: usize,
-    report_dir: &Path,
+    report: &mut report::ReportWriter,
     progress: bool,
-) -> std::io::Result<Vec<MutantResult>> {
+) -> Result<Vec<MutantResult>, report::ReportError> {
     let items: Vec<(usize, u64)> = (0..seeds)
         .flat_map(|seed| (0..scenarios.len()).map(move |s| (s, seed)))
         .collect();
@@ -105,7 +105,7 @@ pub fn run(
                 mutant,
                 i as u64 + 1,
                 &rec,
-                report_dir,
+                report,
                 jobs,
                 minimize_runs,
             )?),
@@ -124,19 +124,19 @@ fn write_caught(
     mutant: Mutant,
     runs_to_failure: u64,
     rec: &SeedRecord,
-    report_dir: &Path,
+    report: &mut report::ReportWriter,
     jobs: usize,
     minimize_runs: usize,
-) -> std::io::Result<Caught> {
+) -> Result<Caught, report::ReportError> {
     let resolved = &scenarios[rec.scenario];
     let name = &resolved.scenario.name;
     let rel = report::failure_file_name(name, rec.seed, Some(mutant.name()));
-    let path = report_dir.join(&rel);
+    let path = report.dir().join(&rel);
     let file = FailureFile::new(resolved, rec, Some(mutant), &path, report::commit());
-    report::write_json(&path, &file)?;
+    report.stage(&rel, &report::json_bytes(&file))?;
 
     let min_rel = rel.replace(".json", ".min.json");
-    let min_path = report_dir.join(&min_rel);
+    let min_path = report.dir().join(&min_rel);
     let loaded = failure::Loaded {
         file: file.clone(),
         scenario: resolved.clone(),
@@ -147,7 +147,7 @@ fn write_caught(
     let minimized = match shrunk {
         None => None,
         Some(Ok(min)) => {
-            report::write_json(&min_path, &min)?;
+            report.stage(&min_rel, &report::json_bytes(&min))?;
             min.minimized.map(|m| (min_rel, m))
         }
         // The failure did not repeat on a re-run: the scoreboard says so (no minimised

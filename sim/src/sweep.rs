@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -24,6 +24,17 @@ pub const DEFAULT_SEEDS: u64 = 2_000;
 /// can fail every seed, and keeping every failing trace could take gigabytes; the others
 /// are still counted and listed with the command that reproduces them.
 pub const MAX_FAILURE_FILES_PER_SCENARIO: usize = 20;
+
+/// Seeds one `palisade` process runs at most (a sweep, over all its scenarios, after
+/// `--shard`; `mutants`, per mutant). Every seed keeps a record in memory until the
+/// reports are written (a few hundred bytes, twice at the peak): four million is a couple
+/// of gigabytes and, at about 1,500 seeds/s per core, most of an hour on two cores.
+/// Larger sweeps are split with `--shard I/N` and joined with `palisade merge`.
+pub const MAX_SEEDS_PER_RUN: u64 = 4_000_000;
+
+/// Shards a sweep may be split into: a CI matrix has tens of jobs, and `merge` reads one
+/// summary per shard.
+pub const MAX_SHARDS: u64 = 4_096;
 
 /// The invariant recorded for a seed that panicked.
 pub const PANIC_INVARIANT: &str = "panic";
@@ -116,6 +127,16 @@ impl Shard {
     }
 }
 
+/// How many seeds of `range` a sweep runs with `shard` (all of them without one).
+pub const fn seeds_in(range: SeedRange, shard: Option<Shard>) -> u64 {
+    let len = range.len();
+    match shard {
+        None => len,
+        Some(s) if s.index >= len => 0,
+        Some(s) => (len - 1 - s.index) / s.count + 1,
+    }
+}
+
 impl fmt::Display for Shard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.index, self.count)
@@ -126,11 +147,11 @@ impl FromStr for Shard {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("bad shard {s:?}: expected I/N with 0 <= I < N");
+        let bad = || format!("bad shard {s:?}: expected I/N with 0 <= I < N <= {MAX_SHARDS}");
         let (i, n) = s.split_once('/').ok_or_else(bad)?;
         let index: u64 = i.trim().parse().map_err(|_| bad())?;
         let count: u64 = n.trim().parse().map_err(|_| bad())?;
-        if count == 0 || index >= count {
+        if count == 0 || index >= count || count > MAX_SHARDS {
             return Err(bad());
         }
         Ok(Shard { index, count })
@@ -362,10 +383,13 @@ pub fn sweep(config: &SweepConfig) -> SweepResult {
     let started = Instant::now();
     let mut jobs = Vec::new();
     for (i, (resolved, range)) in config.scenarios.iter().zip(&config.ranges).enumerate() {
-        for seed in range.start..range.end {
-            if config.shard.is_some_and(|s| !s.holds(seed - range.start)) {
-                continue;
-            }
+        // Only this shard's seeds are visited (the caller capped how many there are).
+        let (first, step) = match config.shard {
+            Some(s) => (range.start.saturating_add(s.index), s.count),
+            None => (range.start, 1),
+        };
+        let step = usize::try_from(step).expect("MAX_SHARDS fits in usize");
+        for seed in (first..range.end).step_by(step) {
             let keep_trace = config
                 .check_determinism
                 .is_some_and(|f| sampled(&resolved.scenario.name, seed, f));
@@ -376,10 +400,22 @@ pub fn sweep(config: &SweepConfig) -> SweepResult {
             });
         }
     }
-    // At least one seed is re-checked when a check was asked for.
-    if config.check_determinism.is_some() && !jobs.iter().any(|j| j.keep_trace) {
-        if let Some(first) = jobs.first_mut() {
-            first.keep_trace = true;
+    // At least one seed is re-checked when a check was asked for: when the sample of the
+    // whole sweep (every shard's seeds) is empty, its first seed, which is shard 0's first.
+    if let Some(f) = config.check_determinism {
+        let whole_sample_empty = !config
+            .scenarios
+            .iter()
+            .zip(&config.ranges)
+            .any(|(r, range)| (range.start..range.end).any(|s| sampled(&r.scenario.name, s, f)));
+        let first_of_sweep = config.ranges.first().map(|r| (0, r.start));
+        if whole_sample_empty {
+            if let Some(first) = jobs
+                .first_mut()
+                .filter(|j| Some((j.scenario, j.seed)) == first_of_sweep)
+            {
+                first.keep_trace = true;
+            }
         }
     }
 
@@ -483,68 +519,50 @@ pub fn hex(hash: Option<u64>) -> String {
     }
 }
 
-/// A one-line progress display on stderr, shown only when stderr is a terminal.
+/// A one-line progress display on stderr (an `indicatif` bar): seeds done of the total,
+/// failures so far, rate and ETA. Drawn only when stderr is a terminal, so never in a CI
+/// log; it reads nothing a seed computes but whether it failed, so never touches a trace
+/// or its hash.
 #[derive(Debug)]
 pub struct Progress {
-    enabled: bool,
-    label: &'static str,
-    total: u64,
-    done: u64,
+    bar: indicatif::ProgressBar,
     failed: u64,
-    started: Instant,
-    last_drawn: Option<Instant>,
 }
 
-/// Redraw at most this often: a terminal is slower than a sweep.
-const PROGRESS_REDRAW: Duration = Duration::from_millis(100);
-
 impl Progress {
-    /// A progress line for `total` items; inert unless `wanted` and stderr is a terminal.
+    /// A progress line for `total` items; hidden unless `wanted` and stderr is a terminal.
     pub fn new(wanted: bool, total: u64, label: &'static str) -> Self {
-        Progress {
-            enabled: wanted && std::io::stderr().is_terminal(),
-            label,
-            total,
-            done: 0,
-            failed: 0,
-            started: Instant::now(),
-            last_drawn: None,
-        }
+        let bar = if wanted && std::io::stderr().is_terminal() {
+            let bar = indicatif::ProgressBar::with_draw_target(
+                Some(total),
+                indicatif::ProgressDrawTarget::stderr_with_hz(10),
+            );
+            let style = indicatif::ProgressStyle::with_template(
+                "{prefix}: {wide_bar} {human_pos}/{human_len} seeds, {msg}, {per_sec}, ETA {eta}",
+            )
+            .expect("the template is valid");
+            bar.set_style(style);
+            bar.set_prefix(label);
+            bar.set_message("0 failed");
+            bar
+        } else {
+            indicatif::ProgressBar::hidden()
+        };
+        Progress { bar, failed: 0 }
     }
 
     /// One more item done.
     pub fn tick(&mut self, failed: bool) {
-        self.done += 1;
-        self.failed += u64::from(failed);
-        if !self.enabled {
-            return;
+        if failed {
+            self.failed += 1;
+            self.bar.set_message(format!("{} failed", self.failed));
         }
-        let now = Instant::now();
-        if self
-            .last_drawn
-            .is_some_and(|t| now.duration_since(t) < PROGRESS_REDRAW)
-            && self.done < self.total
-        {
-            return;
-        }
-        self.last_drawn = Some(now);
-        let rate = self.done as f64 / self.started.elapsed().as_secs_f64().max(1e-9);
-        let mut err = std::io::stderr().lock();
-        let _ = write!(
-            err,
-            "\r{}: {}/{} seeds, {} failed, {:.0} seeds/s   ",
-            self.label, self.done, self.total, self.failed, rate
-        );
-        let _ = err.flush();
+        self.bar.inc(1);
     }
 
     /// Clears the line.
     pub fn finish(&mut self) {
-        if self.enabled && self.last_drawn.is_some() {
-            let mut err = std::io::stderr().lock();
-            let _ = write!(err, "\r{:70}\r", "");
-            let _ = err.flush();
-        }
+        self.bar.finish_and_clear();
     }
 }
 
@@ -565,12 +583,23 @@ mod tests {
     #[test]
     fn shards_parse_and_partition() {
         assert_eq!("1/3".parse(), Ok(Shard { index: 1, count: 3 }));
-        for bad in ["3/3", "0/0", "x/2", "1", "-1/2"] {
+        for bad in ["3/3", "0/0", "x/2", "1", "-1/2", "0/4097"] {
             assert!(bad.parse::<Shard>().is_err(), "{bad}");
         }
         let shards: Vec<Shard> = (0..3).map(|i| Shard { index: i, count: 3 }).collect();
         for p in 0..30 {
             assert_eq!(shards.iter().filter(|s| s.holds(p)).count(), 1);
+        }
+        for len in 1..12u64 {
+            let range = SeedRange {
+                start: 5,
+                end: 5 + len,
+            };
+            for s in &shards {
+                let held = (0..len).filter(|&p| s.holds(p)).count() as u64;
+                assert_eq!(seeds_in(range, Some(*s)), held, "{len} {s}");
+            }
+            assert_eq!(seeds_in(range, None), len);
         }
     }
 

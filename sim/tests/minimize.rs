@@ -2,17 +2,15 @@
 //! invariant, holds without the mutant, is never longer than the original and, where the
 //! workload was the bulk of the trace, is a fraction of it.
 //!
-//! The bounds below are what this world gives (measured when the workload cut was added;
-//! `palisade mutants` shows all fourteen): cancel-storm seed 0 with `toctou-generation`
-//! shrinks from 175 trace events to 18, swarm seed 1 with `timeout-fallback` from 829 to
-//! 52, provider-exit-mid-prompt seed 0 with `double-replay-block` from 145 to 27, and
-//! notification-burst seed 0 with `queue-overflow-closes` from 6,464 to 2,079 — its floor,
-//! since one burst must overflow the 1,024-slot queue, and each slot is a stream and a
-//! deliver event.
+//! The bounds below are what this world gives (measured with `palisade minimize` on the
+//! sweeps' failure files): cancel-storm seed 0 with `stale-callback-dispatches` shrinks
+//! from 144 trace events to 22, swarm seed 1 with `timeout-fallback` from 2,006 to 47,
+//! provider-exit-mid-prompt seed 0 with `double-replay-block` from 402 to 47, and
+//! notification-burst seed 1 with `queue-overflow-closes` from 11,800 to 5,937 — near its
+//! floor, since the caller must stall while one burst overflows the 1,000-slot queue, and
+//! each slot is several trace events.
 
 mod common;
-
-use std::path::Path;
 
 use serde_json::Value;
 
@@ -105,10 +103,10 @@ fn minimised_mutant_failures_replay_and_shrink_their_traces() {
     let dir = Scratch::new("cases");
     // (scenario, seed, mutant, the most trace events kept, in percent of the original)
     let cases = [
-        ("cancel-storm", 0, "toctou-generation", 25),
+        ("cancel-storm", 0, "stale-callback-dispatches", 25),
         ("swarm", 1, "timeout-fallback", 25),
         ("provider-exit-mid-prompt", 0, "double-replay-block", 25),
-        ("notification-burst", 0, "queue-overflow-closes", 35),
+        ("notification-burst", 1, "queue-overflow-closes", 55),
     ];
     for (scenario, seed, mutant, percent) in cases {
         let file = record_failure(&dir, scenario, seed, mutant);
@@ -124,33 +122,40 @@ fn minimised_mutant_failures_replay_and_shrink_their_traces() {
 
 #[test]
 fn a_regression_file_of_an_older_palisade_minimises_further() {
-    // Regression files written before workload cuts were shrunk over faults only, and their
-    // `minimized` block has no sessions or turns: they still load, and the workload shrinks
-    // now. The fixture is reports/regressions/toctou-generation.json as it was then.
+    // Regression files written before workload cuts were shrunk over faults only: their plan
+    // has no `workload` and their `minimized` block no sessions or turns. Such a file (a
+    // current failure written in that older shape) still loads, and the workload shrinks.
     let dir = Scratch::new("regression");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/toctou-generation-before-workload-cuts.json");
-    std::fs::copy(&src, dir.path("old.json")).expect("copy regression file");
-    let old = read_json(&dir.path("old.json"));
-    assert!(old["plan"].get("workload").is_none());
-    assert!(old["minimized"].get("sessions").is_none());
+    let file = record_failure(&dir, "cancel-storm", 0, "stale-callback-dispatches");
+    let mut old = read_json(&dir.path(&file));
+    let events = trace_len(&old);
+    let faults = old["plan"]["faults"].as_array().expect("faults").len();
+    old["plan"]
+        .as_object_mut()
+        .expect("plan")
+        .remove("workload");
+    old["minimized"] = serde_json::json!({
+        "faults": faults,
+        "original_faults": faults,
+        "events": events,
+        "original_events": events,
+        "runs": 0,
+    });
+    std::fs::write(dir.path("old.json"), old.to_string()).expect("write");
     let (_, after) = minimize_and_check(&dir, "old.json", "new.json");
     let new = read_json(&dir.path("new.json"));
     // The first sizes are kept as the originals; the workload's are the input's.
-    assert_eq!(
-        new["minimized"]["original_events"],
-        old["minimized"]["original_events"]
-    );
-    assert_eq!(
-        new["minimized"]["original_faults"],
-        old["minimized"]["original_faults"]
-    );
+    assert_eq!(new["minimized"]["original_events"], events);
+    assert_eq!(new["minimized"]["original_faults"], faults);
     assert_eq!(new["minimized"]["original_sessions"], 6);
     assert!(
-        after * 2 <= trace_len(&old),
-        "{after} events, was {} after faults alone",
-        trace_len(&old)
+        new["plan"]["workload"]["sessions"]
+            .as_array()
+            .is_some_and(|s| s.len() < 6),
+        "{}",
+        new["plan"]
     );
+    assert!(after * 2 <= events, "{after} events, was {events}");
 }
 
 #[test]

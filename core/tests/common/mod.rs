@@ -80,7 +80,11 @@ impl H {
     }
 
     pub fn audit(&self) -> &Auditor {
-        &self.driver.observer().checker.auditor
+        self.driver
+            .observer()
+            .checker
+            .auditor()
+            .expect("the tests run the model")
     }
 
     /// Effects of the last step.

@@ -752,7 +752,7 @@ impl Oracle {
                         return Err(v(
                             "R9-complete",
                             format!(
-                                "session {session}: turn {turn} completed, but the client got {got}                                  of the {} events its agent wrote for prompt {tag}",
+                                "session {session}: turn {turn} completed, but the client got {got} of the {} events its agent wrote for prompt {tag}",
                                 p.events.len()
                             ),
                             idx,

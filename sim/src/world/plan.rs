@@ -19,6 +19,28 @@ const SLOT_MS: u64 = 500;
 /// Message-jitter windows per session, so the minimiser can drop jitter piecewise.
 const JITTER_WINDOWS: u64 = 2;
 
+/// Faults in a plan a failure file may carry: a drawn plan holds at most 9 faults per
+/// session per slot (a cancel and its retry, an exit, a burst, a load error, a load
+/// timeout, a hung teardown, a crash, a clock jump), two jitter windows per session, and
+/// the scenario's steps with their repetitions — under a million for the largest
+/// scenario the bounds allow.
+pub const MAX_PLAN_FAULTS: usize = 1_000_000;
+/// The largest clock jump a failure file may plan, either way: an hour, longer than any
+/// deadline a scenario may set. A jump of `i64::MAX` used to overflow the world's clock
+/// arithmetic and hang `replay`.
+pub const MAX_CLOCK_JUMP_MS: i64 = 3_600_000;
+
+const _: () = assert!(
+    (crate::scenario::MAX_SESSIONS as u64)
+        * (crate::scenario::MAX_FAULT_WINDOW_MS / SLOT_MS + 1)
+        * 9
+        + (crate::scenario::MAX_SESSIONS as u64) * JITTER_WINDOWS
+        + (crate::scenario::MAX_STEPS as u64) * (crate::scenario::MAX_STEP_REPEATS as u64)
+        <= MAX_PLAN_FAULTS as u64,
+    "every plan draw() can make must pass FaultPlan::validate"
+);
+const _: () = assert!(crate::scenario::MIN_QUIESCE_MS > SLOT_MS);
+
 /// How a `session/load` is made to fail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -231,6 +253,200 @@ pub struct FaultPlan {
     pub workload: WorkloadCut,
 }
 
+/// Why a plan cannot run against its scenario: the JSON path of the offending value in
+/// the failure file (`plan.faults[3].session`) and what is wrong, with the bound.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanError {
+    /// Where, as a JSON path from the failure file's root.
+    pub path: String,
+    /// What, with the bound.
+    pub message: String,
+}
+
+impl std::fmt::Display for PlanError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+impl FaultPlan {
+    /// Checks that every fault of the plan can happen in a run of `scenario`, so that a
+    /// replay runs exactly the plan it names: each fault concerns one of the scenario's
+    /// sessions and fires before the run ends (at `fault_window_ms + quiesce_ms`); a late
+    /// callback arrives before it ends; probabilities are in [0, 1]; jitter windows,
+    /// delays, bursts and clock jumps are within the scenario's bounds; a workload cut
+    /// only shrinks the scenario's workload. A plan [`draw`] makes always passes.
+    ///
+    /// Without this, a fault naming session 0 or 999, or firing at `u64::MAX`, was
+    /// silently ignored and the replay said "passed"; jitter probabilities of 5 or −3 gave
+    /// a false R5-leaked-execution; a clock jump of `i64::MIN` hung `replay`.
+    pub fn validate(&self, scenario: &Scenario) -> Result<(), PlanError> {
+        let sessions = scenario.workload.sessions;
+        let limits = &scenario.limits;
+        let end = limits.fault_window_ms + limits.quiesce_ms;
+        let late = limits.quiesce_ms / crate::scenario::LATE_SHARE_OF_QUIESCE;
+        let bad = |path: String, message: String| Err(PlanError { path, message });
+        if self.faults.len() > MAX_PLAN_FAULTS {
+            return bad(
+                "plan.faults".into(),
+                format!(
+                    "{} faults, more than a plan may hold ({MAX_PLAN_FAULTS}, MAX_PLAN_FAULTS)",
+                    self.faults.len()
+                ),
+            );
+        }
+        for (i, f) in self.faults.iter().enumerate() {
+            let at = |field: &str| format!("plan.faults[{i}].{field}");
+            if f.session == 0 || f.session > sessions {
+                return bad(
+                    at("session"),
+                    format!(
+                        "session {} is not one of scenario {:?}'s sessions (1..={sessions})",
+                        f.session, scenario.name
+                    ),
+                );
+            }
+            if f.at_ms >= end {
+                return bad(
+                    at("at_ms"),
+                    format!(
+                        "{} ms is not before the end of the run ({end} ms = fault_window_ms + quiesce_ms): the fault would never fire",
+                        f.at_ms
+                    ),
+                );
+            }
+            match f.kind {
+                FaultKind::Burst { count } => {
+                    if count == 0 || count > crate::scenario::MAX_BURST {
+                        return bad(
+                            at("count"),
+                            format!(
+                                "a burst of {count} notifications is outside 1..={} (MAX_BURST)",
+                                crate::scenario::MAX_BURST
+                            ),
+                        );
+                    }
+                }
+                FaultKind::LateCallback { delay_ms } => {
+                    if f.at_ms.checked_add(delay_ms).is_none_or(|t| t >= end) {
+                        return bad(
+                            at("delay_ms"),
+                            format!(
+                                "the late callback would arrive {delay_ms} ms after {} ms, not before the end of the run ({end} ms): it would never be delivered",
+                                f.at_ms
+                            ),
+                        );
+                    }
+                }
+                FaultKind::ClockJump { ms } => {
+                    if ms.unsigned_abs() > MAX_CLOCK_JUMP_MS.unsigned_abs() {
+                        return bad(
+                            at("ms"),
+                            format!(
+                                "a clock jump of {ms} ms is beyond ±{MAX_CLOCK_JUMP_MS} ms (MAX_CLOCK_JUMP_MS, an hour)"
+                            ),
+                        );
+                    }
+                }
+                FaultKind::Jitter {
+                    until_ms,
+                    delay_p,
+                    duplicate_p,
+                    reorder_p,
+                    max_delay_ms,
+                } => {
+                    for (field, p) in [
+                        ("delay_p", delay_p),
+                        ("duplicate_p", duplicate_p),
+                        ("reorder_p", reorder_p),
+                    ] {
+                        if !(0.0..=1.0).contains(&p) {
+                            return bad(at(field), format!("probability {p} is outside [0, 1]"));
+                        }
+                    }
+                    if until_ms < f.at_ms || until_ms > end {
+                        return bad(
+                            at("until_ms"),
+                            format!(
+                                "a jitter window from {} ms until {until_ms} ms is not within the run (0..={end} ms)",
+                                f.at_ms
+                            ),
+                        );
+                    }
+                    if max_delay_ms > late {
+                        return bad(
+                            at("max_delay_ms"),
+                            format!(
+                                "{max_delay_ms} ms is above {late} ms, a quarter of the scenario's quiesce_ms (as for faults.max_delay_ms)"
+                            ),
+                        );
+                    }
+                }
+                FaultKind::CallerStall { ms } => {
+                    if ms == 0 || f.at_ms.checked_add(ms).is_none_or(|t| t >= end) {
+                        return bad(
+                            at("ms"),
+                            format!(
+                                "a caller stall of {ms} ms from {} ms must last at least 1 ms and end before the end of the run ({end} ms)",
+                                f.at_ms
+                            ),
+                        );
+                    }
+                }
+                FaultKind::Prompt
+                | FaultKind::ExitAfterTurn
+                | FaultKind::Resume
+                | FaultKind::Retry
+                | FaultKind::Cancel
+                | FaultKind::ProviderExit
+                | FaultKind::CrashRestart
+                | FaultKind::HangTeardown
+                | FaultKind::LoadError { .. }
+                | FaultKind::LoadTimeout => {}
+            }
+        }
+        let cut = &self.workload;
+        if let Some(list) = &cut.sessions {
+            for (i, &s) in list.iter().enumerate() {
+                if s == 0 || s > sessions || (i > 0 && list[i - 1] >= s) {
+                    return bad(
+                        format!("plan.workload.sessions[{i}]"),
+                        format!(
+                            "session {s}: the cut must list sessions of 1..={sessions} in strictly increasing order"
+                        ),
+                    );
+                }
+            }
+        }
+        let turns = scenario.workload.turns_per_session;
+        if cut.turns_per_session.is_some_and(|t| t > turns) {
+            return bad(
+                "plan.workload.turns_per_session".into(),
+                format!(
+                    "a cut only shrinks the workload: the scenario sends {turns} turns per session"
+                ),
+            );
+        }
+        let most = scenario.workload.notifications_per_turn.hi;
+        if cut.notifications_per_turn.is_some_and(|n| n > most) {
+            return bad(
+                "plan.workload.notifications_per_turn".into(),
+                format!("a cut only shrinks the workload: the scenario streams at most {most} notifications per turn"),
+            );
+        }
+        if cut.until_ms.is_some_and(|t| t > limits.fault_window_ms) {
+            return bad(
+                "plan.workload.until_ms".into(),
+                format!(
+                    "a cut only shrinks the workload: clients stop at the fault window's end ({} ms)",
+                    limits.fault_window_ms
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
 fn draw_p(rng: &mut ChaCha8Rng, b: Bounds<f64>) -> f64 {
     if b.hi <= b.lo {
         b.lo
@@ -248,6 +464,12 @@ fn draw_u(rng: &mut ChaCha8Rng, b: Bounds<u32>) -> u32 {
 }
 
 /// Draws the plan of `seed` for `scenario`.
+///
+/// Its work is sessions × slots (`fault_window_ms` / 500) × fault classes, so it is
+/// bounded by the scenario's bounds (`MAX_SESSIONS`, `MAX_FAULT_WINDOW_MS`, steps and
+/// their repeats): at most [`MAX_PLAN_FAULTS`] faults. The hang of `sessions =
+/// 4294967295` or `fault_window_ms = u64::MAX` (853 MB after 60 s here) is fixed by
+/// refusing those values when the scenario is loaded; no such scenario reaches this.
 pub fn draw(scenario: &Scenario, seed: u64) -> FaultPlan {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ PLAN_SALT);
     let f = &scenario.faults;
@@ -503,6 +725,72 @@ mod tests {
             serde_json::from_str::<FaultPlan>(&text).expect("load"),
             plan
         );
+    }
+
+    #[test]
+    fn every_drawn_plan_of_a_shipped_scenario_validates() {
+        for resolved in crate::scenario::resolve("all").expect("shipped scenarios load") {
+            for seed in 0..50 {
+                let plan = draw(&resolved.scenario, seed);
+                assert_eq!(
+                    plan.validate(&resolved.scenario),
+                    Ok(()),
+                    "{} seed {seed}",
+                    resolved.scenario.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn impossible_faults_are_refused_with_their_json_path() {
+        let swarm = crate::scenario::resolve_one("swarm")
+            .expect("shipped")
+            .scenario;
+        let one = |kind, session, at_ms| FaultPlan {
+            faults: vec![
+                Fault {
+                    at_ms: 0,
+                    session: 1,
+                    kind: FaultKind::Cancel,
+                },
+                Fault {
+                    at_ms,
+                    session,
+                    kind,
+                },
+            ],
+            ..FaultPlan::default()
+        };
+        let jitter = |p: f64| FaultKind::Jitter {
+            until_ms: 100,
+            delay_p: p,
+            duplicate_p: 0.0,
+            reorder_p: 0.0,
+            max_delay_ms: 10,
+        };
+        for (plan, path) in [
+            (one(FaultKind::Cancel, 0, 5), "plan.faults[1].session"),
+            (one(FaultKind::Cancel, 999, 5), "plan.faults[1].session"),
+            (one(FaultKind::Cancel, 1, u64::MAX), "plan.faults[1].at_ms"),
+            (
+                one(FaultKind::LateCallback { delay_ms: u64::MAX }, 1, 5),
+                "plan.faults[1].delay_ms",
+            ),
+            (one(jitter(5.0), 1, 5), "plan.faults[1].delay_p"),
+            (one(jitter(-3.0), 1, 5), "plan.faults[1].delay_p"),
+            (
+                one(FaultKind::ClockJump { ms: i64::MIN }, 1, 5),
+                "plan.faults[1].ms",
+            ),
+            (
+                one(FaultKind::ClockJump { ms: i64::MAX }, 1, 5),
+                "plan.faults[1].ms",
+            ),
+        ] {
+            let e = plan.validate(&swarm).expect_err(path);
+            assert_eq!(e.path, path, "{e}");
+        }
     }
 
     #[test]
