@@ -298,7 +298,7 @@ fn sweep_writes_reports_and_ends_with_one_sweep_line() {
     assert_eq!(failure["trace_hash"], summary["failures"][0]["trace_hash"]);
 
     let md = std::fs::read_to_string(dir.path("reports/summary.md")).expect("summary.md");
-    assert!(md.contains("| swarm | 3 | 10 | 0..10 | **1** |"), "{md}");
+    assert!(md.contains("| swarm | 4 | 10 | 0..10 | **1** |"), "{md}");
     assert!(
         md.contains("palisade replay reports/failures/swarm-7.json"),
         "{md}"
