@@ -67,6 +67,22 @@ pub fn commit() -> &'static str {
 /// then renamed over `path`.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
+    // A device, FIFO or socket (`-o /dev/null`, `-o /dev/stdout`, a named pipe) is written
+    // in place: renaming a temporary file over it would replace the device node itself,
+    // which, run as root, turns /dev/null into a regular file for every process on the
+    // machine. A directory is refused rather than renamed onto.
+    if let Ok(meta) = std::fs::metadata(path) {
+        if meta.is_dir() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::IsADirectory,
+                "is a directory",
+            ));
+        }
+        if !meta.is_file() {
+            let mut file = std::fs::OpenOptions::new().write(true).open(path)?;
+            return file.write_all(bytes);
+        }
+    }
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -1309,6 +1325,40 @@ mod tests {
             std::fs::read_dir(&dir).expect("dir").count(),
             3,
             "a.json, b.xml, failures/"
+        );
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[test]
+    fn write_atomic_writes_into_a_fifo_instead_of_replacing_it() {
+        use std::os::unix::fs::FileTypeExt;
+        let dir = std::env::temp_dir().join(format!("palisade-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let fifo = dir.join("pipe");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo runs");
+        assert!(made.success(), "mkfifo failed");
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::read(&fifo).expect("read fifo"))
+        };
+        write_atomic(&fifo, b"through the pipe").expect("write into the fifo");
+        // Checked before joining: had the FIFO been replaced, the reader would block forever.
+        let kind = std::fs::symlink_metadata(&fifo)
+            .expect("still there")
+            .file_type();
+        assert!(kind.is_fifo(), "the FIFO was replaced by {kind:?}");
+        assert_eq!(reader.join().expect("reader"), b"through the pipe");
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names.len(), 1, "a temporary file was left: {names:?}");
+        assert!(
+            write_atomic(&dir, b"x").is_err(),
+            "a directory is not a file"
         );
         std::fs::remove_dir_all(&dir).expect("cleanup");
     }
