@@ -14,6 +14,7 @@ use palisade_core::{
 use serde_json::{json, Value};
 
 use crate::jsonrpc::RawJson;
+use crate::jsonscan::{self, Plain};
 use crate::rpc::{CloseReason, ProcessExit, RpcFailure};
 
 /// One streamed `session/update` of a turn, as the caller receives it.
@@ -391,7 +392,71 @@ struct ContentHead<'a> {
 impl<'a> UpdateHead<'a> {
     /// The head of a raw `update` (an `update` that is not an object has none).
     pub(crate) fn of(update: &'a RawJson) -> UpdateHead<'a> {
-        update.parse().unwrap_or_default()
+        UpdateHead::scan(update.get()).unwrap_or_else(|| UpdateHead::parse(update.get()))
+    }
+
+    /// What serde reads: the reference for [`UpdateHead::scan`].
+    fn parse(text: &'a str) -> UpdateHead<'a> {
+        serde_json::from_str(text).unwrap_or_default()
+    }
+
+    /// The head of an `update` of the plain shape, read without parsing it (see
+    /// [`jsonscan`]); `None` when serde must decide.
+    fn scan(text: &'a str) -> Option<UpdateHead<'a>> {
+        let mut head = UpdateHead::default();
+        let (mut kind_seen, mut content_seen) = (false, false);
+        for (name, value) in jsonscan::members(text)? {
+            match name {
+                // An escaped name may spell a member's name: serde decides.
+                _ if name.contains('\\') => return None,
+                "sessionUpdate" => {
+                    // A member given twice: serde refuses the whole head, and so do we.
+                    if std::mem::replace(&mut kind_seen, true) {
+                        return None;
+                    }
+                    head.kind = match jsonscan::plain(value)? {
+                        Plain::Null => None,
+                        Plain::Str(kind) => Some(std::borrow::Cow::Borrowed(kind)),
+                        Plain::Object(_) => return None,
+                    };
+                }
+                "content" => {
+                    if std::mem::replace(&mut content_seen, true) {
+                        return None;
+                    }
+                    head.content = match jsonscan::plain(value)? {
+                        Plain::Null => None,
+                        Plain::Object(content) => Some(ContentHead::scan(content)?),
+                        Plain::Str(_) => return None,
+                    };
+                }
+                _ => {}
+            }
+        }
+        Some(head)
+    }
+}
+
+impl<'a> ContentHead<'a> {
+    fn scan(text: &'a str) -> Option<ContentHead<'a>> {
+        let mut content = ContentHead::default();
+        let mut kind_seen = false;
+        for (name, value) in jsonscan::members(text)? {
+            if name.contains('\\') {
+                return None;
+            }
+            if name == "type" {
+                if std::mem::replace(&mut kind_seen, true) {
+                    return None;
+                }
+                content.kind = match jsonscan::plain(value)? {
+                    Plain::Null => None,
+                    Plain::Str(kind) => Some(std::borrow::Cow::Borrowed(kind)),
+                    Plain::Object(_) => return None,
+                };
+            }
+        }
+        Some(content)
     }
 }
 
@@ -536,6 +601,94 @@ mod tests {
         // 9223372036854776000.
         assert_eq!(failure["stamp"], json!("9223372036854775809"));
         assert_eq!(failure["execution"], json!(u64::MAX.to_string()));
+    }
+
+    /// A JSON value's text from a small alphabet that hits every branch of the head's
+    /// reading: the members it looks for, escaped spellings of their names, duplicates,
+    /// every kind of value, strings with escapes, nesting, and whitespace.
+    fn json_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let ws = prop::sample::select(vec!["", " ", "\n\t ", "\r\n"]);
+        let names = prop::sample::select(vec![
+            r#""sessionUpdate""#,
+            r#""content""#,
+            r#""type""#,
+            r#""text""#,
+            r#""sessionId""#,
+            r#""session\u0055pdate""#,
+            r#""typ\u0065""#,
+            r#""conte\nt""#,
+            r#""other""#,
+        ]);
+        let leaf = prop::sample::select(vec![
+            "null",
+            "true",
+            "-1.5e3",
+            "0",
+            r#""""#,
+            r#""agent_message_chunk""#,
+            r#""resource""#,
+            r#""resource_link""#,
+            r#""tool_call""#,
+            r#""available_commands_update""#,
+            r#""x \"quoted\" \\ y""#,
+            r#""agent_message_chunk\u0000""#,
+            r#""\u0072esource""#,
+            r#""}]{[,:""#,
+        ])
+        .prop_map(str::to_owned);
+        leaf.prop_recursive(4, 48, 6, move |inner| {
+            let member = (names.clone(), ws.clone(), ws.clone(), inner.clone())
+                .prop_map(|(n, a, b, v)| format!("{n}{a}:{b}{v}"));
+            prop_oneof![
+                (prop::collection::vec(member, 0..6), ws.clone())
+                    .prop_map(|(ms, w)| format!("{{{w}{}{w}}}", ms.join(&format!("{w},{w}")))),
+                prop::collection::vec(inner, 0..3).prop_map(|vs| format!("[{}]", vs.join(","))),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(20_000))]
+
+        /// The head read without serde is serde's head, whenever it answers at all; and
+        /// it answers for the plain shape agents write.
+        #[test]
+        fn the_scanned_head_is_serdes_head(text in json_text()) {
+            let raw: Box<serde_json::value::RawValue> =
+                serde_json::from_str(&text).expect("the generator writes JSON");
+            let update = RawJson::from(&*raw);
+            let got = |h: &UpdateHead<'_>| {
+                (
+                    h.kind.as_deref().map(str::to_owned),
+                    h.content.as_ref().map(|c| c.kind.as_deref().map(str::to_owned)),
+                )
+            };
+            let parsed = got(&UpdateHead::parse(&text));
+            if let Some(scanned) = UpdateHead::scan(&text) {
+                proptest::prop_assert_eq!(&got(&scanned), &parsed, "{}", text);
+            }
+            proptest::prop_assert_eq!(&got(&UpdateHead::of(&update)), &parsed, "{}", text);
+        }
+    }
+
+    #[test]
+    fn the_plain_shape_agents_write_is_scanned_not_parsed() {
+        let chunk = r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"resource_link","text":"e1.1#1 xxxx"}}"#;
+        let head = UpdateHead::scan(chunk).expect("plain");
+        assert_eq!(kind_of(&head), EventKind::Resource);
+        let tool = r#"{"sessionUpdate":"tool_call","toolCallId":"e1.1#2","title":"t","kind":"read","status":"pending","rawInput":{"text":"e1.1#2 y"}}"#;
+        assert_eq!(
+            kind_of(&UpdateHead::scan(tool).expect("plain")),
+            EventKind::ToolCall
+        );
+        // Duplicates and escaped names are left to serde, which refuses or decodes them.
+        assert!(UpdateHead::scan(r#"{"sessionUpdate":"plan","sessionUpdate":"plan"}"#).is_none());
+        assert!(UpdateHead::scan(r#"{"session\u0055pdate":"plan"}"#).is_none());
+        assert_eq!(
+            kind_of(&UpdateHead::parse(r#"{"session\u0055pdate":"plan"}"#)),
+            EventKind::Plan
+        );
     }
 
     #[test]
