@@ -373,6 +373,70 @@ pub(crate) fn is_session_state(head: &UpdateHead<'_>) -> bool {
     )
 }
 
+/// What the engine reads of a `session/update`'s params: the session id, and the text of
+/// the `update` (`None` when absent or `null`), borrowed from the params.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct UpdateParams<'a> {
+    pub(crate) session_id: Option<std::borrow::Cow<'a, str>>,
+    pub(crate) update: Option<&'a str>,
+}
+
+impl<'a> UpdateParams<'a> {
+    /// The session id and `update` of raw params (neither if the params are not an object
+    /// of that shape).
+    pub(crate) fn of(params: &'a RawJson) -> UpdateParams<'a> {
+        UpdateParams::scan(params.get()).unwrap_or_else(|| UpdateParams::parse(params.get()))
+    }
+
+    /// What serde reads: the reference for [`UpdateParams::scan`].
+    fn parse(text: &'a str) -> UpdateParams<'a> {
+        #[derive(serde::Deserialize)]
+        struct Serde<'a> {
+            #[serde(rename = "sessionId", borrow, default)]
+            session_id: Option<std::borrow::Cow<'a, str>>,
+            #[serde(borrow, default)]
+            update: Option<&'a serde_json::value::RawValue>,
+        }
+        serde_json::from_str(text)
+            .map(|p: Serde<'a>| UpdateParams {
+                session_id: p.session_id,
+                update: p.update.map(serde_json::value::RawValue::get),
+            })
+            .unwrap_or_default()
+    }
+
+    /// The params of the plain shape, read without parsing them again (see [`jsonscan`]);
+    /// `None` when serde must decide.
+    fn scan(text: &'a str) -> Option<UpdateParams<'a>> {
+        let mut params = UpdateParams::default();
+        let (mut id_seen, mut update_seen) = (false, false);
+        for (name, value) in jsonscan::members(text)? {
+            match name {
+                _ if name.contains('\\') => return None,
+                "sessionId" => {
+                    if std::mem::replace(&mut id_seen, true) {
+                        return None;
+                    }
+                    params.session_id = match jsonscan::plain(value)? {
+                        Plain::Null => None,
+                        Plain::Str(id) => Some(std::borrow::Cow::Borrowed(id)),
+                        Plain::Object(_) => return None,
+                    };
+                }
+                "update" => {
+                    if std::mem::replace(&mut update_seen, true) {
+                        return None;
+                    }
+                    // Serde reads `null` into `None`, and any other value as its text.
+                    params.update = (value != "null").then_some(value);
+                }
+                _ => {}
+            }
+        }
+        Some(params)
+    }
+}
+
 /// What the engine reads of a `session/update`'s `update`: its kind and its content's
 /// type, borrowed from the raw text (everything else is skipped, not parsed).
 #[derive(Debug, Default, serde::Deserialize)]
@@ -670,6 +734,56 @@ mod tests {
             }
             proptest::prop_assert_eq!(&got(&UpdateHead::of(&update)), &parsed, "{}", text);
         }
+
+        /// The params read without serde are serde's, whenever the scan answers at all.
+        #[test]
+        fn the_scanned_params_are_serdes_params(text in params_text()) {
+            let raw: Box<serde_json::value::RawValue> =
+                serde_json::from_str(&text).expect("the generator writes JSON");
+            let params = RawJson::from(&*raw);
+            let parsed = UpdateParams::parse(&text);
+            if let Some(scanned) = UpdateParams::scan(&text) {
+                proptest::prop_assert_eq!(&scanned, &parsed, "{}", text);
+            }
+            proptest::prop_assert_eq!(&UpdateParams::of(&params), &parsed, "{}", text);
+        }
+    }
+
+    /// Params around a generated `update`, in the shapes agents write and near misses.
+    fn params_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let id = prop::sample::select(vec![
+            r#""sess-1""#,
+            r#""se\u0073s-1""#,
+            "null",
+            "7",
+            r#"{"a":"b"}"#,
+        ]);
+        let name = prop::sample::select(vec![
+            r#""sessionId""#,
+            r#""update""#,
+            r#""upd\u0061te""#,
+            r#""other""#,
+        ]);
+        let ws = prop::sample::select(vec!["", " ", "\n\t "]);
+        (
+            prop::collection::vec((name, ws.clone(), id, json_text()), 0..4),
+            ws,
+        )
+            .prop_map(|(members, w)| {
+                let members: Vec<String> = members
+                    .into_iter()
+                    .map(|(n, a, id, update)| {
+                        let value = if n.contains("essionId") {
+                            id.to_owned()
+                        } else {
+                            update
+                        };
+                        format!("{n}{a}:{a}{value}")
+                    })
+                    .collect();
+                format!("{{{w}{}{w}}}", members.join(&format!("{w},{w}")))
+            })
     }
 
     #[test]
