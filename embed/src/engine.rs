@@ -70,7 +70,7 @@ use crate::acp;
 use crate::config::{SupervisorConfig, SupervisorConfigError, MAX_PROMPT_BYTES, READY_EVENTS};
 use crate::events::{
     self, kind_of, origin_of, ConversationOrigin, FailureCause, OutputEvent, SessionEvent,
-    UpdateHead,
+    UpdateHead, UpdateParams,
 };
 use crate::jsonrpc::{codes, RawJson, RequestId, RpcError};
 use crate::replay::render_prompt;
@@ -1611,26 +1611,15 @@ impl Engine {
         params: RawJson,
         wire_bytes: usize,
     ) {
-        /// What the engine reads of a `session/update`'s params, borrowed from the raw text.
-        #[derive(serde::Deserialize)]
-        struct UpdateParams<'a> {
-            #[serde(rename = "sessionId", borrow, default)]
-            session_id: Option<std::borrow::Cow<'a, str>>,
-            #[serde(borrow, default)]
-            update: Option<&'a serde_json::value::RawValue>,
-        }
         let idle_ms = self.config.prompt_idle_timeout_ms;
         let Some(runtime) = self.runtimes.get_mut(&execution) else {
             self.stats.notifications_ignored += 1;
             return;
         };
-        let parsed: UpdateParams<'_> = params.parse().unwrap_or(UpdateParams {
-            session_id: None,
-            update: None,
-        });
+        let parsed = UpdateParams::of(&params);
         let ours = runtime.conversation.is_some()
             && parsed.session_id.as_deref() == runtime.conversation.as_deref();
-        let update = parsed.update.map_or_else(RawJson::null, RawJson::from);
+        let update = parsed.update.map_or_else(RawJson::null, RawJson::valid);
         let head = UpdateHead::of(&update);
         // The session's own state (its commands, mode, title) is not a turn's output, nor a
         // sign the agent took a prompt: agents send it unprompted, e.g. right after

@@ -14,6 +14,7 @@ use palisade_core::{
 use serde_json::{json, Value};
 
 use crate::jsonrpc::RawJson;
+use crate::jsonscan::{self, Plain};
 use crate::rpc::{CloseReason, ProcessExit, RpcFailure};
 
 /// One streamed `session/update` of a turn, as the caller receives it.
@@ -372,6 +373,70 @@ pub(crate) fn is_session_state(head: &UpdateHead<'_>) -> bool {
     )
 }
 
+/// What the engine reads of a `session/update`'s params: the session id, and the text of
+/// the `update` (`None` when absent or `null`), borrowed from the params.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct UpdateParams<'a> {
+    pub(crate) session_id: Option<std::borrow::Cow<'a, str>>,
+    pub(crate) update: Option<&'a str>,
+}
+
+impl<'a> UpdateParams<'a> {
+    /// The session id and `update` of raw params (neither if the params are not an object
+    /// of that shape).
+    pub(crate) fn of(params: &'a RawJson) -> UpdateParams<'a> {
+        UpdateParams::scan(params.get()).unwrap_or_else(|| UpdateParams::parse(params.get()))
+    }
+
+    /// What serde reads: the reference for [`UpdateParams::scan`].
+    fn parse(text: &'a str) -> UpdateParams<'a> {
+        #[derive(serde::Deserialize)]
+        struct Serde<'a> {
+            #[serde(rename = "sessionId", borrow, default)]
+            session_id: Option<std::borrow::Cow<'a, str>>,
+            #[serde(borrow, default)]
+            update: Option<&'a serde_json::value::RawValue>,
+        }
+        serde_json::from_str(text)
+            .map(|p: Serde<'a>| UpdateParams {
+                session_id: p.session_id,
+                update: p.update.map(serde_json::value::RawValue::get),
+            })
+            .unwrap_or_default()
+    }
+
+    /// The params of the plain shape, read without parsing them again (see [`jsonscan`]);
+    /// `None` when serde must decide.
+    fn scan(text: &'a str) -> Option<UpdateParams<'a>> {
+        let mut params = UpdateParams::default();
+        let (mut id_seen, mut update_seen) = (false, false);
+        for (name, value) in jsonscan::members(text)? {
+            match name {
+                _ if name.contains('\\') => return None,
+                "sessionId" => {
+                    if std::mem::replace(&mut id_seen, true) {
+                        return None;
+                    }
+                    params.session_id = match jsonscan::plain(value)? {
+                        Plain::Null => None,
+                        Plain::Str(id) => Some(std::borrow::Cow::Borrowed(id)),
+                        Plain::Object(_) => return None,
+                    };
+                }
+                "update" => {
+                    if std::mem::replace(&mut update_seen, true) {
+                        return None;
+                    }
+                    // Serde reads `null` into `None`, and any other value as its text.
+                    params.update = (value != "null").then_some(value);
+                }
+                _ => {}
+            }
+        }
+        Some(params)
+    }
+}
+
 /// What the engine reads of a `session/update`'s `update`: its kind and its content's
 /// type, borrowed from the raw text (everything else is skipped, not parsed).
 #[derive(Debug, Default, serde::Deserialize)]
@@ -391,7 +456,71 @@ struct ContentHead<'a> {
 impl<'a> UpdateHead<'a> {
     /// The head of a raw `update` (an `update` that is not an object has none).
     pub(crate) fn of(update: &'a RawJson) -> UpdateHead<'a> {
-        update.parse().unwrap_or_default()
+        UpdateHead::scan(update.get()).unwrap_or_else(|| UpdateHead::parse(update.get()))
+    }
+
+    /// What serde reads: the reference for [`UpdateHead::scan`].
+    fn parse(text: &'a str) -> UpdateHead<'a> {
+        serde_json::from_str(text).unwrap_or_default()
+    }
+
+    /// The head of an `update` of the plain shape, read without parsing it (see
+    /// [`jsonscan`]); `None` when serde must decide.
+    fn scan(text: &'a str) -> Option<UpdateHead<'a>> {
+        let mut head = UpdateHead::default();
+        let (mut kind_seen, mut content_seen) = (false, false);
+        for (name, value) in jsonscan::members(text)? {
+            match name {
+                // An escaped name may spell a member's name: serde decides.
+                _ if name.contains('\\') => return None,
+                "sessionUpdate" => {
+                    // A member given twice: serde refuses the whole head, and so do we.
+                    if std::mem::replace(&mut kind_seen, true) {
+                        return None;
+                    }
+                    head.kind = match jsonscan::plain(value)? {
+                        Plain::Null => None,
+                        Plain::Str(kind) => Some(std::borrow::Cow::Borrowed(kind)),
+                        Plain::Object(_) => return None,
+                    };
+                }
+                "content" => {
+                    if std::mem::replace(&mut content_seen, true) {
+                        return None;
+                    }
+                    head.content = match jsonscan::plain(value)? {
+                        Plain::Null => None,
+                        Plain::Object(content) => Some(ContentHead::scan(content)?),
+                        Plain::Str(_) => return None,
+                    };
+                }
+                _ => {}
+            }
+        }
+        Some(head)
+    }
+}
+
+impl<'a> ContentHead<'a> {
+    fn scan(text: &'a str) -> Option<ContentHead<'a>> {
+        let mut content = ContentHead::default();
+        let mut kind_seen = false;
+        for (name, value) in jsonscan::members(text)? {
+            if name.contains('\\') {
+                return None;
+            }
+            if name == "type" {
+                if std::mem::replace(&mut kind_seen, true) {
+                    return None;
+                }
+                content.kind = match jsonscan::plain(value)? {
+                    Plain::Null => None,
+                    Plain::Str(kind) => Some(std::borrow::Cow::Borrowed(kind)),
+                    Plain::Object(_) => return None,
+                };
+            }
+        }
+        Some(content)
     }
 }
 
@@ -536,6 +665,144 @@ mod tests {
         // 9223372036854776000.
         assert_eq!(failure["stamp"], json!("9223372036854775809"));
         assert_eq!(failure["execution"], json!(u64::MAX.to_string()));
+    }
+
+    /// A JSON value's text from a small alphabet that hits every branch of the head's
+    /// reading: the members it looks for, escaped spellings of their names, duplicates,
+    /// every kind of value, strings with escapes, nesting, and whitespace.
+    fn json_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let ws = prop::sample::select(vec!["", " ", "\n\t ", "\r\n"]);
+        let names = prop::sample::select(vec![
+            r#""sessionUpdate""#,
+            r#""content""#,
+            r#""type""#,
+            r#""text""#,
+            r#""sessionId""#,
+            r#""session\u0055pdate""#,
+            r#""typ\u0065""#,
+            r#""conte\nt""#,
+            r#""other""#,
+        ]);
+        let leaf = prop::sample::select(vec![
+            "null",
+            "true",
+            "-1.5e3",
+            "0",
+            r#""""#,
+            r#""agent_message_chunk""#,
+            r#""resource""#,
+            r#""resource_link""#,
+            r#""tool_call""#,
+            r#""available_commands_update""#,
+            r#""x \"quoted\" \\ y""#,
+            r#""agent_message_chunk\u0000""#,
+            r#""\u0072esource""#,
+            r#""}]{[,:""#,
+        ])
+        .prop_map(str::to_owned);
+        leaf.prop_recursive(4, 48, 6, move |inner| {
+            let member = (names.clone(), ws.clone(), ws.clone(), inner.clone())
+                .prop_map(|(n, a, b, v)| format!("{n}{a}:{b}{v}"));
+            prop_oneof![
+                (prop::collection::vec(member, 0..6), ws.clone())
+                    .prop_map(|(ms, w)| format!("{{{w}{}{w}}}", ms.join(&format!("{w},{w}")))),
+                prop::collection::vec(inner, 0..3).prop_map(|vs| format!("[{}]", vs.join(","))),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(20_000))]
+
+        /// The head read without serde is serde's head, whenever it answers at all; and
+        /// it answers for the plain shape agents write.
+        #[test]
+        fn the_scanned_head_is_serdes_head(text in json_text()) {
+            let raw: Box<serde_json::value::RawValue> =
+                serde_json::from_str(&text).expect("the generator writes JSON");
+            let update = RawJson::from(&*raw);
+            let got = |h: &UpdateHead<'_>| {
+                (
+                    h.kind.as_deref().map(str::to_owned),
+                    h.content.as_ref().map(|c| c.kind.as_deref().map(str::to_owned)),
+                )
+            };
+            let parsed = got(&UpdateHead::parse(&text));
+            if let Some(scanned) = UpdateHead::scan(&text) {
+                proptest::prop_assert_eq!(&got(&scanned), &parsed, "{}", text);
+            }
+            proptest::prop_assert_eq!(&got(&UpdateHead::of(&update)), &parsed, "{}", text);
+        }
+
+        /// The params read without serde are serde's, whenever the scan answers at all.
+        #[test]
+        fn the_scanned_params_are_serdes_params(text in params_text()) {
+            let raw: Box<serde_json::value::RawValue> =
+                serde_json::from_str(&text).expect("the generator writes JSON");
+            let params = RawJson::from(&*raw);
+            let parsed = UpdateParams::parse(&text);
+            if let Some(scanned) = UpdateParams::scan(&text) {
+                proptest::prop_assert_eq!(&scanned, &parsed, "{}", text);
+            }
+            proptest::prop_assert_eq!(&UpdateParams::of(&params), &parsed, "{}", text);
+        }
+    }
+
+    /// Params around a generated `update`, in the shapes agents write and near misses.
+    fn params_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let id = prop::sample::select(vec![
+            r#""sess-1""#,
+            r#""se\u0073s-1""#,
+            "null",
+            "7",
+            r#"{"a":"b"}"#,
+        ]);
+        let name = prop::sample::select(vec![
+            r#""sessionId""#,
+            r#""update""#,
+            r#""upd\u0061te""#,
+            r#""other""#,
+        ]);
+        let ws = prop::sample::select(vec!["", " ", "\n\t "]);
+        (
+            prop::collection::vec((name, ws.clone(), id, json_text()), 0..4),
+            ws,
+        )
+            .prop_map(|(members, w)| {
+                let members: Vec<String> = members
+                    .into_iter()
+                    .map(|(n, a, id, update)| {
+                        let value = if n.contains("essionId") {
+                            id.to_owned()
+                        } else {
+                            update
+                        };
+                        format!("{n}{a}:{a}{value}")
+                    })
+                    .collect();
+                format!("{{{w}{}{w}}}", members.join(&format!("{w},{w}")))
+            })
+    }
+
+    #[test]
+    fn the_plain_shape_agents_write_is_scanned_not_parsed() {
+        let chunk = r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"resource_link","text":"e1.1#1 xxxx"}}"#;
+        let head = UpdateHead::scan(chunk).expect("plain");
+        assert_eq!(kind_of(&head), EventKind::Resource);
+        let tool = r#"{"sessionUpdate":"tool_call","toolCallId":"e1.1#2","title":"t","kind":"read","status":"pending","rawInput":{"text":"e1.1#2 y"}}"#;
+        assert_eq!(
+            kind_of(&UpdateHead::scan(tool).expect("plain")),
+            EventKind::ToolCall
+        );
+        // Duplicates and escaped names are left to serde, which refuses or decodes them.
+        assert!(UpdateHead::scan(r#"{"sessionUpdate":"plan","sessionUpdate":"plan"}"#).is_none());
+        assert!(UpdateHead::scan(r#"{"session\u0055pdate":"plan"}"#).is_none());
+        assert_eq!(
+            kind_of(&UpdateHead::parse(r#"{"session\u0055pdate":"plan"}"#)),
+            EventKind::Plan
+        );
     }
 
     #[test]

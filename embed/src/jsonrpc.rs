@@ -76,38 +76,47 @@ impl std::error::Error for RpcError {}
 
 /// JSON text kept as it came: a payload passed on untouched is neither built into a tree
 /// nor serialized again. Compared by its text.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-#[serde(transparent)]
-pub struct RawJson(Box<RawValue>);
+///
+/// Every constructor takes text that is one valid JSON value (serde validated it, or it
+/// is a member's value cut out of text serde validated), so reading it is free; the
+/// [`RawValue`] of [`RawJson::raw`] (and of serialization) is made on first use.
+#[derive(Clone)]
+pub struct RawJson {
+    text: Box<str>,
+    raw: std::sync::OnceLock<Box<RawValue>>,
+}
 
 impl RawJson {
     /// The JSON text.
     #[must_use]
     pub fn get(&self) -> &str {
-        self.0.get()
+        &self.text
     }
 
     /// The raw value, to embed in a larger serialization.
     #[must_use]
     pub fn raw(&self) -> &RawValue {
-        &self.0
+        self.raw.get_or_init(|| {
+            // The text is valid JSON (see the type), so this does not fall back.
+            RawValue::from_string(self.text.to_string()).unwrap_or_else(|_| null_params())
+        })
     }
 
     /// Parsed into a tree.
     #[must_use]
     pub fn to_value(&self) -> Value {
-        value(&self.0)
+        serde_json::from_str(&self.text).unwrap_or(Value::Null)
     }
 
     /// Parsed into `T`.
     pub fn parse<'a, T: serde::Deserialize<'a>>(&'a self) -> serde_json::Result<T> {
-        serde_json::from_str(self.0.get())
+        serde_json::from_str(&self.text)
     }
 
     /// The text of `value`.
     #[must_use]
     pub fn from_value(value: &Value) -> RawJson {
-        RawJson(
+        RawJson::from_box(
             serde_json::value::to_raw_value(value)
                 .expect("a Value always serializes (its keys are strings)"),
         )
@@ -116,7 +125,50 @@ impl RawJson {
     /// `null`.
     #[must_use]
     pub fn null() -> RawJson {
-        RawJson(null_params())
+        RawJson::valid("null")
+    }
+
+    /// `text`, which must be one valid JSON value without surrounding whitespace: a
+    /// member's value as [`crate::jsonscan`] cuts it out of validated text.
+    pub(crate) fn valid(text: &str) -> RawJson {
+        RawJson {
+            text: text.into(),
+            raw: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn from_box(raw: Box<RawValue>) -> RawJson {
+        RawJson {
+            text: raw.get().into(),
+            raw: std::sync::OnceLock::from(raw),
+        }
+    }
+}
+
+impl std::fmt::Debug for RawJson {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        /// As `RawValue` shows itself.
+        struct Shown<'a>(&'a str);
+        impl std::fmt::Debug for Shown<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_tuple("RawValue")
+                    .field(&format_args!("{}", self.0))
+                    .finish()
+            }
+        }
+        f.debug_tuple("RawJson").field(&Shown(&self.text)).finish()
+    }
+}
+
+impl serde::Serialize for RawJson {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.raw().serialize(serializer)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for RawJson {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<RawJson, D::Error> {
+        Box::<RawValue>::deserialize(deserializer).map(RawJson::from_box)
     }
 }
 
@@ -128,7 +180,7 @@ impl PartialEq for RawJson {
 
 impl From<&RawValue> for RawJson {
     fn from(raw: &RawValue) -> RawJson {
-        RawJson(raw.to_owned())
+        RawJson::valid(raw.get())
     }
 }
 

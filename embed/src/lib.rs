@@ -98,6 +98,7 @@ pub mod config;
 pub mod engine;
 pub mod events;
 pub mod jsonrpc;
+mod jsonscan;
 pub mod process;
 pub mod replay;
 pub mod rpc;

@@ -836,11 +836,22 @@ fn strip_blocks(text: &str) -> &str {
 /// The marker an agent put at the start of an event (its prompt's tag and index), read
 /// off the raw JSON the client got: the text of a chunk, or a tool call's id.
 fn marker(update: &palisade_embed::jsonrpc::RawJson) -> Option<(&str, u32)> {
+    // The first `"toolCallId":"` anywhere, else the first `"text":"`. A text chunk has no
+    // tool call id, so the first search reads the whole update: memmem's vectorised
+    // search, built once, instead of `str::find`'s two-way searcher built per event.
+    static KEYS: std::sync::OnceLock<[memchr::memmem::Finder<'static>; 2]> =
+        std::sync::OnceLock::new();
+    let keys = KEYS.get_or_init(|| {
+        [
+            memchr::memmem::Finder::new("\"toolCallId\":\""),
+            memchr::memmem::Finder::new("\"text\":\""),
+        ]
+    });
     let raw = update.get();
-    let start = ["\"toolCallId\":\"", "\"text\":\""]
+    let start = keys
         .iter()
-        .find_map(|key| raw.find(key).map(|at| at + key.len()))?;
-    let rest = &raw[start..];
+        .find_map(|key| key.find(raw.as_bytes()).map(|at| at + key.needle().len()))?;
+    let rest = raw.get(start..)?;
     let head = &rest[..rest.find([' ', '"'])?];
     let (tag, k) = head.rsplit_once('#')?;
     Some((tag, k.parse().ok()?))
