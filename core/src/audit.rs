@@ -75,6 +75,8 @@ pub struct Auditor {
     join_wait_ms: u64,
     stop_deadline_ms: u64,
     schedule_len: u32,
+    /// The profile the core was configured with: a fallback is judged under it.
+    profile: crate::classify::AgentProfile,
     attempts: BTreeMap<AttemptId, AttemptRec>,
     sessions: BTreeMap<SessionId, SessionRec>,
     turns: BTreeMap<(SessionId, TurnId), TurnRec>,
@@ -101,6 +103,7 @@ impl Auditor {
             join_wait_ms: config.join_wait_ms,
             stop_deadline_ms: config.stop_deadline_ms,
             schedule_len: config.recovery_delays_ms.len() as u32,
+            profile: config.agent_profile,
             attempts: BTreeMap::new(),
             sessions: BTreeMap::new(),
             turns: BTreeMap::new(),
@@ -250,7 +253,7 @@ impl Auditor {
                     );
                 }
                 if let RuntimeEvent::LoadFailed(outcome) = &cb.event {
-                    let verdict = classify(outcome, crate::classify::AgentProfile::Generic).verdict;
+                    let verdict = classify(outcome, self.profile).verdict;
                     self.sessions
                         .entry(cb.session)
                         .or_default()

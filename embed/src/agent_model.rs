@@ -29,6 +29,8 @@ use std::collections::{BTreeSet, VecDeque};
 
 use serde_json::{json, Value};
 
+use palisade_core::classify::AgentProfile;
+
 use crate::jsonrpc::{parse_frame, Frame, RequestId, RpcError};
 
 /// What `initialize` says about `session/load`.
@@ -95,45 +97,30 @@ impl UnknownSession {
         UnknownSession::PythonAnyId,
     ];
 
+    /// The catalogue entry this agent answers `session/load` of an unknown session with.
+    #[must_use]
+    pub const fn answer(self) -> LoadAnswer {
+        match self {
+            UnknownSession::ClaudeAgentAcp => LoadAnswer::ClaudeAgentAcp,
+            UnknownSession::ClaudeCodeAcp => LoadAnswer::ClaudeCodeAcp,
+            UnknownSession::ClaudeAgentAcp019 => LoadAnswer::ClaudeAgentAcp019,
+            UnknownSession::CodexAcp => LoadAnswer::CodexAcp,
+            UnknownSession::CodexAcpTs => LoadAnswer::CodexAcpTs,
+            UnknownSession::Gemini => LoadAnswer::Gemini,
+            UnknownSession::GooseOld => LoadAnswer::GooseOld,
+            UnknownSession::Goose => LoadAnswer::Goose,
+            UnknownSession::Opencode => LoadAnswer::Opencode,
+            UnknownSession::TsMethodNotFound => LoadAnswer::TsMethodNotFound,
+            UnknownSession::RustMethodNotFound => LoadAnswer::RustMethodNotFound,
+            UnknownSession::PythonAnyId => LoadAnswer::PythonAnyId,
+        }
+    }
+
     /// The error this agent answers `session/load` of the unknown `id` with; `None` for an
     /// agent that answers success whatever the id.
     #[must_use]
     pub fn error(self, id: &str) -> Option<RpcError> {
-        Some(match self {
-            UnknownSession::ClaudeAgentAcp => {
-                RpcError::new(-32002, format!("Resource not found: {id}"))
-                    .with_data(json!({ "uri": id }))
-            }
-            UnknownSession::ClaudeCodeAcp => RpcError::new(-32603, "Internal error")
-                .with_data(json!({"details": "Session not found"})),
-            UnknownSession::ClaudeAgentAcp019 => RpcError::new(-32603, "Internal error")
-                .with_data(json!({"details": "Query closed before response received"})),
-            UnknownSession::CodexAcp => RpcError::new(-32002, "Resource not found"),
-            UnknownSession::CodexAcpTs => {
-                RpcError::new(-32603, format!("no rollout found for thread id {id}"))
-            }
-            UnknownSession::Gemini => RpcError::new(-32603, "Internal error").with_data(json!({
-                "details": format!(
-                    "Invalid session identifier \"{id}\".\n  Searched for sessions in \
-                     /home/user/.gemini/tmp/0f3c/chats.\n  Use --list-sessions to see \
-                     available sessions."
-                )
-            })),
-            UnknownSession::GooseOld => RpcError::new(-32602, "Invalid params").with_data(json!(
-                format!("Failed to load session {id}: record not found in sessions.db")
-            )),
-            UnknownSession::Goose => RpcError::new(-32002, "Resource not found")
-                .with_data(json!(format!("Session not found: {id}"))),
-            UnknownSession::Opencode => {
-                RpcError::new(-32603, "Internal error").with_data(json!({"status": 404}))
-            }
-            UnknownSession::TsMethodNotFound => {
-                RpcError::new(-32601, "\"Method not found\": session/load")
-                    .with_data(json!({"method": "session/load"}))
-            }
-            UnknownSession::RustMethodNotFound => RpcError::new(-32601, "Method not found"),
-            UnknownSession::PythonAnyId => return None,
-        })
+        self.answer().error(id)
     }
 
     /// Whether this agent answers `session/load` at all (an SDK agent without it answers
@@ -145,6 +132,404 @@ impl UnknownSession {
             UnknownSession::TsMethodNotFound | UnknownSession::RustMethodNotFound
         )
     }
+}
+
+/// Whether an answer to `session/load` is *positive proof* (DESIGN rule 6) that the
+/// conversation cannot be loaded, as the README's tables say ("Real agents' answers to an
+/// unknown session", "Rule 6, row by row"). Data, not a classifier: a checker reads the
+/// label of the answer the environment gave, and shares no code with `palisade_core`'s
+/// `classify`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proof {
+    /// Proof under every profile (a protocol code, or a projection every profile knows).
+    Always,
+    /// Proof under these profiles only (a projection only their agents' source documents).
+    Under(&'static [AgentProfile]),
+    /// Never proof: the failure is propagated and the conversation kept.
+    Never,
+}
+
+impl Proof {
+    /// Whether the answer proves the conversation gone to a core configured with `profile`.
+    #[must_use]
+    pub fn holds(self, profile: AgentProfile) -> bool {
+        match self {
+            Proof::Always => true,
+            Proof::Under(profiles) => profiles.contains(&profile),
+            Proof::Never => false,
+        }
+    }
+}
+
+/// The README table a catalogue entry's verdict comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadmeTable {
+    /// "Real agents' answers to an unknown session" (first cell: the agent).
+    Agents,
+    /// "Rule 6, row by row" (first cell: the input).
+    Rows,
+}
+
+/// Every answer a simulated agent may give to `session/load`: the real agents' answers to
+/// an unknown session (one per row of the README's table), the real transient failures of
+/// a load of a session the agent has, and adversarial near-misses of the proofs (another
+/// resource's id, a re-spelled id, the right words under the wrong code, long `data`).
+/// Each entry carries its rule-6 label ([`LoadAnswer::proof`]) and the README row that
+/// gives it ([`LoadAnswer::readme`]); a test pins the two against README.md.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum LoadAnswer {
+    // ----- real agents, unknown session ------------------------------------------------
+    /// claude-agent-acp ≥ 0.20: −32002 `Resource not found: <id>`, `data: {uri: <id>}`.
+    /// Also its answer for a session it has whose Claude subprocess closed early (0.23).
+    ClaudeAgentAcp,
+    /// claude-agent-acp 0.19: −32603 `Internal error`, `data.details` = `Query closed
+    /// before response received`.
+    ClaudeAgentAcp019,
+    /// claude-code-acp 0.16 / claude-agent-acp 0.17–0.18: −32603 `Internal error`,
+    /// `data.details` = `Session not found`.
+    ClaudeCodeAcp,
+    /// codex-acp (Rust): −32002 `Resource not found`, no data.
+    CodexAcp,
+    /// codex-acp (TypeScript): −32603 `no rollout found for thread id <id>`.
+    CodexAcpTs,
+    /// codex-acp (TypeScript) through an SDK that puts the rethrown text in
+    /// `data.details`: −32603 `Internal error`, `data.details` = `no rollout found for
+    /// thread id <id>`.
+    CodexAcpTsDetails,
+    /// codex-acp (TypeScript) whose Codex child died: code 1001 `Codex process has exited
+    /// with code 1`.
+    CodexAcpTsExited,
+    /// gemini-cli: −32603 `Internal error`, `data.details` = `Invalid session identifier
+    /// "<id>". …` (a long, machine-local text).
+    Gemini,
+    /// goose (older): −32602 `Invalid params`, `data` = `Failed to load session <id>: …`.
+    GooseOld,
+    /// goose (current): −32002 `Resource not found`, `data` = `"Session not found: <id>"`.
+    Goose,
+    /// opencode: −32603 `Internal error`, opaque data.
+    Opencode,
+    /// An agent on the TypeScript SDK without `session/load`: −32601 `"Method not
+    /// found": session/load`, `data: {method: "session/load"}`.
+    TsMethodNotFound,
+    /// An agent on the Rust SDK without `session/load`: −32601 `Method not found`.
+    RustMethodNotFound,
+    /// An agent on the Python SDK without `load_session`: −32601 `Method not found`,
+    /// `data: {method: "session/load"}`.
+    PythonMethodNotFound,
+    /// A Python-SDK example agent: answers `{}` to `session/load` of any id.
+    PythonAnyId,
+    // ----- real transient failures of a load of a session the agent has ---------------
+    /// −32603 `Internal error`, no data (an I/O error during the lookup).
+    InternalError,
+    /// −32000 `Authentication required` (an auth check before the lookup).
+    AuthRequired,
+    /// −32800 `Request cancelled`.
+    RequestCancelled,
+    /// −32603 `resource not found while resolving configuration`: "not found" about
+    /// something else.
+    NotFoundSubstring,
+    // ----- near-misses ------------------------------------------------------------------
+    /// Another resource's id under a non-proof code: −32603 `Resource not found:
+    /// file:///work/.env` (a file the agent failed to read through the client).
+    OtherResourceInternal,
+    /// Another resource's id under −32002, `data: {uri}`: the code is proof, whatever it
+    /// names.
+    OtherResourceCode,
+    /// The requested id re-spelled (upper case) in the projection's words: −32603
+    /// `Resource not found: <ID>`.
+    RespelledId,
+    /// codex-acp (TypeScript)'s text with the id re-spelled: −32603 `no rollout found for
+    /// thread id <ID>`.
+    RespelledCodexId,
+    /// The right words under the auth code, which outweighs them: −32000 `Resource not
+    /// found: <id>`.
+    WordsUnderAuth,
+    /// The right words under the cancellation code, which outweighs them: −32800
+    /// `"Method not found": session/load`.
+    WordsUnderCancelled,
+    /// The exact projection under a code of its own: −32603 `Resource not found: <id>`
+    /// (proof by its words).
+    ExactWordsUnderInternal,
+    /// The exact method projection under −32602: `"Method not found": session/load` (proof
+    /// by its words).
+    MethodWordsUnderInvalidParams,
+    /// Bare `Method not found` under −32603 (it may be another method).
+    BareMethodNotFound,
+    /// Bare `Resource not found` under −32603 (it may be another resource).
+    BareResourceNotFound,
+    /// Claude's `Session not found` details under −32602 (the projection needs −32603).
+    ClaudeWordsWrongCode,
+    /// −32603 `Internal error` whose `data.details` starts with `Session not found` and
+    /// goes on with a 64 KiB stack trace (not the exact text).
+    LongDetails,
+    /// −32002 `Resource not found` with 64 KiB of `data.details` (the code is proof).
+    LongDataProof,
+}
+
+/// Bytes of the long `data` of [`LoadAnswer::LongDetails`] and
+/// [`LoadAnswer::LongDataProof`]: far past any message a projection compares, well under
+/// the connection's line limit.
+pub const LONG_DATA_BYTES: usize = 64 * 1024;
+
+const CLAUDE_PROFILES: &[AgentProfile] =
+    &[AgentProfile::ClaudeAgentAcp, AgentProfile::ClaudeCodeAcp];
+const CODEX_TS_PROFILES: &[AgentProfile] = &[AgentProfile::CodexAcpTs];
+
+impl LoadAnswer {
+    /// Every entry, in a fixed order.
+    pub const ALL: [LoadAnswer; 32] = [
+        LoadAnswer::ClaudeAgentAcp,
+        LoadAnswer::ClaudeAgentAcp019,
+        LoadAnswer::ClaudeCodeAcp,
+        LoadAnswer::CodexAcp,
+        LoadAnswer::CodexAcpTs,
+        LoadAnswer::CodexAcpTsDetails,
+        LoadAnswer::CodexAcpTsExited,
+        LoadAnswer::Gemini,
+        LoadAnswer::GooseOld,
+        LoadAnswer::Goose,
+        LoadAnswer::Opencode,
+        LoadAnswer::TsMethodNotFound,
+        LoadAnswer::RustMethodNotFound,
+        LoadAnswer::PythonMethodNotFound,
+        LoadAnswer::PythonAnyId,
+        LoadAnswer::InternalError,
+        LoadAnswer::AuthRequired,
+        LoadAnswer::RequestCancelled,
+        LoadAnswer::NotFoundSubstring,
+        LoadAnswer::OtherResourceInternal,
+        LoadAnswer::OtherResourceCode,
+        LoadAnswer::RespelledId,
+        LoadAnswer::RespelledCodexId,
+        LoadAnswer::WordsUnderAuth,
+        LoadAnswer::WordsUnderCancelled,
+        LoadAnswer::ExactWordsUnderInternal,
+        LoadAnswer::MethodWordsUnderInvalidParams,
+        LoadAnswer::BareMethodNotFound,
+        LoadAnswer::BareResourceNotFound,
+        LoadAnswer::ClaudeWordsWrongCode,
+        LoadAnswer::LongDetails,
+        LoadAnswer::LongDataProof,
+    ];
+
+    /// The entries a load of a session the agent *has* may fail with: the real transient
+    /// failures and every near-miss (a real agent's unknown-session answer given for a
+    /// session it has would be the agent lying, which only claude-agent-acp 0.23 does).
+    pub fn for_existing_session() -> impl Iterator<Item = LoadAnswer> {
+        LoadAnswer::ALL
+            .into_iter()
+            .filter(|a| a.near_miss() || a.transient())
+    }
+
+    /// Whether it is a real transient failure of a load of a session the agent has.
+    #[must_use]
+    pub const fn transient(self) -> bool {
+        matches!(
+            self,
+            LoadAnswer::InternalError
+                | LoadAnswer::AuthRequired
+                | LoadAnswer::RequestCancelled
+                | LoadAnswer::NotFoundSubstring
+        )
+    }
+
+    /// Whether it is an adversarial near-miss of a proof (not a real agent's answer).
+    #[must_use]
+    pub const fn near_miss(self) -> bool {
+        matches!(
+            self,
+            LoadAnswer::OtherResourceInternal
+                | LoadAnswer::OtherResourceCode
+                | LoadAnswer::RespelledId
+                | LoadAnswer::RespelledCodexId
+                | LoadAnswer::WordsUnderAuth
+                | LoadAnswer::WordsUnderCancelled
+                | LoadAnswer::ExactWordsUnderInternal
+                | LoadAnswer::MethodWordsUnderInvalidParams
+                | LoadAnswer::BareMethodNotFound
+                | LoadAnswer::BareResourceNotFound
+                | LoadAnswer::ClaudeWordsWrongCode
+                | LoadAnswer::LongDetails
+                | LoadAnswer::LongDataProof
+        )
+    }
+
+    /// The error this answer is for `session/load` of `id`; `None` for an answer of
+    /// success.
+    #[must_use]
+    pub fn error(self, id: &str) -> Option<RpcError> {
+        let internal = |details: String| {
+            RpcError::new(-32603, "Internal error").with_data(json!({ "details": details }))
+        };
+        let upper = id.to_ascii_uppercase();
+        Some(match self {
+            LoadAnswer::ClaudeAgentAcp => {
+                RpcError::new(-32002, format!("Resource not found: {id}"))
+                    .with_data(json!({ "uri": id }))
+            }
+            LoadAnswer::ClaudeAgentAcp019 => {
+                internal("Query closed before response received".into())
+            }
+            LoadAnswer::ClaudeCodeAcp => internal("Session not found".into()),
+            LoadAnswer::CodexAcp => RpcError::new(-32002, "Resource not found"),
+            LoadAnswer::CodexAcpTs => {
+                RpcError::new(-32603, format!("no rollout found for thread id {id}"))
+            }
+            LoadAnswer::CodexAcpTsDetails => {
+                internal(format!("no rollout found for thread id {id}"))
+            }
+            LoadAnswer::CodexAcpTsExited => RpcError::new(
+                1001,
+                "Codex process has exited with code 1. Check the logs for details.",
+            ),
+            LoadAnswer::Gemini => internal(format!(
+                "Invalid session identifier \"{id}\".\n  Searched for sessions in \
+                 /home/user/.gemini/tmp/0f3c/chats.\n  Use --list-sessions to see \
+                 available sessions."
+            )),
+            LoadAnswer::GooseOld => RpcError::new(-32602, "Invalid params").with_data(json!(
+                format!("Failed to load session {id}: record not found in sessions.db")
+            )),
+            LoadAnswer::Goose => RpcError::new(-32002, "Resource not found")
+                .with_data(json!(format!("Session not found: {id}"))),
+            LoadAnswer::Opencode => {
+                RpcError::new(-32603, "Internal error").with_data(json!({"status": 404}))
+            }
+            LoadAnswer::TsMethodNotFound => {
+                RpcError::new(-32601, "\"Method not found\": session/load")
+                    .with_data(json!({"method": "session/load"}))
+            }
+            LoadAnswer::RustMethodNotFound => RpcError::new(-32601, "Method not found"),
+            LoadAnswer::PythonMethodNotFound => RpcError::new(-32601, "Method not found")
+                .with_data(json!({"method": "session/load"})),
+            LoadAnswer::PythonAnyId => return None,
+            LoadAnswer::InternalError => RpcError::new(-32603, "Internal error"),
+            LoadAnswer::AuthRequired => RpcError::new(-32000, "Authentication required"),
+            LoadAnswer::RequestCancelled => RpcError::new(-32800, "Request cancelled"),
+            LoadAnswer::NotFoundSubstring => {
+                RpcError::new(-32603, "resource not found while resolving configuration")
+            }
+            LoadAnswer::OtherResourceInternal => {
+                RpcError::new(-32603, "Resource not found: file:///work/.env")
+            }
+            LoadAnswer::OtherResourceCode => {
+                RpcError::new(-32002, "Resource not found: file:///work/.env")
+                    .with_data(json!({ "uri": "file:///work/.env" }))
+            }
+            LoadAnswer::RespelledId => {
+                RpcError::new(-32603, format!("Resource not found: {upper}"))
+            }
+            LoadAnswer::RespelledCodexId => {
+                RpcError::new(-32603, format!("no rollout found for thread id {upper}"))
+            }
+            LoadAnswer::WordsUnderAuth => {
+                RpcError::new(-32000, format!("Resource not found: {id}"))
+            }
+            LoadAnswer::WordsUnderCancelled => {
+                RpcError::new(-32800, "\"Method not found\": session/load")
+            }
+            LoadAnswer::ExactWordsUnderInternal => {
+                RpcError::new(-32603, format!("Resource not found: {id}"))
+            }
+            LoadAnswer::MethodWordsUnderInvalidParams => {
+                RpcError::new(-32602, "\"Method not found\": session/load")
+            }
+            LoadAnswer::BareMethodNotFound => RpcError::new(-32603, "Method not found"),
+            LoadAnswer::BareResourceNotFound => RpcError::new(-32603, "Resource not found"),
+            LoadAnswer::ClaudeWordsWrongCode => RpcError::new(-32602, "Invalid params")
+                .with_data(json!({"details": "Session not found"})),
+            LoadAnswer::LongDetails => {
+                internal(format!("Session not found\n{}", long_text(LONG_DATA_BYTES)))
+            }
+            LoadAnswer::LongDataProof => RpcError::new(-32002, "Resource not found")
+                .with_data(json!({ "details": long_text(LONG_DATA_BYTES) })),
+        })
+    }
+
+    /// Whether it proves the conversation gone, and under which profiles: the README's
+    /// verdict for it ([`LoadAnswer::readme`]).
+    #[must_use]
+    pub const fn proof(self) -> Proof {
+        match self {
+            LoadAnswer::ClaudeAgentAcp
+            | LoadAnswer::CodexAcp
+            | LoadAnswer::Goose
+            | LoadAnswer::TsMethodNotFound
+            | LoadAnswer::RustMethodNotFound
+            | LoadAnswer::PythonMethodNotFound
+            | LoadAnswer::OtherResourceCode
+            | LoadAnswer::ExactWordsUnderInternal
+            | LoadAnswer::MethodWordsUnderInvalidParams
+            | LoadAnswer::LongDataProof => Proof::Always,
+            LoadAnswer::ClaudeCodeAcp => Proof::Under(CLAUDE_PROFILES),
+            LoadAnswer::CodexAcpTs | LoadAnswer::CodexAcpTsDetails => {
+                Proof::Under(CODEX_TS_PROFILES)
+            }
+            LoadAnswer::ClaudeAgentAcp019
+            | LoadAnswer::CodexAcpTsExited
+            | LoadAnswer::Gemini
+            | LoadAnswer::GooseOld
+            | LoadAnswer::Opencode
+            | LoadAnswer::PythonAnyId
+            | LoadAnswer::InternalError
+            | LoadAnswer::AuthRequired
+            | LoadAnswer::RequestCancelled
+            | LoadAnswer::NotFoundSubstring
+            | LoadAnswer::OtherResourceInternal
+            | LoadAnswer::RespelledId
+            | LoadAnswer::RespelledCodexId
+            | LoadAnswer::WordsUnderAuth
+            | LoadAnswer::WordsUnderCancelled
+            | LoadAnswer::BareMethodNotFound
+            | LoadAnswer::BareResourceNotFound
+            | LoadAnswer::ClaudeWordsWrongCode
+            | LoadAnswer::LongDetails => Proof::Never,
+        }
+    }
+
+    /// The README row that decides it: the table, the start of the row's first cell, and
+    /// a phrase of the row's verdict cell.
+    #[must_use]
+    pub const fn readme(self) -> (ReadmeTable, &'static str, &'static str) {
+        use ReadmeTable::{Agents, Rows};
+        const INCONCLUSIVE_ROW: &str =
+            "\u{2212}32603 / \u{2212}32602 / \u{2212}32600 / any other code";
+        match self {
+            LoadAnswer::ClaudeAgentAcp => (Agents, "claude-agent-acp \u{2265} 0.20", "**Incompatible** (`ResourceNotFound`), every profile"),
+            LoadAnswer::ClaudeAgentAcp019 => (Agents, "claude-agent-acp 0.19.x", "**Inconclusive** (`InternalError`)"),
+            LoadAnswer::ClaudeCodeAcp => (Agents, "claude-code-acp 0.16.x", "**Incompatible** (`ExactProjection(ClaudeSessionNotFound)`) with `ClaudeCodeAcp` / `ClaudeAgentAcp` profiles; **Inconclusive** with every other profile"),
+            LoadAnswer::CodexAcp => (Agents, "codex-acp (Rust;", "**Incompatible** (`ResourceNotFound`), every profile"),
+            LoadAnswer::CodexAcpTs | LoadAnswer::CodexAcpTsDetails => (Agents, "codex-acp (TypeScript, over", "**Incompatible** (`ExactProjection(CodexNoRolloutForSession)`) with the `CodexAcpTs` profile, only when the text equals `no rollout found for thread id ` + the requested session byte for byte, in `message` or `data.details`; otherwise **Inconclusive**"),
+            LoadAnswer::CodexAcpTsExited => (Agents, "codex-acp (TypeScript), Codex child died", "**Inconclusive** (`UnknownCode(1001)`)"),
+            LoadAnswer::Gemini => (Agents, "gemini-cli", "**Inconclusive** (`InternalError`), every profile"),
+            LoadAnswer::GooseOld => (Agents, "goose (older", "**Inconclusive** (`InvalidParams`)"),
+            LoadAnswer::Goose => (Agents, "goose (current)", "**Incompatible** (`ResourceNotFound`), every profile"),
+            LoadAnswer::Opencode => (Agents, "opencode", "**Inconclusive** (`InternalError`)"),
+            LoadAnswer::TsMethodNotFound => (Agents, "TS SDK example agent", "**Incompatible** (`CapabilityFalse`; `MethodNotFound` if called)"),
+            LoadAnswer::RustMethodNotFound | LoadAnswer::PythonMethodNotFound => (Agents, "an agent on the TS or Rust SDK", "**Incompatible** (`MethodNotFound` or `CapabilityAbsent`)"),
+            LoadAnswer::PythonAnyId => (Agents, "an agent on the Python SDK whose", "none: the load \"succeeded\""),
+            LoadAnswer::InternalError | LoadAnswer::ClaudeWordsWrongCode | LoadAnswer::RespelledId | LoadAnswer::LongDetails => (Rows, INCONCLUSIVE_ROW, "Inconclusive"),
+            LoadAnswer::AuthRequired | LoadAnswer::RequestCancelled | LoadAnswer::WordsUnderAuth | LoadAnswer::WordsUnderCancelled => (Rows, "\u{2212}32000 auth required / \u{2212}32800 request cancelled", "Inconclusive"),
+            LoadAnswer::NotFoundSubstring => (Rows, "\"\u{2026}not found\u{2026}\" anywhere else", "Inconclusive"),
+            LoadAnswer::OtherResourceInternal | LoadAnswer::BareMethodNotFound | LoadAnswer::BareResourceNotFound => (Rows, "bare `Resource not found` / `Method not found` under another code", "Inconclusive"),
+            LoadAnswer::OtherResourceCode | LoadAnswer::LongDataProof => (Rows, "\u{2212}32601 / \u{2212}32002", "Incompatible"),
+            LoadAnswer::ExactWordsUnderInternal => (Rows, "message == `Resource not found: ` + requested session", "Incompatible"),
+            LoadAnswer::MethodWordsUnderInvalidParams => (Rows, "message == `\"Method not found\": session/load`", "Incompatible"),
+            LoadAnswer::RespelledCodexId => (Agents, "codex-acp (TypeScript, over", "otherwise **Inconclusive**"),
+        }
+    }
+}
+
+/// ASCII text of `bytes` bytes (a stack trace's worth of filler).
+fn long_text(bytes: usize) -> String {
+    const LINE: &str =
+        "    at Object.loadSession (/usr/lib/node_modules/agent/dist/acp-agent.js:412:19)\n";
+    let mut text = LINE.repeat(bytes / LINE.len() + 1);
+    text.truncate(bytes);
+    text
 }
 
 /// A JSON-RPC error a request can be failed with.
@@ -204,8 +589,15 @@ pub struct Behaviour {
     pub events_per_prompt: (u32, u32),
     /// Text bytes per event (inclusive range); tool calls carry this much raw input.
     pub event_bytes: (u32, u32),
+    /// When set, every event's line is exactly this many bytes on the wire (inclusive
+    /// range; newline included, at least the line's envelope), in place of
+    /// [`Behaviour::event_bytes`]: a simulator sizes events at a coalescer's byte cap.
+    pub event_wire_bytes: Option<(u32, u32)>,
     /// Per mille of events that are tool calls (large `rawInput`) rather than text.
     pub tool_call_per_mille: u16,
+    /// Per mille of events that are resource blocks (the payload in the resource's
+    /// `text`) rather than text.
+    pub resource_per_mille: u16,
     /// Milliseconds a prompt takes from its first event to its answer (inclusive range).
     pub think_ms: (u64, u64),
 }
@@ -228,7 +620,9 @@ impl Default for Behaviour {
             answer_delay_ms: (1, 5),
             events_per_prompt: (1, 8),
             event_bytes: (16, 256),
+            event_wire_bytes: None,
             tool_call_per_mille: 100,
+            resource_per_mille: 0,
             think_ms: (5, 100),
         }
     }
@@ -287,8 +681,8 @@ impl ConversationStore for MemoryStore {
 /// injects on one agent process).
 #[derive(Debug, Clone, PartialEq)]
 pub enum NextLoad {
-    /// Answered with this error.
-    Error(RpcError),
+    /// Answered with this catalogue entry (for the conversation asked for).
+    Answer(LoadAnswer),
     /// Never answered (the client's deadline decides).
     Hang,
 }
@@ -321,6 +715,9 @@ pub enum Seen {
         existed: bool,
         /// The answer.
         answer: Result<(), RpcError>,
+        /// The catalogue entry the answer came from; `None` for a plain success (or no
+        /// answer at all).
+        kind: Option<LoadAnswer>,
     },
     /// `session/list`.
     List,
@@ -646,35 +1043,42 @@ impl AgentModel {
                             id: session,
                             existed,
                             answer: Err(RpcError::new(0, "no answer")),
+                            kind: None,
                         });
                         return;
                     }
-                    Some(NextLoad::Error(error)) => {
+                    Some(NextLoad::Answer(kind)) => {
+                        let answer = match kind.error(&session) {
+                            Some(error) => Err(error),
+                            None => {
+                                self.held.insert(session.clone());
+                                Ok(())
+                            }
+                        };
                         let note = Seen::Load {
                             id: session,
                             existed,
-                            answer: Err(error.clone()),
+                            answer: answer.clone(),
+                            kind: Some(kind),
                         };
-                        self.answer_noted(at, &id, Err(error), Some(note));
+                        self.answer_noted(at, &id, answer.map(|()| json!({})), Some(note));
                         return;
                     }
                     None => {}
                 }
                 let flake = existed && self.chance(self.behaviour.resume_flake_per_mille);
-                let answer = if flake {
+                let kind = if flake {
                     // claude-agent-acp 0.23: its Claude subprocess closed before the first
                     // answer, and the agent says "not found" for a session it has.
-                    Err(
-                        RpcError::new(-32002, format!("Resource not found: {session}"))
-                            .with_data(json!({ "uri": session })),
-                    )
+                    Some(LoadAnswer::ClaudeAgentAcp)
                 } else if existed {
-                    Ok(())
+                    None
                 } else {
-                    match self.behaviour.unknown_session.error(&session) {
-                        Some(error) => Err(error),
-                        None => Ok(()),
-                    }
+                    Some(self.behaviour.unknown_session.answer())
+                };
+                let answer = match kind.and_then(|k| k.error(&session)) {
+                    Some(error) => Err(error),
+                    None => Ok(()),
                 };
                 if answer.is_ok() {
                     self.held.insert(session.clone());
@@ -683,6 +1087,7 @@ impl AgentModel {
                     id: session,
                     existed,
                     answer: answer.clone(),
+                    kind,
                 };
                 self.answer_noted(at, &id, answer.map(|()| json!({})), Some(note));
             }
@@ -840,11 +1245,16 @@ impl AgentModel {
 
     fn stream_event(&mut self, now: u64, p: &Prompting) {
         let marker = format!("{}#{}", p.tag, p.sent);
-        let (lo, hi) = self.behaviour.event_bytes;
+        let (lo, hi) = self
+            .behaviour
+            .event_wire_bytes
+            .unwrap_or(self.behaviour.event_bytes);
         let bytes = self.pick((u64::from(lo), u64::from(hi))) as usize;
         let tool_call = self.chance(self.behaviour.tool_call_per_mille);
-        // ASCII filler: no escaping, so the line's size is exact and cheap to write.
-        let fill = filler(bytes.saturating_sub(marker.len() + 1));
+        // Drawn only when the behaviour has resources, so other behaviours draw as before.
+        let resource = !tool_call
+            && self.behaviour.resource_per_mille > 0
+            && self.chance(self.behaviour.resource_per_mille);
         let mut line = String::with_capacity(bytes + 2 * marker.len() + 256);
         line.push_str(r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":""#);
         line.push_str(&p.session);
@@ -854,6 +1264,12 @@ impl AgentModel {
             line.push_str(r#"","title":""#);
             line.push_str(&marker);
             line.push_str(r#"","kind":"read","status":"pending","rawInput":{"text":""#);
+        } else if resource {
+            line.push_str(
+                r#"","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"resource","resource":{"uri":"file:///work/"#,
+            );
+            line.push_str(&marker);
+            line.push_str(r#"","mimeType":"text/plain","text":""#);
         } else {
             line.push_str(
                 r#"","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":""#,
@@ -861,8 +1277,15 @@ impl AgentModel {
         }
         line.push_str(&marker);
         line.push(' ');
-        line.push_str(fill);
-        line.push_str("\"}}}}\n");
+        let tail = if resource { "\"}}}}}\n" } else { "\"}}}}\n" };
+        // ASCII filler: no escaping, so the line's size is exact and cheap to write. With
+        // wire sizes the whole line is `bytes` long (never shorter than its envelope).
+        let fill_bytes = match self.behaviour.event_wire_bytes {
+            Some(_) => bytes.saturating_sub(line.len() + tail.len()),
+            None => bytes.saturating_sub(marker.len() + 1),
+        };
+        line.push_str(filler(fill_bytes));
+        line.push_str(tail);
         let note = Seen::Event {
             tag: p.tag.clone(),
             event: StreamEvent {
@@ -991,5 +1414,149 @@ mod tests {
                 ),
             }
         }
+    }
+
+    /// The cells of a markdown table row (`\|` is a pipe inside a cell).
+    fn cells(row: &str) -> Vec<String> {
+        let inner = row.trim().trim_start_matches('|').trim_end_matches('|');
+        let mut cells = vec![String::new()];
+        let mut chars = inner.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' if chars.peek() == Some(&'|') => {
+                    cells.last_mut().expect("one cell").push('|');
+                    chars.next();
+                }
+                '|' => cells.push(String::new()),
+                c => cells.last_mut().expect("one cell").push(c),
+            }
+        }
+        cells.into_iter().map(|c| c.trim().to_owned()).collect()
+    }
+
+    /// The rows of the README table under `heading`.
+    fn readme_table(heading: &str) -> Vec<Vec<String>> {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
+        let text = std::fs::read_to_string(path).expect("README.md");
+        let start = text
+            .find(heading)
+            .unwrap_or_else(|| panic!("README has no {heading:?}"));
+        text[start..]
+            .lines()
+            .skip_while(|l| !l.starts_with('|'))
+            .take_while(|l| l.starts_with('|'))
+            .skip(2)
+            .map(cells)
+            .collect()
+    }
+
+    /// The answer catalogue is the README's tables as data: every entry's label is the
+    /// verdict of the README row that decides it, and every row of the agents' table has
+    /// an entry.
+    #[test]
+    fn the_answer_catalogue_is_pinned_to_the_readme_tables() {
+        let agents = readme_table("#### Real agents' answers to an unknown session");
+        let rows = readme_table("#### Rule 6, row by row");
+        assert!(
+            agents.len() >= 14 && rows.len() >= 11,
+            "{agents:?} {rows:?}"
+        );
+        for answer in LoadAnswer::ALL {
+            let (table, key, phrase) = answer.readme();
+            let (rows, verdict_col) = match table {
+                ReadmeTable::Agents => (&agents, 3),
+                ReadmeTable::Rows => (&rows, 1),
+            };
+            let matching: Vec<&Vec<String>> =
+                rows.iter().filter(|r| r[0].starts_with(key)).collect();
+            assert_eq!(matching.len(), 1, "{answer:?}: rows starting {key:?}");
+            let verdict = &matching[0][verdict_col];
+            assert!(
+                verdict.contains(phrase),
+                "{answer:?}: the README says {verdict:?}, not {phrase:?}"
+            );
+            // The phrase says what the label says.
+            match answer.proof() {
+                Proof::Always => assert!(
+                    phrase.starts_with("**Incompatible**") || phrase == "Incompatible",
+                    "{answer:?}: {phrase}"
+                ),
+                Proof::Under(profiles) => {
+                    assert!(phrase.starts_with("**Incompatible**"), "{answer:?}");
+                    assert!(phrase.contains("**Inconclusive**"), "{answer:?}");
+                    for p in profiles {
+                        assert!(phrase.contains(&format!("`{p:?}`")), "{answer:?}: {p:?}");
+                    }
+                }
+                Proof::Never => assert!(
+                    phrase.contains("Inconclusive") && !phrase.contains("Incompatible")
+                        || phrase.starts_with("none"),
+                    "{answer:?}: {phrase}"
+                ),
+            }
+        }
+        for row in &agents {
+            let covered = LoadAnswer::ALL.iter().any(|a| {
+                let (table, key, _) = a.readme();
+                table == ReadmeTable::Agents && row[0].starts_with(key)
+            }) || row[0].starts_with("claude-code-acp \u{2264} 0.15");
+            assert!(covered, "README row {:?} has no catalogue entry", row[0]);
+        }
+    }
+
+    /// The production classifier agrees with the catalogue's labels, entry by entry and
+    /// profile by profile (the labels are data from the README; the classifier is code).
+    #[test]
+    fn the_core_classifier_agrees_with_every_catalogue_label() {
+        use palisade_core::classify::{
+            classify, LoadFailure, LoadOutcome, LoadVerdict, RpcError as Classified, TransportState,
+        };
+        let id = "sess-7";
+        for answer in LoadAnswer::ALL {
+            let Some(error) = answer.error(id) else {
+                assert_eq!(answer.proof(), Proof::Never);
+                continue;
+            };
+            let outcome = LoadOutcome {
+                load_capability: Some(true),
+                requested_session: id.to_owned(),
+                result: LoadFailure::Rpc(Classified {
+                    code: error.code,
+                    message: error.message.clone(),
+                    data_details: error
+                        .data
+                        .as_ref()
+                        .and_then(|d| d.get("details"))
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                    data_present: error.data.is_some(),
+                }),
+                transport: TransportState::Open,
+            };
+            for profile in AgentProfile::ALL {
+                let verdict = classify(&outcome, profile).verdict;
+                assert_eq!(
+                    verdict == LoadVerdict::Incompatible,
+                    answer.proof().holds(profile),
+                    "{answer:?} under {profile:?}: {verdict:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn near_misses_and_transients_are_what_a_session_the_agent_has_may_get() {
+        let existing: Vec<LoadAnswer> = LoadAnswer::for_existing_session().collect();
+        assert!(existing.contains(&LoadAnswer::RespelledId));
+        assert!(existing.contains(&LoadAnswer::AuthRequired));
+        assert!(!existing.contains(&LoadAnswer::CodexAcp));
+        assert!(LoadAnswer::ALL
+            .iter()
+            .any(|a| a.near_miss() && a.proof() == Proof::Always));
+        assert!(LoadAnswer::ALL
+            .iter()
+            .any(|a| a.near_miss() && a.proof() == Proof::Never));
+        let long = LoadAnswer::LongDetails.error("sess-1").expect("an error");
+        assert!(long.data.expect("data").to_string().len() > LONG_DATA_BYTES);
     }
 }

@@ -443,6 +443,20 @@ fn cmd_run(args: RunArgs) -> Result<u8, Fail> {
     let timed = runner::run_isolated(&resolved.scenario, args.seed, None, args.mutant);
     let (rec, trace) = sweep::record(0, args.seed, timed, true);
     let trace = trace.unwrap_or_default();
+    // What the seed drew besides its faults (swarm over configuration and environment).
+    let plan = crate::world::plan::draw(&resolved.scenario, args.seed);
+    if let Some(config) = &plan.config {
+        eprintln!(
+            "config: {}",
+            serde_json::to_string(config).unwrap_or_default()
+        );
+    }
+    if let Some(env) = &plan.environment {
+        eprintln!(
+            "environment: {}",
+            serde_json::to_string(env).unwrap_or_default()
+        );
+    }
     match &args.trace {
         Some(path) => {
             let mut text = trace.join("\n");

@@ -9,7 +9,9 @@
 //! 2. **Sessions.** Zeller's ddmin (complement-only) over the sessions whose clients run;
 //!    a session cut from the workload takes its faults with it.
 //! 3. **Faults.** The empty plan first, then ddmin over the faults left.
-//! 4. **Turns per session**, then **notifications per turn**: the smallest cap that still
+//! 4. **Configuration and environment** a seed drew (swarm over configuration and
+//!    environment): back to the scenario's own, all at once, else one field at a time.
+//! 5. **Turns per session**, then **notifications per turn**: the smallest cap that still
 //!    fails, searched from below.
 //!
 //! The passes repeat until none removes anything (or [`MAX_RUNS`] is spent): removing a
@@ -29,6 +31,7 @@ use crate::failure::{FailureFile, Loaded, Minimized};
 use crate::runner::{self, SeedRun, Timed};
 use crate::scenario::Scenario;
 use crate::sweep::PANIC_INVARIANT;
+use crate::world::setup::{Environment, RunConfig};
 use crate::world::{Fault, FaultPlan, Mutant, SeedOutcome};
 
 /// The most seed runs one minimisation may take: a bound on its time, not on its quality
@@ -335,6 +338,57 @@ impl Search<'_> {
         }
     }
 
+    /// The drawn configuration and environment, back toward the scenario's own: all of it
+    /// at once, then one field at a time, while the invariant still fails.
+    fn setup(&mut self) {
+        let scenario = self.target.scenario;
+        let (config, env) = (RunConfig::fixed(scenario), Environment::fixed(scenario));
+        let whole = |p: &FaultPlan| {
+            p.config.as_ref().is_none_or(|c| *c == config)
+                && p.environment.as_ref().is_none_or(|e| *e == env)
+        };
+        if whole(&self.best.plan) || self.spent() {
+            return;
+        }
+        let mut all = self.best.plan.clone();
+        all.config = all.config.map(|_| config.clone());
+        all.environment = all.environment.map(|_| env.clone());
+        if self.round(vec![all], false).is_some() {
+            return;
+        }
+        while !self.spent() {
+            let plan = &self.best.plan;
+            let mut candidates = Vec::new();
+            if let Some(c) = &plan.config {
+                for c in c.toward(&config) {
+                    candidates.push(FaultPlan {
+                        config: Some(c),
+                        ..plan.clone()
+                    });
+                }
+            }
+            if let Some(e) = &plan.environment {
+                for e in e.toward(&env) {
+                    candidates.push(FaultPlan {
+                        environment: Some(e),
+                        ..plan.clone()
+                    });
+                }
+            }
+            // A cut of the notifications beyond the environment's own no longer holds.
+            let most = |p: &FaultPlan| p.max_notifications(scenario);
+            candidates.retain(|p| {
+                p.workload
+                    .notifications_per_turn
+                    .is_none_or(|n| n <= most(p))
+                    && p.validate(scenario).is_ok()
+            });
+            if self.round(candidates, false).is_none() {
+                return;
+            }
+        }
+    }
+
     fn turns(&mut self) {
         let turns = self.target.scenario.workload.turns_per_session;
         let current = self.best.plan.workload.turns(turns);
@@ -342,7 +396,7 @@ impl Search<'_> {
     }
 
     fn notifications(&mut self) {
-        let most = self.target.scenario.workload.notifications_per_turn.hi;
+        let most = self.best.plan.max_notifications(self.target.scenario);
         let current = self.best.plan.workload.notifications(most);
         self.cap(current, |p, v| p.workload.notifications_per_turn = Some(v));
     }
@@ -373,6 +427,7 @@ pub fn minimize(
         let before = search.best.plan.clone();
         search.sessions();
         search.faults();
+        search.setup();
         search.turns();
         search.notifications();
         search.horizon(baseline);

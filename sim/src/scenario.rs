@@ -168,6 +168,13 @@ pub struct Scenario {
     /// Core configuration overrides; an absent field keeps the core's default.
     #[serde(default)]
     pub core: CoreOverrides,
+    /// Swarm over configuration: each seed draws the core's configuration from these
+    /// ranges (a value `[core]` sets is kept).
+    #[serde(default)]
+    pub config: ConfigSwarm,
+    /// Swarm over the environment: each seed draws its agents and their streams.
+    #[serde(default)]
+    pub environment: EnvironmentSwarm,
     /// What must hold beyond the always-checked invariants.
     #[serde(default)]
     pub expect: Expect,
@@ -189,6 +196,8 @@ impl Default for Scenario {
             steps: Vec::new(),
             limits: Limits::default(),
             core: CoreOverrides::default(),
+            config: ConfigSwarm::default(),
+            environment: EnvironmentSwarm::default(),
             expect: Expect::default(),
         }
     }
@@ -483,6 +492,68 @@ pub struct CoreOverrides {
     /// The deadline of a startup.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub start_deadline_ms: Option<u64>,
+}
+
+/// Swarm over configuration (`[config]`): with `swarm = true` each seed draws its own core
+/// and engine configuration from these ranges, log-uniformly (tight values as often as
+/// loose ones); a value pinned in `[core]` is kept. The drawn configuration is part of the
+/// seed's plan (`world::setup`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConfigSwarm {
+    /// Whether seeds draw their configuration.
+    pub swarm: bool,
+    /// Steps of the recovery schedule (0: recovery disabled).
+    pub recovery_steps: Bounds<u32>,
+    /// Each step's delay.
+    pub recovery_delay_ms: Bounds<u64>,
+    /// The whole schedule at most (a drawn one is halved until it fits).
+    pub recovery_total_ms: u64,
+    /// How long a joiner waits.
+    pub join_wait_ms: Bounds<u64>,
+    /// A generation lease's lifetime.
+    pub lease_ms: Bounds<u64>,
+    /// The deadline of a teardown.
+    pub stop_deadline_ms: Bounds<u64>,
+    /// The deadline of a startup.
+    pub start_deadline_ms: Bounds<u64>,
+    /// Each session's delivery queue (a quarter of the seeds take the smallest).
+    pub queue_capacity: Bounds<u32>,
+    /// The coalescer's delay.
+    pub coalesce_delay_ms: Bounds<u64>,
+    /// The coalescer's event cap.
+    pub coalesce_events: Bounds<u32>,
+    /// The coalescer's byte cap.
+    pub coalesce_bytes: Bounds<u64>,
+}
+
+impl Default for ConfigSwarm {
+    fn default() -> Self {
+        ConfigSwarm {
+            swarm: false,
+            recovery_steps: Bounds::new(0, 4),
+            recovery_delay_ms: Bounds::new(1, 4_000),
+            recovery_total_ms: 8_000,
+            join_wait_ms: Bounds::new(1, 30_000),
+            lease_ms: Bounds::new(1, 5_000),
+            stop_deadline_ms: Bounds::new(1, 10_000),
+            start_deadline_ms: Bounds::new(100, 10_000),
+            queue_capacity: Bounds::new(1, 1_024),
+            coalesce_delay_ms: Bounds::new(0, 100),
+            coalesce_events: Bounds::new(1, 64),
+            coalesce_bytes: Bounds::new(1, 8_192),
+        }
+    }
+}
+
+/// Swarm over the environment (`[environment]`): with `swarm = true` each seed draws which
+/// real agent its runtimes are, how they stream, and loads of sessions they have fail with
+/// any answer of the catalogue (`world::setup`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EnvironmentSwarm {
+    /// Whether seeds draw their environment.
+    pub swarm: bool,
 }
 
 /// What must hold beyond the invariants the oracle always checks.
@@ -886,6 +957,7 @@ impl Scenario {
         }
 
         self.validate_core()?;
+        self.validate_config_swarm()?;
 
         for (i, mark) in self.expect.min_marks.iter().enumerate() {
             let path = [Field("expect"), Field("min_marks"), Index(i)];
@@ -966,6 +1038,102 @@ impl Scenario {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// `[config]`'s ranges: each within what `Config::validate` accepts and the liveness
+    /// window allows, so that every configuration a seed draws can run.
+    fn validate_config_swarm(&self) -> Result<(), Invalid> {
+        use Key::Field;
+        let c = &self.config;
+        if !c.swarm {
+            // Nothing is drawn from the ranges: the scenario's own `[core]` runs.
+            return Ok(());
+        }
+        let quiesce = self.limits.quiesce_ms;
+        let path = |field: &'static str| [Field("config"), Field(field)];
+        let why =
+            "limits.quiesce_ms: a deadline longer than the liveness window is never seen to pass";
+        for (field, range, lo, hi, bound) in [
+            ("recovery_delay_ms", c.recovery_delay_ms, 0, quiesce, why),
+            (
+                "join_wait_ms",
+                c.join_wait_ms,
+                1,
+                MAX_JOIN_WAIT_MS,
+                "MAX_JOIN_WAIT_MS",
+            ),
+            ("lease_ms", c.lease_ms, 1, quiesce, why),
+            ("stop_deadline_ms", c.stop_deadline_ms, 1, quiesce, why),
+            ("start_deadline_ms", c.start_deadline_ms, 1, quiesce, why),
+            (
+                "coalesce_delay_ms",
+                c.coalesce_delay_ms,
+                0,
+                palisade_core::delivery::MAX_COALESCE_DELAY_MS,
+                "palisade_core::delivery::MAX_COALESCE_DELAY_MS",
+            ),
+            (
+                "coalesce_bytes",
+                c.coalesce_bytes,
+                1,
+                palisade_core::delivery::MAX_COALESCE_BYTES,
+                "palisade_core::delivery::MAX_COALESCE_BYTES",
+            ),
+        ] {
+            check_range(&path(field), range)?;
+            if range.lo < lo {
+                return Err(invalid(
+                    &path(field),
+                    format!("`{field}` starts at {lo}, not {}", range.lo),
+                ));
+            }
+            at_most(&path(field), range.hi, hi, bound)?;
+        }
+        for (field, range, hi, bound) in [
+            (
+                "recovery_steps",
+                c.recovery_steps,
+                palisade_core::MAX_RECOVERY_STEPS as u64,
+                "palisade_core::MAX_RECOVERY_STEPS",
+            ),
+            (
+                "queue_capacity",
+                c.queue_capacity,
+                palisade_core::delivery::MAX_QUEUE_CAPACITY as u64,
+                "palisade_core::delivery::MAX_QUEUE_CAPACITY",
+            ),
+            (
+                "coalesce_events",
+                c.coalesce_events,
+                palisade_core::delivery::MAX_COALESCE_EVENTS as u64,
+                "palisade_core::delivery::MAX_COALESCE_EVENTS",
+            ),
+        ] {
+            check_range(&path(field), range)?;
+            if field != "recovery_steps" && range.lo == 0 {
+                return Err(invalid(
+                    &path(field),
+                    format!("`{field}` starts at 1, not 0"),
+                ));
+            }
+            at_most(&path(field), u64::from(range.hi), hi, bound)?;
+        }
+        if c.recovery_total_ms < u64::from(c.recovery_steps.hi).max(1) {
+            return Err(invalid(
+                &path("recovery_total_ms"),
+                format!(
+                    "recovery_total_ms = {} cannot hold {} steps of at least 1 ms",
+                    c.recovery_total_ms, c.recovery_steps.hi
+                ),
+            ));
+        }
+        at_most(
+            &path("recovery_total_ms"),
+            c.recovery_total_ms,
+            quiesce,
+            why,
+        )?;
         Ok(())
     }
 

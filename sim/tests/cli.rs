@@ -3,9 +3,8 @@
 //!
 //! With no mutant every shipped scenario holds, so failing seeds come from mutants of the
 //! core (`--mutant NAME`). The seeds below were measured against the real world:
-//! `double-replay-block` fails swarm seed 7 and no other swarm seed in 0..10 (and several
-//! other scenarios within seeds 0..10); `stale-callback-dispatches` fails cancel-storm
-//! seed 0.
+//! `timeout-fallback` fails swarm (version 5) seed 2 and no other swarm seed in 0..10;
+//! `stale-callback-dispatches` fails cancel-storm seed 0.
 
 mod common;
 
@@ -54,11 +53,11 @@ fn comparable(mut summary: Value) -> Value {
 }
 
 /// The mutant the sweep, replay and minimize tests switch on.
-const MUTANT: &str = "double-replay-block";
+const MUTANT: &str = "timeout-fallback";
 /// The one seed of swarm that [`MUTANT`] fails among 0..10.
-const MUTANT_SEED: u64 = 7;
+const MUTANT_SEED: u64 = 2;
 /// The invariant that catches it there.
-const MUTANT_INVARIANT: &str = "R8-replay-once";
+const MUTANT_INVARIANT: &str = "R6-fallback-proof";
 
 /// The text of a shipped scenario file.
 fn shipped_scenario(name: &str) -> String {
@@ -271,9 +270,12 @@ fn sweep_writes_reports_and_ends_with_one_sweep_line() {
     assert_eq!(summary["mutant"], MUTANT);
     assert_eq!(summary["failures"][0]["seed"], MUTANT_SEED);
     assert_eq!(summary["failures"][0]["invariant"], MUTANT_INVARIANT);
-    assert_eq!(summary["failures"][0]["file"], "failures/swarm-7.json");
+    assert_eq!(
+        summary["failures"][0]["file"],
+        format!("failures/swarm-{MUTANT_SEED}.json")
+    );
 
-    let failure = read_json(&dir.path("reports/failures/swarm-7.json"));
+    let failure = read_json(&dir.path(&format!("reports/failures/swarm-{MUTANT_SEED}.json")));
     for field in [
         "scenario",
         "scenario_version",
@@ -298,9 +300,11 @@ fn sweep_writes_reports_and_ends_with_one_sweep_line() {
     assert_eq!(failure["trace_hash"], summary["failures"][0]["trace_hash"]);
 
     let md = std::fs::read_to_string(dir.path("reports/summary.md")).expect("summary.md");
-    assert!(md.contains("| swarm | 4 | 10 | 0..10 | **1** |"), "{md}");
+    assert!(md.contains("| swarm | 5 | 10 | 0..10 | **1** |"), "{md}");
     assert!(
-        md.contains("palisade replay reports/failures/swarm-7.json"),
+        md.contains(&format!(
+            "palisade replay reports/failures/swarm-{MUTANT_SEED}.json"
+        )),
         "{md}"
     );
     assert!(md.contains("```mermaid\nsequenceDiagram"), "{md}");
@@ -330,7 +334,7 @@ fn replay_reproduces_a_failure_and_minimize_and_diagram_work_on_it() {
             "--scenario",
             "swarm",
             "--seed-range",
-            "5..10",
+            &format!("{MUTANT_SEED}..{}", MUTANT_SEED + 5),
             "--mutant",
             MUTANT,
             "--report-dir",
@@ -338,7 +342,7 @@ fn replay_reproduces_a_failure_and_minimize_and_diagram_work_on_it() {
         ],
     );
     expect_code(&out, 1);
-    let file = "out/failures/swarm-7.json";
+    let file = &format!("out/failures/swarm-{MUTANT_SEED}.json");
     let recorded = read_json(&dir.path(file));
     let hash = recorded["trace_hash"].as_str().expect("hash").to_string();
     let invariant = recorded["invariant"]

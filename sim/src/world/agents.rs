@@ -6,6 +6,7 @@ use palisade_core::classify::AgentProfile;
 use palisade_embed::agent_model::{Behaviour, LoadCapability, UnknownSession};
 
 use super::plan::{chance, mix, pick};
+use super::setup::Environment;
 use crate::scenario::{Agent, Scenario};
 
 /// The core profile a service would configure for `agent`.
@@ -37,11 +38,17 @@ pub(crate) fn unknown_session(agent: Agent) -> UnknownSession {
 }
 
 /// The behaviour of one agent process of a scenario, keyed by the seed and the process
-/// (so removing a fault does not change another process's behaviour).
-pub(crate) fn behaviour(scenario: &Scenario, seed: u64, process: u64) -> Behaviour {
+/// (so removing a fault does not change another process's behaviour); `env` is the
+/// seed's drawn environment (swarm over the environment), if it drew one.
+pub(crate) fn behaviour(
+    scenario: &Scenario,
+    env: Option<&Environment>,
+    seed: u64,
+    process: u64,
+) -> Behaviour {
     let w = &scenario.workload;
     let key = |salt: u64| mix(seed, process, salt, 0x0a6e);
-    let agent = w.agent;
+    let agent = env.map_or(w.agent, |e| e.agent);
     // What every real agent of the table does: none exits on stdin EOF; the rest is drawn
     // per process so a seed meets each behaviour now and then.
     Behaviour {
@@ -70,9 +77,20 @@ pub(crate) fn behaviour(scenario: &Scenario, seed: u64, process: u64) -> Behavio
             palisade_embed::agent_model::RequestFailure::Internal
         },
         answer_delay_ms: (w.load_delay_ms.lo.max(1), w.load_delay_ms.hi.max(1)),
-        events_per_prompt: (w.notifications_per_turn.lo, w.notifications_per_turn.hi),
-        event_bytes: (w.notification_bytes.lo, w.notification_bytes.hi),
-        tool_call_per_mille: pick(key(9), 0, 300) as u16,
+        events_per_prompt: match env {
+            Some(e) => (e.events_per_prompt.lo, e.events_per_prompt.hi),
+            None => (w.notifications_per_turn.lo, w.notifications_per_turn.hi),
+        },
+        event_bytes: match env {
+            Some(e) => (e.event_bytes.lo, e.event_bytes.hi),
+            None => (w.notification_bytes.lo, w.notification_bytes.hi),
+        },
+        event_wire_bytes: env.and_then(|e| e.wire_bytes).map(|b| (b.lo, b.hi)),
+        tool_call_per_mille: match env {
+            Some(e) => e.tool_call_per_mille,
+            None => pick(key(9), 0, 300) as u16,
+        },
+        resource_per_mille: env.map_or(0, |e| e.resource_per_mille),
         think_ms: (w.think_ms.lo, w.think_ms.hi),
     }
 }

@@ -5,6 +5,7 @@ mod agents;
 mod oracle;
 pub mod plan;
 mod run;
+pub mod setup;
 mod trace;
 
 use serde::{Deserialize, Serialize};

@@ -9,8 +9,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use palisade_core::classify::AgentProfile;
 use palisade_core::{AttemptId, AttemptOutcome, ExecutionId, TurnId, TurnOutcome};
-use palisade_embed::agent_model::{Behaviour, LoadCapability, Seen, StreamEvent};
+use palisade_embed::agent_model::{Behaviour, LoadAnswer, LoadCapability, Seen, StreamEvent};
 use palisade_embed::events::ConversationOrigin;
 use palisade_embed::replay::REPLAY_BLOCK_TAG;
 use palisade_embed::{OutputEvent, SessionEvent, SupervisorConfig};
@@ -41,6 +42,15 @@ pub(crate) fn v(invariant: &str, message: String, idx: u64) -> Violation {
         message,
         events: vec![idx],
     }
+}
+
+/// A `session/load` as an agent answered it.
+#[derive(Debug, Clone)]
+pub(crate) struct LoadTruth {
+    conversation: String,
+    existed: bool,
+    answer: Result<(), i64>,
+    kind: Option<LoadAnswer>,
 }
 
 /// One agent process, as the environment saw it.
@@ -114,8 +124,11 @@ pub(crate) struct Oracle {
     pub(crate) clients: BTreeMap<u32, ClientTruth>,
     /// Prompt tags per original text, in the order agents received them.
     dispatched: BTreeMap<String, Vec<String>>,
-    /// The last `session/load` answer per execution: (conversation, existed, proof-shaped).
-    loads: BTreeMap<ExecutionId, (String, bool, Result<(), i64>)>,
+    /// The last `session/load` answer per execution: the conversation, whether it
+    /// existed, the answer's code, and the catalogue entry it came from.
+    loads: BTreeMap<ExecutionId, LoadTruth>,
+    /// The profile the core was configured with (rule 6 depends on it).
+    profile: AgentProfile,
     pub(crate) turns_claimed: u32,
     schedule_len: usize,
     stop_deadline_ms: u64,
@@ -138,6 +151,7 @@ impl Oracle {
             clients: BTreeMap::new(),
             dispatched: BTreeMap::new(),
             loads: BTreeMap::new(),
+            profile: config.core.agent_profile,
             turns_claimed: 0,
             schedule_len: config.core.recovery_delays_ms.len(),
             stop_deadline_ms: config.core.stop_deadline_ms,
@@ -352,9 +366,17 @@ impl Oracle {
                 id,
                 existed,
                 answer,
+                kind,
             } => {
-                let code = answer.map_err(|e| e.code);
-                self.loads.insert(exec, (id, existed, code));
+                self.loads.insert(
+                    exec,
+                    LoadTruth {
+                        conversation: id,
+                        existed,
+                        answer: answer.map_err(|e| e.code),
+                        kind,
+                    },
+                );
             }
             _ => {}
         }
@@ -383,6 +405,18 @@ impl Oracle {
             return Ok(());
         }
         let original = strip_blocks(text);
+        let schedule = self.schedule_len;
+        self.check(
+            schedule > 0,
+            "R8-recovery-disabled",
+            || {
+                format!(
+                    "a recovery re-prompt went out although the recovery schedule is empty: \
+                     {original:?}"
+                )
+            },
+            idx,
+        )?;
         let cancelled = self
             .turns
             .iter()
@@ -595,8 +629,7 @@ impl Oracle {
             return Ok(());
         };
         let capable = p.behaviour.load_capability == LoadCapability::True;
-        let lists = p.behaviour.lists_sessions;
-        let Some((old, existed, answer)) = self.loads.get(&exec).cloned() else {
+        let Some(load) = self.loads.get(&exec).cloned() else {
             // No load was answered by this runtime: the capability was absent or false.
             return self.check(
                 !capable,
@@ -622,16 +655,25 @@ impl Oracle {
             },
             idx,
         )?;
-        // An agent that lost the conversation may be told apart; one that still has it
-        // may not, unless its own answer proved nothing and it could say so (session/list).
-        let unavoidable = matches!(answer, Err(-32002) | Err(-32601)) && !lists;
+        // The answer the agent gave is proof only as the README's table labels it, for the
+        // profile the core was configured with (the catalogue's data; no classifier code).
+        // No answer at all (a timeout) and a success prove nothing.
+        let profile = self.profile;
+        let proof = load.answer.is_err() && load.kind.is_some_and(|k| k.proof().holds(profile));
+        let LoadTruth {
+            conversation: old,
+            existed,
+            answer,
+            kind,
+        } = load;
         self.check(
-            !existed || unavoidable,
-            "R6-conversation-kept",
+            proof,
+            "R6-fallback-proof",
             || {
                 format!(
-                    "session {session}: {exec} replaced conversation {old} ({reason:?}) although \
-                     the agent still has it (its load answer: {answer:?}; session/list: {lists})"
+                    "session {session}: {exec} replaced conversation {old} ({reason:?}) after a \
+                     load answer that proves nothing under profile {profile:?}: {answer:?} \
+                     ({kind:?}; the conversation existed: {existed})"
                 )
             },
             idx,

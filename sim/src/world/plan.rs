@@ -45,6 +45,11 @@ const _: () = assert!(crate::scenario::MIN_QUIESCE_MS > SLOT_MS);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LoadErrorClass {
+    /// The agent answers this entry of the catalogue of load answers
+    /// (`palisade_embed::agent_model::LoadAnswer`) for a conversation it still has: a real
+    /// transient failure or an adversarial near-miss of a proof (swarm over the
+    /// environment).
+    Answer(palisade_embed::agent_model::LoadAnswer),
     /// The provider lost the conversation: the agent's real unknown-session answer.
     UnknownSession,
     /// −32603 with a generic message; the conversation still exists.
@@ -251,6 +256,30 @@ pub struct FaultPlan {
     /// written before the cut existed have none, and replay exactly as before.
     #[serde(default, skip_serializing_if = "WorkloadCut::is_whole")]
     pub workload: WorkloadCut,
+    /// The configuration this seed drew (`[config] swarm`); absent: the scenario's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<super::setup::RunConfig>,
+    /// The environment this seed drew (`[environment] swarm`); absent: the scenario's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<super::setup::Environment>,
+}
+
+impl FaultPlan {
+    /// The configuration the run uses: the plan's, else the scenario's own.
+    pub fn run_config(&self, scenario: &Scenario) -> super::setup::RunConfig {
+        self.config
+            .clone()
+            .unwrap_or_else(|| super::setup::RunConfig::fixed(scenario))
+    }
+
+    /// The most notifications a prompt of this plan's environment streams.
+    pub fn max_notifications(&self, scenario: &Scenario) -> u32 {
+        self.environment
+            .as_ref()
+            .map_or(scenario.workload.notifications_per_turn.hi, |e| {
+                e.events_per_prompt.hi
+            })
+    }
 }
 
 /// Why a plan cannot run against its scenario: the JSON path of the offending value in
@@ -427,7 +456,7 @@ impl FaultPlan {
                 ),
             );
         }
-        let most = scenario.workload.notifications_per_turn.hi;
+        let most = self.max_notifications(scenario);
         if cut.notifications_per_turn.is_some_and(|n| n > most) {
             return bad(
                 "plan.workload.notifications_per_turn".into(),
@@ -442,6 +471,12 @@ impl FaultPlan {
                     limits.fault_window_ms
                 ),
             );
+        }
+        if let Some(config) = &self.config {
+            config.validate(scenario)?;
+        }
+        if let Some(env) = &self.environment {
+            env.validate(scenario)?;
         }
         Ok(())
     }
@@ -635,11 +670,15 @@ pub fn draw(scenario: &Scenario, seed: u64) -> FaultPlan {
         }
     }
     faults.sort_by_key(|f| f.at_ms);
-    FaultPlan {
+    let mut plan = FaultPlan {
         swarm,
         faults,
         workload: WorkloadCut::default(),
-    }
+        config: None,
+        environment: None,
+    };
+    super::setup::draw_into(scenario, seed, &mut plan);
+    plan
 }
 
 /// A cheap deterministic mix (splitmix64) for workload and per-message decisions: keyed by

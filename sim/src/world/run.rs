@@ -24,20 +24,21 @@ use palisade_core::audit::Checker;
 use palisade_core::driver::{Observer, Step};
 use palisade_core::mutants::Mutant;
 use palisade_core::{
-    AttemptId, Config, Core, Effect, ExecutionId, RejectReason, SessionId, Timestamp, TurnId,
-    TurnOutcome, Verdict,
+    AttemptId, Core, Effect, ExecutionId, RejectReason, SessionId, Timestamp, TurnId, TurnOutcome,
+    Verdict,
 };
-use palisade_embed::agent_model::{AgentModel, MemoryStore, NextLoad, Out, Seen};
-use palisade_embed::jsonrpc::{encode_notification, encode_response, RpcError};
+use palisade_embed::agent_model::{AgentModel, LoadAnswer, MemoryStore, NextLoad, Out, Seen};
+use palisade_embed::jsonrpc::{encode_notification, encode_response};
 use palisade_embed::wire::{Incoming, Wire};
 use palisade_embed::{
     Action, AgentEvent, CloseReason, Engine, Op, ProcessExit, PromptError, RpcFailure,
     SessionEvent, SupervisorConfig,
 };
 
-use super::agents::{behaviour, profile};
+use super::agents::behaviour;
 use super::oracle::Oracle;
 use super::plan::{chance, mix, pick, Fault, FaultKind, FaultPlan, LoadErrorClass, WorkloadCut};
+use super::setup::Environment;
 use super::trace::Tracer;
 use super::Violation;
 use crate::scenario::Scenario;
@@ -48,11 +49,6 @@ const CLIENT_RETRIES: u32 = 2;
 const CLIENT_BUSY_RETRY_MS: u64 = 100;
 /// A line's trip through a pipe.
 const PIPE_MS: u64 = 1;
-/// The engine's own deadlines in the sim: short enough that a hung agent is given up on
-/// well inside the liveness window.
-const ENGINE_REQUEST_TIMEOUT_MS: u64 = 5_000;
-/// The grace a stopping agent gets to exit after its stdin closes.
-const STOP_GRACE_MS: u64 = 500;
 
 /// What happens at a time.
 #[derive(Debug)]
@@ -229,6 +225,8 @@ pub(crate) struct World {
     scenario: std::rc::Rc<Scenario>,
     seed: u64,
     mutant: Option<Mutant>,
+    /// The seed's drawn environment (swarm over the environment), if it drew one.
+    env: Option<Environment>,
     clock: madsim::time::TimeHandle,
     start_elapsed: Duration,
     now: u64,
@@ -405,7 +403,8 @@ impl World {
                 self.next_pid += 1;
                 let pid = self.next_pid;
                 let s = session.get() as u32;
-                let behaviour = behaviour(&self.scenario, self.seed, u64::from(pid));
+                let behaviour =
+                    behaviour(&self.scenario, self.env.as_ref(), self.seed, u64::from(pid));
                 let execution = self.engine.spawned(now, session, attempt, Ok(Some(pid)));
                 self.note(
                     "env",
@@ -873,15 +872,18 @@ impl World {
                             }
                         }
                     }
+                    LoadErrorClass::Answer(answer) => {
+                        p.model.set_next_load(NextLoad::Answer(answer));
+                    }
                     LoadErrorClass::Internal => p
                         .model
-                        .set_next_load(NextLoad::Error(RpcError::new(-32603, "Internal error"))),
-                    LoadErrorClass::NotFoundSubstring => p.model.set_next_load(NextLoad::Error(
-                        RpcError::new(-32603, "resource not found while resolving configuration"),
-                    )),
-                    LoadErrorClass::AuthRequired => p.model.set_next_load(NextLoad::Error(
-                        RpcError::new(-32000, "Authentication required"),
-                    )),
+                        .set_next_load(NextLoad::Answer(LoadAnswer::InternalError)),
+                    LoadErrorClass::NotFoundSubstring => p
+                        .model
+                        .set_next_load(NextLoad::Answer(LoadAnswer::NotFoundSubstring)),
+                    LoadErrorClass::AuthRequired => p
+                        .model
+                        .set_next_load(NextLoad::Answer(LoadAnswer::AuthRequired)),
                 }
             }
         }
@@ -1248,42 +1250,6 @@ impl World {
     }
 }
 
-/// The engine's configuration for a scenario.
-pub(crate) fn engine_config(scenario: &Scenario) -> SupervisorConfig {
-    let c = &scenario.core;
-    let d = Config::default();
-    let core = Config {
-        join_wait_ms: c.join_wait_ms.unwrap_or(d.join_wait_ms),
-        // Unless a scenario says otherwise, the core's start (and prompt acceptance)
-        // deadline fits three times in the liveness window, so a stalled attempt is
-        // resolved by the core, not cut off by the end of the run.
-        start_deadline_ms: c.start_deadline_ms.unwrap_or(
-            d.start_deadline_ms
-                .min((scenario.limits.quiesce_ms / 3).max(1)),
-        ),
-        lease_ms: c.lease_ms.unwrap_or(d.lease_ms),
-        stop_deadline_ms: c.stop_deadline_ms.unwrap_or(d.stop_deadline_ms),
-        recovery_delays_ms: c.recovery_delays_ms.clone().unwrap_or(d.recovery_delays_ms),
-        max_sessions: d.max_sessions,
-        agent_profile: profile(scenario.workload.agent),
-    };
-    SupervisorConfig {
-        core,
-        cwd: "/work".into(),
-        initialize_timeout_ms: ENGINE_REQUEST_TIMEOUT_MS,
-        load_timeout_ms: ENGINE_REQUEST_TIMEOUT_MS,
-        new_session_timeout_ms: ENGINE_REQUEST_TIMEOUT_MS,
-        prompt_idle_timeout_ms: 10_000,
-        stop_grace_ms: STOP_GRACE_MS,
-        delivery_queue_capacity: c
-            .queue_capacity
-            .map_or(palisade_core::delivery::DEFAULT_QUEUE_CAPACITY, |q| {
-                q as usize
-            }),
-        ..SupervisorConfig::default()
-    }
-}
-
 /// What a finished seed leaves behind.
 pub(crate) struct Finished {
     pub(crate) tracer: Tracer,
@@ -1300,7 +1266,8 @@ pub(crate) async fn run(
     mutant: Option<Mutant>,
     capture: bool,
 ) -> Finished {
-    let config = engine_config(&scenario);
+    // The seed's own configuration (swarm over configuration), else the scenario's.
+    let config = plan.run_config(&scenario).engine();
     let checker = Checker::new(&config.core)
         .full_check_every(16)
         .enabled(std::env::var_os("PALISADE_ORACLE").is_none_or(|v| v != "off"));
@@ -1340,6 +1307,7 @@ pub(crate) async fn run(
         scenario: scenario.clone(),
         seed,
         mutant,
+        env: plan.environment.clone(),
         clock,
         start_elapsed,
         now: 0,
@@ -1363,6 +1331,17 @@ pub(crate) async fn run(
         workload: plan.workload.clone(),
         violation: None,
     };
+    if plan.config.is_some() || plan.environment.is_some() {
+        // What the seed drew besides its faults, at the head of its trace.
+        let config = serde_json::to_string(&plan.config).unwrap_or_default();
+        let env = serde_json::to_string(&plan.environment).unwrap_or_default();
+        lock(&watch).tracer.line(
+            0,
+            "world",
+            "setup",
+            &[("config", &config), ("environment", &env)],
+        );
+    }
     for f in &plan.faults {
         world.post(f.at_ms, Ev::Fault(*f));
     }
