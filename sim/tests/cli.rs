@@ -730,6 +730,8 @@ fn mutants_scoreboard_is_written_and_exit_code_matches_it() {
             "2",
             "--minimize-runs",
             "30",
+            "--checks",
+            "all",
         ],
     );
     let md = std::fs::read_to_string(dir.path("reports/mutants.md")).expect("mutants.md");

@@ -40,6 +40,7 @@ pub(crate) fn v(invariant: &str, message: String, idx: u64) -> Violation {
         invariant: invariant.to_owned(),
         message,
         events: vec![idx],
+        by: super::CaughtBy::GroundTruth,
     }
 }
 
