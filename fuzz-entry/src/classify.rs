@@ -1,7 +1,8 @@
 //! `classify`: any failed `session/load`, under any agent profile.
 //!
 //! The classifier must never panic, must be deterministic, and must follow the documented
-//! table of DESIGN rule 6, which [`reference`] restates independently: transport death
+//! table of DESIGN rule 6, which [`reference`] (`palisade-reference`, a crate that cannot
+//! see the core) restates independently: transport death
 //! first and only from the transport's state; a cancelled load never falls back;
 //! capability absent or false, −32601 and −32002 fall back; −32000 and −32800 never do;
 //! otherwise only an *exact* projection falls back (never a substring), and a profile only
@@ -66,7 +67,6 @@ const TEXTS: [&str; 12] = [
 const RESOURCE_PREFIX: &str = "Resource not found: ";
 const CODEX_PREFIX: &str = "no rollout found for thread id ";
 const METHOD_PROJECTION: &str = "\"Method not found\": session/load";
-const CLAUDE_DETAILS: &str = "Session not found";
 
 /// How a string field is made. Menu entries and prefix compositions make the exact
 /// projections (and their near misses) one byte away.
@@ -255,54 +255,49 @@ impl Case {
     }
 }
 
-/// Rule 6, restated from DESIGN.md and the classifier's documented table, without looking
-/// at the implementation.
+/// Rule 6 as the independent reference states it (`palisade-reference`, which does not
+/// depend on `palisade-core`), as a verdict of the core's type.
 pub fn reference(o: &LoadOutcome, profile: AgentProfile) -> LoadVerdict {
-    if o.transport != TransportState::Open {
-        return LoadVerdict::TransportDead;
-    }
-    if o.result == LoadFailure::Cancelled {
-        return LoadVerdict::Inconclusive;
-    }
-    if o.load_capability != Some(true) {
-        return LoadVerdict::Incompatible;
-    }
-    let e = match &o.result {
-        LoadFailure::Rpc(e) => e,
-        LoadFailure::TimedOut | LoadFailure::Cancelled => return LoadVerdict::Inconclusive,
+    use palisade_reference::rule6 as r6;
+    let agent = match profile {
+        AgentProfile::Generic => r6::Agent::Generic,
+        AgentProfile::ClaudeAgentAcp => r6::Agent::ClaudeAgentAcp,
+        AgentProfile::ClaudeCodeAcp => r6::Agent::ClaudeCodeAcp,
+        AgentProfile::CodexAcpRust => r6::Agent::CodexAcpRust,
+        AgentProfile::CodexAcpTs => r6::Agent::CodexAcpTs,
+        AgentProfile::GeminiCli => r6::Agent::GeminiCli,
+        AgentProfile::Goose => r6::Agent::Goose,
+        AgentProfile::Opencode => r6::Agent::Opencode,
     };
-    if e.code == RpcError::METHOD_NOT_FOUND || e.code == RpcError::RESOURCE_NOT_FOUND {
-        return LoadVerdict::Incompatible;
-    }
-    if e.code == RpcError::AUTH_REQUIRED || e.code == RpcError::REQUEST_CANCELLED {
-        return LoadVerdict::Inconclusive;
-    }
-    let session = o.requested_session.as_str();
-    let names_session = |prefix: &str, text: &str| {
-        !session.is_empty() && text.len() == prefix.len() + session.len() && {
-            text.starts_with(prefix) && text.ends_with(session)
-        }
+    let answer = match &o.result {
+        LoadFailure::Rpc(e) => r6::Answer::Error {
+            code: e.code,
+            message: &e.message,
+            details: e.data_details.as_deref(),
+        },
+        LoadFailure::TimedOut => r6::Answer::NoAnswer,
+        LoadFailure::Cancelled => r6::Answer::Cancelled,
     };
-    if names_session(RESOURCE_PREFIX, &e.message) || e.message == METHOD_PROJECTION {
-        return LoadVerdict::Incompatible;
-    }
-    let internal = e.code == RpcError::INTERNAL_ERROR;
-    let details = e.data_details.as_deref();
-    let profile_proof = match profile {
-        AgentProfile::ClaudeAgentAcp | AgentProfile::ClaudeCodeAcp => {
-            internal && details == Some(CLAUDE_DETAILS)
-        }
-        AgentProfile::CodexAcpTs => {
-            internal
-                && (names_session(CODEX_PREFIX, &e.message)
-                    || details.is_some_and(|d| names_session(CODEX_PREFIX, d)))
-        }
-        _ => false,
+    let load = r6::FailedLoad {
+        agent,
+        capability: match o.load_capability {
+            Some(true) => r6::Capability::True,
+            Some(false) => r6::Capability::False,
+            None => r6::Capability::Absent,
+        },
+        requested: &o.requested_session,
+        answer,
+        listing: r6::Listing::Unknown,
+        transport: match o.transport {
+            TransportState::Open => r6::Transport::Open,
+            TransportState::Closed => r6::Transport::Closed,
+            TransportState::ProcessExited => r6::Transport::ProcessExited,
+        },
     };
-    if profile_proof {
-        LoadVerdict::Incompatible
-    } else {
-        LoadVerdict::Inconclusive
+    match r6::judge(&load) {
+        r6::Judgement::Replace => LoadVerdict::Incompatible,
+        r6::Judgement::Keep => LoadVerdict::Inconclusive,
+        r6::Judgement::Respawn => LoadVerdict::TransportDead,
     }
 }
 

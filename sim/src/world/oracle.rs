@@ -9,11 +9,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use palisade_core::classify::AgentProfile;
 use palisade_core::{AttemptId, AttemptOutcome, ExecutionId, TurnId, TurnOutcome};
 use palisade_embed::agent_model::{Behaviour, LoadCapability, Seen, StreamEvent};
-use palisade_embed::events::ConversationOrigin;
+use palisade_embed::jsonrpc::RpcError;
 use palisade_embed::replay::REPLAY_BLOCK_TAG;
 use palisade_embed::{OutputEvent, SessionEvent, SupervisorConfig};
+use palisade_reference::rule6;
 
 use super::Violation;
 use crate::scenario::Scenario;
@@ -71,6 +73,17 @@ pub(crate) struct PromptTruth {
     pub(crate) answered: Option<bool>,
 }
 
+/// One `session/load` as an agent process received and answered it.
+#[derive(Debug, Clone)]
+pub(crate) struct LoadTruth {
+    /// The conversation asked for.
+    pub(crate) id: String,
+    /// Whether it existed on the agent's disk.
+    pub(crate) existed: bool,
+    /// The answer the agent wrote; `None` while it wrote none (a hung load).
+    pub(crate) answer: Option<Result<(), RpcError>>,
+}
+
 /// One prompt a client sent.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct SentTurn {
@@ -115,8 +128,10 @@ pub(crate) struct Oracle {
     pub(crate) clients: BTreeMap<u32, ClientTruth>,
     /// Prompt tags per original text, in the order agents received them.
     dispatched: BTreeMap<String, Vec<String>>,
-    /// The last `session/load` answer per execution: (conversation, existed, proof-shaped).
-    loads: BTreeMap<ExecutionId, (String, bool, Result<(), i64>)>,
+    /// The last `session/load` each agent process received, and its answer.
+    loads: BTreeMap<ExecutionId, LoadTruth>,
+    /// The agent the engine is configured for (rule 6's profile).
+    profile: AgentProfile,
     pub(crate) turns_claimed: u32,
     schedule_len: usize,
     stop_deadline_ms: u64,
@@ -139,6 +154,7 @@ impl Oracle {
             clients: BTreeMap::new(),
             dispatched: BTreeMap::new(),
             loads: BTreeMap::new(),
+            profile: config.core.agent_profile,
             turns_claimed: 0,
             schedule_len: config.core.recovery_delays_ms.len(),
             stop_deadline_ms: config.core.stop_deadline_ms,
@@ -319,6 +335,19 @@ impl Oracle {
                 }
                 Ok(())
             }
+            Seen::Load { id, existed, .. } => {
+                // A load the agent will never answer (an answered one is noted when the
+                // agent writes its answer).
+                self.loads.insert(
+                    exec,
+                    LoadTruth {
+                        id,
+                        existed,
+                        answer: None,
+                    },
+                );
+                Ok(())
+            }
             _ => Ok(()),
         }
     }
@@ -354,8 +383,14 @@ impl Oracle {
                 existed,
                 answer,
             } => {
-                let code = answer.map_err(|e| e.code);
-                self.loads.insert(exec, (id, existed, code));
+                self.loads.insert(
+                    exec,
+                    LoadTruth {
+                        id,
+                        existed,
+                        answer: Some(answer),
+                    },
+                );
             }
             _ => {}
         }
@@ -556,9 +591,8 @@ impl Oracle {
             SessionEvent::ConversationReady {
                 execution,
                 conversation,
-                origin,
                 ..
-            } => self.conversation_ready(session, *execution, conversation, *origin, idx),
+            } => self.conversation_ready(session, *execution, conversation, idx),
             SessionEvent::RuntimeExited { execution, .. } => {
                 self.clients
                     .entry(session)
@@ -573,14 +607,16 @@ impl Oracle {
         }
     }
 
-    /// Rule 6 on ground truth: a conversation the agent still has is replaced only when
-    /// nothing available could have told the two apart.
+    /// Rule 6 on ground truth: the client's conversation is replaced (a ready conversation
+    /// other than the one it was last told of) only when the agent's own answer to the
+    /// load, as it wrote it, is positive proof under the independent reference
+    /// ([`palisade_reference::rule6`], honouring the configured profile and what the
+    /// agent's `session/list` would say).
     fn conversation_ready(
         &mut self,
         session: u32,
         exec: ExecutionId,
         conversation: &str,
-        origin: ConversationOrigin,
         idx: u64,
     ) -> Result<(), Violation> {
         let previous = self
@@ -589,50 +625,104 @@ impl Oracle {
             .or_default()
             .conversation
             .replace((conversation.to_owned(), exec));
-        let ConversationOrigin::Replaced(reason) = origin else {
+        let Some((old, _)) = previous.filter(|(old, _)| old != conversation) else {
             return Ok(());
         };
         let Some(p) = self.procs.get(&exec) else {
             return Ok(());
         };
-        let capable = p.behaviour.load_capability == LoadCapability::True;
-        let lists = p.behaviour.lists_sessions;
-        let Some((old, existed, answer)) = self.loads.get(&exec).cloned() else {
-            // No load was answered by this runtime: the capability was absent or false.
-            return self.check(
-                !capable,
-                "R6-fallback-proof",
-                || {
-                    format!(
-                        "session {session}: {exec} replaced the conversation ({reason:?}) without \
-                         a failed load, although the agent can load sessions"
-                    )
-                },
-                idx,
-            );
-        };
-        let _ = previous;
         self.check(
             self.fallback_allowed,
             "R6-fallback-proof",
             || {
                 format!(
-                    "session {session}: fallback to session/new ({reason:?}) in a scenario where \
-                     every load can succeed"
+                    "session {session}: {exec} replaced conversation {old} with {conversation} \
+                     in a scenario where every load can succeed"
                 )
             },
             idx,
         )?;
-        // An agent that lost the conversation may be told apart; one that still has it
-        // may not, unless its own answer proved nothing and it could say so (session/list).
-        let unavoidable = matches!(answer, Err(-32002) | Err(-32601)) && !lists;
+        let capability = match p.behaviour.load_capability {
+            LoadCapability::True => rule6::Capability::True,
+            LoadCapability::False => rule6::Capability::False,
+            LoadCapability::Absent => rule6::Capability::Absent,
+        };
+        let load = self.loads.get(&exec).filter(|l| l.id == old);
+        let (answer, existed, listing) = match load {
+            None => (None, false, rule6::Listing::Unknown),
+            Some(l) => (
+                Some(l.answer.clone()),
+                l.existed,
+                match (p.behaviour.lists_sessions, l.existed) {
+                    (false, _) => rule6::Listing::Unknown,
+                    (true, true) => rule6::Listing::Listed,
+                    (true, false) => rule6::Listing::NotListed,
+                },
+            ),
+        };
+        let details = |e: &RpcError| {
+            e.data
+                .as_ref()
+                .and_then(|d| d.get("details"))
+                .and_then(|d| d.as_str())
+                .map(str::to_owned)
+        };
+        let (code, message, detail) = match &answer {
+            Some(Some(Err(e))) => (e.code, e.message.clone(), details(e)),
+            _ => (0, String::new(), None),
+        };
+        let wire_answer = match &answer {
+            // No load reached this agent: only its capability can be the proof.
+            None => rule6::Answer::NoAnswer,
+            Some(None) => rule6::Answer::NoAnswer,
+            // A load that succeeded is no proof of anything.
+            Some(Some(Ok(()))) => rule6::Answer::NoAnswer,
+            Some(Some(Err(_))) => rule6::Answer::Error {
+                code,
+                message: &message,
+                details: detail.as_deref(),
+            },
+        };
+        let judged = rule6::judge(&rule6::FailedLoad {
+            agent: reference_agent(self.profile),
+            capability,
+            requested: &old,
+            answer: wire_answer,
+            listing,
+            // The agent answered (or was silent) on an open connection: the new
+            // conversation came over the same one.
+            transport: rule6::Transport::Open,
+        });
+        if judged == rule6::Judgement::Replace {
+            return Ok(());
+        }
+        let said = match &answer {
+            None => format!("no load; loadSession {:?}", p.behaviour.load_capability),
+            Some(None) => "no answer to its load".to_owned(),
+            Some(Some(Ok(()))) => "it loaded the conversation".to_owned(),
+            Some(Some(Err(e))) => format!("{} {:?} (data {:?})", e.code, e.message, e.data),
+        };
+        let lists = p.behaviour.lists_sessions;
+        let invariant = if existed {
+            "R6-conversation-kept"
+        } else {
+            "R6-fallback-proof"
+        };
         self.check(
-            !existed || unavoidable,
-            "R6-conversation-kept",
+            false,
+            invariant,
             || {
                 format!(
-                    "session {session}: {exec} replaced conversation {old} ({reason:?}) although \
-                     the agent still has it (its load answer: {answer:?}; session/list: {lists})"
+                    "session {session}: {exec} replaced conversation {old} (which {}) with \
+                     {conversation}, but the agent's answer proves nothing under rule 6 \
+                     ({:?} profile): {said}; its session/list: {}",
+                    if existed {
+                        "the agent still has"
+                    } else {
+                        "is gone"
+                    },
+                    self.profile,
+                    if lists { "lists sessions" } else { "none" }
                 )
             },
             idx,
@@ -810,6 +900,20 @@ impl Oracle {
             }
         }
         Ok(())
+    }
+}
+
+/// The configured profile, as the reference names it.
+fn reference_agent(profile: AgentProfile) -> rule6::Agent {
+    match profile {
+        AgentProfile::Generic => rule6::Agent::Generic,
+        AgentProfile::ClaudeAgentAcp => rule6::Agent::ClaudeAgentAcp,
+        AgentProfile::ClaudeCodeAcp => rule6::Agent::ClaudeCodeAcp,
+        AgentProfile::CodexAcpRust => rule6::Agent::CodexAcpRust,
+        AgentProfile::CodexAcpTs => rule6::Agent::CodexAcpTs,
+        AgentProfile::GeminiCli => rule6::Agent::GeminiCli,
+        AgentProfile::Goose => rule6::Agent::Goose,
+        AgentProfile::Opencode => rule6::Agent::Opencode,
     }
 }
 
