@@ -18,7 +18,7 @@ use arbitrary::Unstructured;
 use palisade_core::audit::Checker;
 use palisade_core::classify::{
     classify, AgentProfile, ClassifyReason, LoadFailure, LoadOutcome, LoadVerdict, Projection,
-    RpcError, TransportState,
+    RpcError, SessionListing, TransportState,
 };
 use palisade_core::driver::{Driver, LeaseCheck, Output};
 use palisade_core::mutants::Mutant;
@@ -157,6 +157,9 @@ pub struct Case {
     pub details: Option<Text>,
     /// Whether `data` was present.
     pub data_present: bool,
+    /// The agent's `session/list` about the session: 1 listed, 2 not listed, else unknown
+    /// (modulo 3; the last byte, so inputs written before it decode as before).
+    pub listing: u8,
 }
 
 impl Case {
@@ -173,6 +176,7 @@ impl Case {
         let message = Text::decode(&mut u);
         let details = (byte(&mut u) % 2 == 1).then(|| Text::decode(&mut u));
         let data_present = byte(&mut u) % 2 == 1;
+        let listing = byte(&mut u);
         Case {
             profile,
             transport,
@@ -184,6 +188,7 @@ impl Case {
             message,
             details,
             data_present,
+            listing,
         }
     }
 
@@ -210,6 +215,9 @@ impl Case {
             }
         }
         w.byte(u8::from(self.data_present));
+        if self.listing != 0 {
+            w.byte(self.listing);
+        }
         w.into_bytes()
     }
 
@@ -251,6 +259,11 @@ impl Case {
                 2 => TransportState::ProcessExited,
                 _ => TransportState::Open,
             },
+            listing: match self.listing % 3 {
+                1 => SessionListing::Listed,
+                2 => SessionListing::NotListed,
+                _ => SessionListing::Unknown,
+            },
         }
     }
 }
@@ -287,7 +300,11 @@ pub fn reference(o: &LoadOutcome, profile: AgentProfile) -> LoadVerdict {
         },
         requested: &o.requested_session,
         answer,
-        listing: r6::Listing::Unknown,
+        listing: match o.listing {
+            SessionListing::Unknown => r6::Listing::Unknown,
+            SessionListing::Listed => r6::Listing::Listed,
+            SessionListing::NotListed => r6::Listing::NotListed,
+        },
         transport: match o.transport {
             TransportState::Open => r6::Transport::Open,
             TransportState::Closed => r6::Transport::Closed,
@@ -587,6 +604,7 @@ mod tests {
             message: Text::CodexPrefix,
             details: Some(Text::MenuThen(5, b"!".to_vec())),
             data_present: true,
+            listing: 1,
         };
         assert_eq!(Case::decode(&case.encode()), case);
     }
@@ -598,6 +616,7 @@ mod tests {
             requested_session: "sess-1".into(),
             result: LoadFailure::Rpc(RpcError::new(code, message)),
             transport: TransportState::Open,
+            listing: SessionListing::Unknown,
         };
         let g = AgentProfile::Generic;
         assert_eq!(
