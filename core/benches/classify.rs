@@ -11,7 +11,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use palisade_core::classify::{
-    classify, AgentProfile, LoadFailure, LoadOutcome, RpcError, TransportState,
+    classify, AgentProfile, LoadFailure, LoadOutcome, RpcError, SessionListing, TransportState,
 };
 
 const SESSION: &str = "0199a3c4-5b6d-7e8f-9a0b-1c2d3e4f5a6b";
@@ -28,6 +28,7 @@ fn answer(code: i64, message: &str, details: Option<&str>) -> LoadOutcome {
             data_present: details.is_some(),
         }),
         transport: TransportState::Open,
+        listing: SessionListing::Unknown,
     }
 }
 
@@ -37,6 +38,7 @@ fn with(result: LoadFailure, transport: TransportState) -> LoadOutcome {
         requested_session: SESSION.to_owned(),
         result,
         transport,
+        listing: SessionListing::Unknown,
     }
 }
 

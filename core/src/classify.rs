@@ -10,6 +10,13 @@
 //! - the agent's message is an **exact**, documented projection of one of those answers that
 //!   names the requested session or the `session/load` method (see [`Projection`]).
 //!
+//! A "not found" answer (−32002 or a projection of it) is proof only by the agent's word,
+//! and agents are wrong about it: claude-agent-acp 0.23 answers `−32002 Resource not found`
+//! whenever its Claude subprocess closes before the first answer, for a session it has.
+//! So when the embedder asked the agent's `session/list` and the agent lists the requested
+//! session ([`SessionListing::Listed`]), the conversation is kept:
+//! [`ClassifyReason::ListedByAgent`], inconclusive.
+//!
 //! Everything else — timeouts, cancellations, −32603 internal errors, −32000 auth required,
 //! −32800 request cancelled, any other code — is [`LoadVerdict::Inconclusive`]: the failure is
 //! propagated and the conversation token is kept. A message is never searched for words:
@@ -25,7 +32,8 @@
 //!
 //! ```
 //! use palisade_core::classify::{
-//!     classify, AgentProfile, LoadFailure, LoadOutcome, LoadVerdict, RpcError, TransportState,
+//!     classify, AgentProfile, LoadFailure, LoadOutcome, LoadVerdict, RpcError, SessionListing,
+//!     TransportState,
 //! };
 //!
 //! let outcome = LoadOutcome {
@@ -36,6 +44,7 @@
 //!         "resource not found while resolving configuration",
 //!     )),
 //!     transport: TransportState::Open,
+//!     listing: SessionListing::Unknown,
 //! };
 //! // A substring proves nothing: keep the conversation and report the failure.
 //! let classification = classify(&outcome, AgentProfile::Generic);
@@ -60,6 +69,23 @@ pub struct LoadOutcome {
     pub result: LoadFailure,
     /// The state of the agent connection when the failure was observed.
     pub transport: TransportState,
+    /// What the agent's `session/list` said about the requested session, when the embedder
+    /// asked it (see [`ClassifyReason::may_be_overturned_by_listing`]).
+    #[serde(default)]
+    pub listing: SessionListing,
+}
+
+/// What the agent's `session/list` said about the requested session.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SessionListing {
+    /// Not asked (the agent does not list sessions, or the answer did not need it), or
+    /// no usable answer.
+    #[default]
+    Unknown,
+    /// The agent lists the session: it still has the conversation.
+    Listed,
+    /// The agent's list does not have it.
+    NotListed,
 }
 
 /// How a `session/load` request failed.
@@ -154,6 +180,14 @@ pub enum AgentProfile {
 }
 
 impl AgentProfile {
+    /// Whether this agent answers `session/list`, whatever its `initialize` advertises:
+    /// claude-agent-acp 0.23 does (issue 13 saw it list a session it had just answered
+    /// −32002 for). An embedder asks an agent that advertises the method, or whose profile
+    /// says it has one, before acting on a "not found".
+    pub const fn lists_sessions(self) -> bool {
+        matches!(self, AgentProfile::ClaudeAgentAcp)
+    }
+
     /// Every profile, in a fixed order.
     pub const ALL: [AgentProfile; 8] = [
         AgentProfile::Generic,
@@ -243,6 +277,9 @@ pub enum ClassifyReason {
     InvalidRequest,
     /// Any other code.
     UnknownCode(i64),
+    /// The agent said "not found" (−32002 or a projection of it), but its own
+    /// `session/list` has the session: the agent's word is contradicted, nothing is proven.
+    ListedByAgent,
 }
 
 impl ClassifyReason {
@@ -264,8 +301,25 @@ impl ClassifyReason {
             | ClassifyReason::InternalError
             | ClassifyReason::InvalidParams
             | ClassifyReason::InvalidRequest
-            | ClassifyReason::UnknownCode(_) => LoadVerdict::Inconclusive,
+            | ClassifyReason::UnknownCode(_)
+            | ClassifyReason::ListedByAgent => LoadVerdict::Inconclusive,
         }
+    }
+
+    /// Whether this proof is the agent's word that the *session* is not there, which its
+    /// own `session/list` can contradict: −32002 and the "not found" projections. An
+    /// embedder that gets such a verdict asks `session/list` before acting on it (a missing
+    /// capability or method is not about the session, so a listing changes nothing).
+    pub const fn may_be_overturned_by_listing(self) -> bool {
+        matches!(
+            self,
+            ClassifyReason::ResourceNotFound
+                | ClassifyReason::ExactProjection(
+                    Projection::ResourceNotFoundForSession
+                        | Projection::ClaudeSessionNotFound
+                        | Projection::CodexNoRolloutForSession
+                )
+        )
     }
 }
 
@@ -339,7 +393,18 @@ pub(crate) fn classify_with(
             Classification::because(R::TimedOut)
         }
         LoadFailure::Cancelled => Classification::because(R::Cancelled),
-        LoadFailure::Rpc(error) => classify_rpc(error, &outcome.requested_session, profile, mutant),
+        LoadFailure::Rpc(error) => {
+            let c = classify_rpc(error, &outcome.requested_session, profile, mutant);
+            // The agent's "not found" against its own list: the list wins, the
+            // conversation is kept.
+            if c.reason.may_be_overturned_by_listing()
+                && outcome.listing == SessionListing::Listed
+                && !mutant_on!(mutant, ListedConversationReplaced)
+            {
+                return Classification::because(R::ListedByAgent);
+            }
+            c
+        }
     }
 }
 
@@ -449,6 +514,7 @@ mod tests {
             requested_session: SESSION.to_owned(),
             result,
             transport: TransportState::Open,
+            listing: SessionListing::Unknown,
         }
     }
 
@@ -505,6 +571,38 @@ mod tests {
         // RequestError.resourceNotFound(sessionId): data is { uri }.
         let answer = with_data(rpc(-32002, &format!("Resource not found: {SESSION}")));
         assert_every_profile(&answer, incompatible(ClassifyReason::ResourceNotFound));
+    }
+
+    #[test]
+    fn a_not_found_for_a_session_the_agent_lists_is_inconclusive() {
+        // claude-agent-acp 0.23 when its Claude subprocess closed before the first answer:
+        // "not found" for a session its own session/list has.
+        let listed = |mut o: LoadOutcome| {
+            o.listing = SessionListing::Listed;
+            o
+        };
+        for answer in [
+            with_data(rpc(-32002, &format!("Resource not found: {SESSION}"))),
+            rpc(-32603, &format!("Resource not found: {SESSION}")),
+        ] {
+            assert_every_profile(&listed(answer), inconclusive(ClassifyReason::ListedByAgent));
+        }
+        assert_eq!(
+            classify(
+                &listed(ts_internal("Session not found")),
+                AgentProfile::ClaudeCodeAcp
+            ),
+            inconclusive(ClassifyReason::ListedByAgent)
+        );
+        // A listing that does not have it, or none, leaves the proof standing.
+        let mut not_listed = rpc(-32002, "Resource not found");
+        not_listed.listing = SessionListing::NotListed;
+        assert_every_profile(&not_listed, incompatible(ClassifyReason::ResourceNotFound));
+        // A missing method is about the agent, not the session: listing it changes nothing.
+        assert_every_profile(
+            &listed(rpc(-32601, "Method not found")),
+            incompatible(ClassifyReason::MethodNotFound),
+        );
     }
 
     #[test]
@@ -1021,6 +1119,13 @@ mod tests {
         }
 
         #[test]
+        fn listed_conversation_replaced_mutant_ignores_the_agents_list() {
+            let mut answer = with_data(rpc(-32002, &format!("Resource not found: {SESSION}")));
+            answer.listing = SessionListing::Listed;
+            assert!(flips(&answer, Mutant::ListedConversationReplaced));
+        }
+
+        #[test]
         fn mutants_never_hide_a_dead_transport() {
             let mut answer = outcome(LoadFailure::TimedOut);
             answer.transport = TransportState::ProcessExited;
@@ -1041,7 +1146,12 @@ mod tests {
                 ts_internal("Session not found"),
             ];
             for mutant in Mutant::ALL {
-                if matches!(mutant, Mutant::SubstringFallback | Mutant::TimeoutFallback) {
+                if matches!(
+                    mutant,
+                    Mutant::SubstringFallback
+                        | Mutant::TimeoutFallback
+                        | Mutant::ListedConversationReplaced
+                ) {
                     continue;
                 }
                 for answer in &answers {
@@ -1134,20 +1244,29 @@ mod tests {
                 1 => Just(TransportState::Closed),
                 1 => Just(TransportState::ProcessExited),
             ];
+            let listing = prop_oneof![
+                Just(SessionListing::Unknown),
+                Just(SessionListing::Listed),
+                Just(SessionListing::NotListed),
+            ];
             (
                 proptest::option::of(any::<bool>()),
                 Just(session),
                 result,
                 transport,
+                listing,
             )
-                .prop_map(|(load_capability, requested_session, result, transport)| {
-                    LoadOutcome {
-                        load_capability,
-                        requested_session,
-                        result,
-                        transport,
-                    }
-                })
+                .prop_map(
+                    |(load_capability, requested_session, result, transport, listing)| {
+                        LoadOutcome {
+                            load_capability,
+                            requested_session,
+                            result,
+                            transport,
+                            listing,
+                        }
+                    },
+                )
         })
     }
 

@@ -40,12 +40,15 @@ pub enum Mutant {
     CancelAfterAcceptTearsDown,
     /// A joiner waits forever on a hung attempt.
     UnboundedJoinWait,
+    /// A "not found" load answer replaces a conversation the agent's own `session/list`
+    /// still has (issue 13: claude-agent-acp 0.23's early subprocess exit).
+    ListedConversationReplaced,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
     /// Every mutant, in a fixed order.
-    pub const ALL: [Mutant; 14] = [
+    pub const ALL: [Mutant; 15] = [
         Mutant::TombstoneEvictionReopens,
         Mutant::ToctouGeneration,
         Mutant::SubstringFallback,
@@ -60,6 +63,7 @@ impl Mutant {
         Mutant::CleanupWithoutDeadline,
         Mutant::CancelAfterAcceptTearsDown,
         Mutant::UnboundedJoinWait,
+        Mutant::ListedConversationReplaced,
     ];
 
     /// The kebab-case name used on the command line and in reports.
@@ -79,6 +83,7 @@ impl Mutant {
             Mutant::CleanupWithoutDeadline => "cleanup-without-deadline",
             Mutant::CancelAfterAcceptTearsDown => "cancel-after-accept-tears-down",
             Mutant::UnboundedJoinWait => "unbounded-join-wait",
+            Mutant::ListedConversationReplaced => "listed-conversation-replaced",
         }
     }
 

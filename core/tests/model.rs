@@ -6,7 +6,7 @@
 
 mod common;
 use common::*;
-use palisade_core::classify::{LoadFailure, LoadOutcome, RpcError, TransportState};
+use palisade_core::classify::{LoadFailure, LoadOutcome, RpcError, SessionListing, TransportState};
 use palisade_core::*;
 use proptest::prelude::*;
 
@@ -231,6 +231,7 @@ impl World {
                         })
                     },
                     transport: TransportState::Open,
+                    listing: SessionListing::Unknown,
                 };
                 let event = match v {
                     Ev::Boot => RuntimeEvent::BootReady,

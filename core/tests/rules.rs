@@ -4,7 +4,9 @@
 
 mod common;
 use common::*;
-use palisade_core::classify::{ClassifyReason, LoadFailure, LoadOutcome, RpcError, TransportState};
+use palisade_core::classify::{
+    ClassifyReason, LoadFailure, LoadOutcome, RpcError, SessionListing, TransportState,
+};
 use palisade_core::*;
 
 type R = Result<(), String>;
@@ -35,6 +37,7 @@ fn load_failed(code: i64, message: &str) -> RuntimeEvent {
             data_present: false,
         }),
         transport: TransportState::Open,
+        listing: SessionListing::Unknown,
     })
 }
 
@@ -44,6 +47,7 @@ fn timed_out() -> RuntimeEvent {
         requested_session: "sess-1".into(),
         result: LoadFailure::TimedOut,
         transport: TransportState::Open,
+        listing: SessionListing::Unknown,
     })
 }
 
@@ -698,6 +702,41 @@ fn case_substring_is_inconclusive(mut h: H) -> R {
 #[test]
 fn not_found_substring_in_an_internal_error_is_inconclusive() {
     assert_eq!(case_substring_is_inconclusive(H::default()), Ok(()));
+}
+
+/// claude-agent-acp 0.23 answers −32002 for a session it has when its Claude subprocess
+/// closed early (issue 13); the embedder asked the agent's `session/list`, which has the
+/// session: the conversation is kept and the failure reported.
+fn case_listed_conversation_is_kept(mut h: H) -> R {
+    let (a, g) = resumed_with_token(&mut h)?;
+    let before = h.core().conversation(s(1));
+    let RuntimeEvent::LoadFailed(mut outcome) = load_failed(-32002, "Resource not found: sess-1")
+    else {
+        unreachable!("load_failed builds a LoadFailed")
+    };
+    outcome.listing = SessionListing::Listed;
+    h.cb(1, 2, Some(a), g, RuntimeEvent::LoadFailed(outcome));
+    check!(
+        h.count(|x| matches!(
+            x,
+            Effect::NewConversation {
+                reason: NewConversationReason::Fallback(_),
+                ..
+            }
+        )) == 0,
+        "a conversation the agent lists was replaced"
+    );
+    check!(h.core().conversation(s(1)) == before, "token changed");
+    check!(
+        h.count(|x| matches!(x, Effect::FailureReported { .. })) == 1,
+        "failure not reported"
+    );
+    clean(&h)
+}
+
+#[test]
+fn a_not_found_for_a_session_the_agent_lists_keeps_the_conversation() {
+    assert_eq!(case_listed_conversation_is_kept(H::default()), Ok(()));
 }
 
 #[test]
@@ -1364,6 +1403,13 @@ mod mutants {
     #[test]
     fn unbounded_join_wait() {
         caught(Mutant::UnboundedJoinWait, case_joiner_wait_is_bounded);
+    }
+    #[test]
+    fn listed_conversation_replaced() {
+        caught(
+            Mutant::ListedConversationReplaced,
+            case_listed_conversation_is_kept,
+        );
     }
     // queue-overflow-closes lives in `delivery` and is caught by its own unit test.
 }

@@ -28,6 +28,9 @@ pub const SESSION_PROMPT: &str = AGENT_METHOD_NAMES.session_prompt;
 pub const SESSION_CANCEL: &str = AGENT_METHOD_NAMES.session_cancel;
 /// `session/update`: agent → client notification.
 pub const SESSION_UPDATE: &str = CLIENT_METHOD_NAMES.session_update;
+/// `session/list`: client → agent request (an unstable ACP method; the schema crate keeps
+/// it behind a feature, so it is spelled out here).
+pub const SESSION_LIST: &str = "session/list";
 
 /// The protocol version this crate speaks.
 pub const PROTOCOL_VERSION: u16 = 1;
@@ -63,6 +66,44 @@ pub fn load_session_support(initialize_result: &Value) -> LoadSessionSupport {
         Some(Value::Bool(true)) => LoadSessionSupport::Advertised,
         Some(_) => LoadSessionSupport::Malformed,
     }
+}
+
+/// Whether an agent's `initialize` answer advertises `session/list`
+/// (`agentCapabilities.sessionCapabilities.list`, an object; `true` is read the same).
+#[must_use]
+pub fn list_sessions_support(initialize_result: &Value) -> bool {
+    let list = initialize_result
+        .get("agentCapabilities")
+        .and_then(|c| c.get("sessionCapabilities"))
+        .and_then(|c| c.get("list"));
+    matches!(list, Some(Value::Object(_) | Value::Bool(true)))
+}
+
+/// `session/list` params: every session, from `cursor` on.
+#[must_use]
+pub fn list_sessions_params(cursor: Option<&str>) -> Value {
+    match cursor {
+        Some(cursor) => serde_json::json!({ "cursor": cursor }),
+        None => serde_json::json!({}),
+    }
+}
+
+/// What a `session/list` answer says about `session_id`: `Some(true)` listed,
+/// `Some(false)` not on this page, `None` not a list at all. The cursor of the next page
+/// comes with it when there is one.
+#[must_use]
+pub fn listed_in(answer: &Value, session_id: &str) -> (Option<bool>, Option<String>) {
+    let Some(sessions) = answer.get("sessions").and_then(Value::as_array) else {
+        return (None, None);
+    };
+    let listed = sessions
+        .iter()
+        .any(|s| s.get("sessionId").and_then(Value::as_str) == Some(session_id));
+    let next = answer
+        .get("nextCursor")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    (Some(listed), next)
 }
 
 fn to_params(payload: &impl Serialize) -> Value {
@@ -149,6 +190,25 @@ mod tests {
             LoadSessionSupport::Malformed
         );
         assert_eq!(support(json!("x")), LoadSessionSupport::Malformed);
+    }
+
+    #[test]
+    fn session_list_is_read_from_capabilities_and_answers() {
+        assert!(list_sessions_support(
+            &json!({"agentCapabilities": {"sessionCapabilities": {"list": {}}}})
+        ));
+        assert!(!list_sessions_support(
+            &json!({"agentCapabilities": {"loadSession": true}})
+        ));
+        assert!(!list_sessions_support(
+            &json!({"agentCapabilities": {"sessionCapabilities": {"list": "yes"}}})
+        ));
+        let page = json!({"sessions": [{"sessionId": "s1", "cwd": "/"}], "nextCursor": "c2"});
+        assert_eq!(listed_in(&page, "s1"), (Some(true), Some("c2".into())));
+        assert_eq!(listed_in(&page, "s2"), (Some(false), Some("c2".into())));
+        assert_eq!(listed_in(&json!({"x": 1}), "s1"), (None, None));
+        assert_eq!(list_sessions_params(None), json!({}));
+        assert_eq!(list_sessions_params(Some("c2")), json!({"cursor": "c2"}));
     }
 
     #[test]

@@ -27,6 +27,12 @@
 //!   `LoadFailed` (a [`LoadOutcome`] built from the [`RpcFailure`] and the transport's
 //!   state), `ConversationCreated` (the engine mints the [`ConversationToken`] and
 //!   remembers the ACP session id it stands for), `PromptCompleted` / `PromptFailed`.
+//! - **A "not found" is checked against the agent's own list.** When a load fails with an
+//!   answer that is proof only by the agent's word (−32002 or a "not found" projection,
+//!   [`classify::ClassifyReason::may_be_overturned_by_listing`]) and the agent advertises
+//!   `session/list` (or its profile says it has one), the engine asks `session/list` (up to
+//!   [`MAX_LIST_PAGES`] pages) before it reports the failure, and says in the
+//!   [`LoadOutcome`] whether the agent lists the session: a listed session is kept.
 //! - **When is a prompt accepted?** ACP has no acknowledgement of `session/prompt`, and a
 //!   line written to a pipe proves nothing (the agent may die before reading it). The
 //!   engine reports `PromptAccepted` on the first proof that the agent works on the
@@ -54,7 +60,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 #[cfg(feature = "audit")]
 use palisade_core::audit::{Checker, Found};
-use palisade_core::classify::{self, LoadFailure, LoadOutcome, TransportState};
+use palisade_core::classify::{self, LoadFailure, LoadOutcome, SessionListing, TransportState};
 use palisade_core::delivery::{
     Batch, Coalescer, EventKind, NotificationQueue, Payload, PushError, Seq, StreamEvent,
 };
@@ -95,6 +101,10 @@ pub const PROMPT_REQUEST_DEADLINE_MS: u64 = 24 * 60 * 60 * 1000;
 /// Audit violations kept for inspection; more are only counted.
 pub const AUDIT_VIOLATIONS_KEPT: usize = 16;
 
+/// Pages of `session/list` read before a "not found" is acted on. An agent with more
+/// sessions than that is not asked further: its "not found" then stands as the proof it is.
+pub const MAX_LIST_PAGES: u32 = 8;
+
 /// Error stamps the engine mints stay below the core's own stamp bit.
 const STAMP_MASK: u64 = (1 << 63) - 1;
 
@@ -113,6 +123,9 @@ pub enum Op {
         /// Why (a fallback names its proof).
         reason: NewConversationReason,
     },
+    /// `session/list`, asked because a load failed with a "not found": does the agent
+    /// list the session it could not load?
+    List,
     /// `session/prompt` for this turn.
     Prompt {
         /// The turn.
@@ -293,6 +306,10 @@ struct Runtime {
     held: Option<(PromptState, Value)>,
     close_reason: Option<CloseReason>,
     reaped: Option<Option<ProcessExit>>,
+    /// The agent advertised `session/list` in `initialize`.
+    lists_sessions: bool,
+    /// A failed load waiting for the agent's `session/list` before it is reported.
+    listing: Option<PendingListing>,
     exit_reported: bool,
     stop_requested: bool,
     kill_requested: bool,
@@ -314,6 +331,14 @@ impl Runtime {
             Some(_) => TransportState::Closed,
         }
     }
+}
+
+/// A load failure held back while the agent's `session/list` is read.
+#[derive(Debug)]
+struct PendingListing {
+    outcome: LoadOutcome,
+    /// Pages read so far.
+    pages: u32,
 }
 
 /// Events waiting for the caller, and how many output events their batches hold: the
@@ -823,6 +848,8 @@ impl Engine {
                 held: None,
                 close_reason: None,
                 reaped: None,
+                lists_sessions: false,
+                listing: None,
                 exit_reported: false,
                 stop_requested: false,
                 kill_requested: false,
@@ -927,6 +954,7 @@ impl Engine {
                     let capability = load_capability(&answer);
                     if let Some(runtime) = self.runtimes.get_mut(&execution) {
                         runtime.load_capability = capability;
+                        runtime.lists_sessions = acp::list_sessions_support(&answer);
                     }
                     self.callback(
                         now,
@@ -943,6 +971,7 @@ impl Engine {
                 }
             },
             Op::Load { .. } => self.load_answer(now, execution, result),
+            Op::List => self.list_answer(now, execution, result),
             Op::New { reason } => self.new_answer(now, execution, reason, result),
             Op::Prompt { turn, dispatch } => {
                 self.prompt_answer(now, execution, turn, dispatch, result);
@@ -1707,13 +1736,83 @@ impl Engine {
                     requested_session: conversation,
                     result,
                     transport,
+                    listing: SessionListing::Unknown,
                 };
+                // A "not found" is the agent's word: an agent that can list its sessions is
+                // asked first whether it still has this one.
+                let profile = self.config.core.agent_profile;
+                let ask = runtime.alive()
+                    && (runtime.lists_sessions || profile.lists_sessions())
+                    && classify::classify(&outcome, profile)
+                        .reason
+                        .may_be_overturned_by_listing();
                 // The core mints the stamp of an inconclusive load; the cause is found by
                 // attempt.
                 self.remember_cause(None, attempt, FailureCause::Load(failure));
+                if ask {
+                    if let Some(runtime) = self.runtimes.get_mut(&execution) {
+                        runtime.listing = Some(PendingListing { outcome, pages: 0 });
+                    }
+                    self.ask_list(now, execution, None);
+                    return;
+                }
                 self.callback(now, execution, RuntimeEvent::LoadFailed(outcome));
             }
         }
+    }
+
+    /// Sends `session/list` (from `cursor`) for the load failure held back on `execution`.
+    fn ask_list(&mut self, now: Timestamp, execution: ExecutionId, cursor: Option<&str>) {
+        self.actions.push_back(Action::Request {
+            execution,
+            op: Op::List,
+            method: acp::SESSION_LIST,
+            params: acp::list_sessions_params(cursor),
+            deadline: now.plus_millis(self.config.load_timeout_ms),
+        });
+    }
+
+    /// The agent's `session/list` answered: the held-back load failure goes to the core
+    /// saying whether the agent lists the session (or the next page is asked for).
+    fn list_answer(
+        &mut self,
+        now: Timestamp,
+        execution: ExecutionId,
+        result: Result<Value, RpcFailure>,
+    ) {
+        let Some(runtime) = self.runtimes.get_mut(&execution) else {
+            return;
+        };
+        let Some(mut pending) = runtime.listing.take() else {
+            return;
+        };
+        match result {
+            Ok(answer) => {
+                let (listed, next) = acp::listed_in(&answer, &pending.outcome.requested_session);
+                pending.pages += 1;
+                pending.outcome.listing = match (listed, next) {
+                    (Some(true), _) => SessionListing::Listed,
+                    (Some(false), Some(cursor)) if pending.pages < MAX_LIST_PAGES => {
+                        runtime.listing = Some(pending);
+                        self.ask_list(now, execution, Some(&cursor));
+                        return;
+                    }
+                    (Some(false), None) => SessionListing::NotListed,
+                    // Past the page bound, or not a list: the agent's "not found" stands.
+                    _ => SessionListing::Unknown,
+                };
+            }
+            // The connection died meanwhile: that decides, as for the load itself.
+            Err(RpcFailure::TransportClosed | RpcFailure::Garbage { .. } | RpcFailure::Killed) => {
+                pending.outcome.transport = TransportState::Closed;
+            }
+            Err(RpcFailure::ProcessExited { .. }) => {
+                pending.outcome.transport = TransportState::ProcessExited;
+            }
+            // No list (−32601, an error, no answer in time): the "not found" stands.
+            Err(_) => {}
+        }
+        self.callback(now, execution, RuntimeEvent::LoadFailed(pending.outcome));
     }
 
     fn new_answer(
@@ -1883,6 +1982,9 @@ impl Engine {
         runtime.prompt = None;
         runtime.held = None;
         runtime.loading = None;
+        // A load failure still waiting for its listing: the exit reported below ends the
+        // attempt anyway.
+        runtime.listing = None;
         let ours = runtime.stop_requested
             || runtime.kill_requested
             || matches!(reason, CloseReason::Killed(_));

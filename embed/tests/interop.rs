@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use palisade_core::classify::{
     classify, AgentProfile, ClassifyReason, LoadFailure, LoadOutcome, LoadVerdict, RpcError,
-    TransportState,
+    SessionListing, TransportState,
 };
 use palisade_core::{ExecutionId, SessionId, TurnId, TurnOutcome};
 use palisade_embed::process::TREE_ENV;
@@ -627,6 +627,7 @@ async fn connection_checks(agent: &RealAgent, report: &mut Vec<String>) {
         requested_session: UNKNOWN_SESSION.to_owned(),
         result: LoadFailure::Rpc(seen),
         transport: TransportState::Open,
+        listing: SessionListing::Unknown,
     };
     let classification = classify(&outcome, agent.profile);
     assert_eq!(

@@ -1,7 +1,8 @@
 //! `classify`: any failed `session/load`, under any agent profile.
 //!
 //! The classifier must never panic, must be deterministic, and must follow the documented
-//! table of DESIGN rule 6, which [`reference`] restates independently: transport death
+//! table of DESIGN rule 6, which [`reference`] (`palisade-reference`, a crate that cannot
+//! see the core) restates independently: transport death
 //! first and only from the transport's state; a cancelled load never falls back;
 //! capability absent or false, −32601 and −32002 fall back; −32000 and −32800 never do;
 //! otherwise only an *exact* projection falls back (never a substring), and a profile only
@@ -17,7 +18,7 @@ use arbitrary::Unstructured;
 use palisade_core::audit::Checker;
 use palisade_core::classify::{
     classify, AgentProfile, ClassifyReason, LoadFailure, LoadOutcome, LoadVerdict, Projection,
-    RpcError, TransportState,
+    RpcError, SessionListing, TransportState,
 };
 use palisade_core::driver::{Driver, LeaseCheck, Output};
 use palisade_core::mutants::Mutant;
@@ -66,7 +67,6 @@ const TEXTS: [&str; 12] = [
 const RESOURCE_PREFIX: &str = "Resource not found: ";
 const CODEX_PREFIX: &str = "no rollout found for thread id ";
 const METHOD_PROJECTION: &str = "\"Method not found\": session/load";
-const CLAUDE_DETAILS: &str = "Session not found";
 
 /// How a string field is made. Menu entries and prefix compositions make the exact
 /// projections (and their near misses) one byte away.
@@ -157,6 +157,9 @@ pub struct Case {
     pub details: Option<Text>,
     /// Whether `data` was present.
     pub data_present: bool,
+    /// The agent's `session/list` about the session: 1 listed, 2 not listed, else unknown
+    /// (modulo 3; the last byte, so inputs written before it decode as before).
+    pub listing: u8,
 }
 
 impl Case {
@@ -173,6 +176,7 @@ impl Case {
         let message = Text::decode(&mut u);
         let details = (byte(&mut u) % 2 == 1).then(|| Text::decode(&mut u));
         let data_present = byte(&mut u) % 2 == 1;
+        let listing = byte(&mut u);
         Case {
             profile,
             transport,
@@ -184,6 +188,7 @@ impl Case {
             message,
             details,
             data_present,
+            listing,
         }
     }
 
@@ -210,6 +215,9 @@ impl Case {
             }
         }
         w.byte(u8::from(self.data_present));
+        if self.listing != 0 {
+            w.byte(self.listing);
+        }
         w.into_bytes()
     }
 
@@ -251,58 +259,62 @@ impl Case {
                 2 => TransportState::ProcessExited,
                 _ => TransportState::Open,
             },
+            listing: match self.listing % 3 {
+                1 => SessionListing::Listed,
+                2 => SessionListing::NotListed,
+                _ => SessionListing::Unknown,
+            },
         }
     }
 }
 
-/// Rule 6, restated from DESIGN.md and the classifier's documented table, without looking
-/// at the implementation.
+/// Rule 6 as the independent reference states it (`palisade-reference`, which does not
+/// depend on `palisade-core`), as a verdict of the core's type.
 pub fn reference(o: &LoadOutcome, profile: AgentProfile) -> LoadVerdict {
-    if o.transport != TransportState::Open {
-        return LoadVerdict::TransportDead;
-    }
-    if o.result == LoadFailure::Cancelled {
-        return LoadVerdict::Inconclusive;
-    }
-    if o.load_capability != Some(true) {
-        return LoadVerdict::Incompatible;
-    }
-    let e = match &o.result {
-        LoadFailure::Rpc(e) => e,
-        LoadFailure::TimedOut | LoadFailure::Cancelled => return LoadVerdict::Inconclusive,
+    use palisade_reference::rule6 as r6;
+    let agent = match profile {
+        AgentProfile::Generic => r6::Agent::Generic,
+        AgentProfile::ClaudeAgentAcp => r6::Agent::ClaudeAgentAcp,
+        AgentProfile::ClaudeCodeAcp => r6::Agent::ClaudeCodeAcp,
+        AgentProfile::CodexAcpRust => r6::Agent::CodexAcpRust,
+        AgentProfile::CodexAcpTs => r6::Agent::CodexAcpTs,
+        AgentProfile::GeminiCli => r6::Agent::GeminiCli,
+        AgentProfile::Goose => r6::Agent::Goose,
+        AgentProfile::Opencode => r6::Agent::Opencode,
     };
-    if e.code == RpcError::METHOD_NOT_FOUND || e.code == RpcError::RESOURCE_NOT_FOUND {
-        return LoadVerdict::Incompatible;
-    }
-    if e.code == RpcError::AUTH_REQUIRED || e.code == RpcError::REQUEST_CANCELLED {
-        return LoadVerdict::Inconclusive;
-    }
-    let session = o.requested_session.as_str();
-    let names_session = |prefix: &str, text: &str| {
-        !session.is_empty() && text.len() == prefix.len() + session.len() && {
-            text.starts_with(prefix) && text.ends_with(session)
-        }
+    let answer = match &o.result {
+        LoadFailure::Rpc(e) => r6::Answer::Error {
+            code: e.code,
+            message: &e.message,
+            details: e.data_details.as_deref(),
+        },
+        LoadFailure::TimedOut => r6::Answer::NoAnswer,
+        LoadFailure::Cancelled => r6::Answer::Cancelled,
     };
-    if names_session(RESOURCE_PREFIX, &e.message) || e.message == METHOD_PROJECTION {
-        return LoadVerdict::Incompatible;
-    }
-    let internal = e.code == RpcError::INTERNAL_ERROR;
-    let details = e.data_details.as_deref();
-    let profile_proof = match profile {
-        AgentProfile::ClaudeAgentAcp | AgentProfile::ClaudeCodeAcp => {
-            internal && details == Some(CLAUDE_DETAILS)
-        }
-        AgentProfile::CodexAcpTs => {
-            internal
-                && (names_session(CODEX_PREFIX, &e.message)
-                    || details.is_some_and(|d| names_session(CODEX_PREFIX, d)))
-        }
-        _ => false,
+    let load = r6::FailedLoad {
+        agent,
+        capability: match o.load_capability {
+            Some(true) => r6::Capability::True,
+            Some(false) => r6::Capability::False,
+            None => r6::Capability::Absent,
+        },
+        requested: &o.requested_session,
+        answer,
+        listing: match o.listing {
+            SessionListing::Unknown => r6::Listing::Unknown,
+            SessionListing::Listed => r6::Listing::Listed,
+            SessionListing::NotListed => r6::Listing::NotListed,
+        },
+        transport: match o.transport {
+            TransportState::Open => r6::Transport::Open,
+            TransportState::Closed => r6::Transport::Closed,
+            TransportState::ProcessExited => r6::Transport::ProcessExited,
+        },
     };
-    if profile_proof {
-        LoadVerdict::Incompatible
-    } else {
-        LoadVerdict::Inconclusive
+    match r6::judge(&load) {
+        r6::Judgement::Replace => LoadVerdict::Incompatible,
+        r6::Judgement::Keep => LoadVerdict::Inconclusive,
+        r6::Judgement::Respawn => LoadVerdict::TransportDead,
     }
 }
 
@@ -592,6 +604,7 @@ mod tests {
             message: Text::CodexPrefix,
             details: Some(Text::MenuThen(5, b"!".to_vec())),
             data_present: true,
+            listing: 1,
         };
         assert_eq!(Case::decode(&case.encode()), case);
     }
@@ -603,6 +616,7 @@ mod tests {
             requested_session: "sess-1".into(),
             result: LoadFailure::Rpc(RpcError::new(code, message)),
             transport: TransportState::Open,
+            listing: SessionListing::Unknown,
         };
         let g = AgentProfile::Generic;
         assert_eq!(

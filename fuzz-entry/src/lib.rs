@@ -130,7 +130,9 @@ impl Target {
     /// mutant live outside the core's state machine.
     pub fn for_mutant(mutant: Mutant) -> Target {
         match mutant {
-            Mutant::SubstringFallback | Mutant::TimeoutFallback => Target::Classify,
+            Mutant::SubstringFallback
+            | Mutant::TimeoutFallback
+            | Mutant::ListedConversationReplaced => Target::Classify,
             Mutant::QueueOverflowCloses => Target::Delivery,
             _ => Target::CallbackOrderings,
         }

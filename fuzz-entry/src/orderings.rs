@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use arbitrary::{Arbitrary, Unstructured};
 use palisade_core::audit::Checker;
-use palisade_core::classify::{LoadFailure, LoadOutcome, RpcError, TransportState};
+use palisade_core::classify::{LoadFailure, LoadOutcome, RpcError, SessionListing, TransportState};
 use palisade_core::driver::{Driver, LeaseCheck, Output};
 use palisade_core::mutants::Mutant;
 use palisade_core::*;
@@ -620,7 +620,7 @@ const MESSAGES: [&str; 14] = [
 ];
 
 /// The load outcome two bytes stand for: `p` picks transport (`p % 16`: 14 closed, 15
-/// exited, else open), capability (`p / 16 % 8`: 6 absent, 7 false, else true) and
+/// exited, else open; 13 also says the agent's `session/list` has the session), capability (`p / 16 % 8`: 6 absent, 7 false, else true) and
 /// `data.details`; `q` picks the failure (`q % 16`: 0 timeout, 1 cancelled, else an RPC
 /// error with code `q / 16` and message `q % 16 - 2` of fixed tables that hold every row
 /// of rule 6 and the look-alikes that must not fall back).
@@ -650,6 +650,11 @@ pub fn load_outcome(p: u8, q: u8) -> LoadOutcome {
         requested_session: REQUESTED_SESSION.to_owned(),
         result,
         transport,
+        listing: if p % 16 == 13 {
+            SessionListing::Listed
+        } else {
+            SessionListing::Unknown
+        },
     }
 }
 

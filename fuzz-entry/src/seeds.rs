@@ -544,6 +544,7 @@ fn rpc(code: u8, message: Text) -> Case {
         message,
         details: None,
         data_present: false,
+        listing: 0,
     }
 }
 
@@ -561,6 +562,18 @@ fn classify_seeds() -> Vec<Seed> {
                 ..rpc(RESOURCE_NOT_FOUND, Text::ResourcePrefix)
             },
             &[],
+        ),
+        classify_seed(
+            // claude-agent-acp 0.23 after its Claude subprocess closed early: "not found"
+            // for a session its own session/list has.
+            "resource-not-found-for-a-listed-session",
+            Case {
+                profile: 1,
+                data_present: true,
+                listing: 1,
+                ..rpc(RESOURCE_NOT_FOUND, Text::ResourcePrefix)
+            },
+            &[Mutant::ListedConversationReplaced],
         ),
         classify_seed(
             "internal-error-with-not-found-substring",

@@ -17,7 +17,7 @@ use crate::runner;
 use crate::scenario::{self, Resolved};
 use crate::scoreboard;
 use crate::sweep::{self, hex, SeedRange, Shard, SweepConfig};
-use crate::world::Mutant;
+use crate::world::{Checks, Mutant};
 
 /// Prints a line to stdout; a closed pipe (`palisade scenarios | head`) is not an error.
 macro_rules! say {
@@ -125,6 +125,10 @@ struct SweepArgs {
     /// Re-run this fraction of the seeds (0 < F <= 1) and compare their traces.
     #[arg(long, value_parser = parse_fraction)]
     check_determinism: Option<f64>,
+    /// `all`, or `ground-truth` to switch the core-belief checks (the core's reference
+    /// model and its invariants) off and judge from the environment's records alone.
+    #[arg(long, default_value = "all", value_parser = parse_checks)]
+    checks: Checks,
 }
 
 #[derive(Debug, Args)]
@@ -141,6 +145,9 @@ struct RunArgs {
     /// Write the JSONL trace to this file instead of stdout.
     #[arg(long)]
     trace: Option<PathBuf>,
+    /// `all`, or `ground-truth` (see `sweep --checks`).
+    #[arg(long, default_value = "all", value_parser = parse_checks)]
+    checks: Checks,
 }
 
 #[derive(Debug, Args)]
@@ -160,6 +167,10 @@ struct MutantsArgs {
     /// Seed runs spent minimising each mutant's first failure (0: do not minimise).
     #[arg(long, default_value_t = scoreboard::MINIMIZE_RUNS)]
     minimize_runs: usize,
+    /// `ground-truth` (the default: a mutant counts as caught only by what the environment
+    /// recorded), or `all` to let the core-belief checks catch it too.
+    #[arg(long, default_value = "ground-truth", value_parser = parse_checks)]
+    checks: Checks,
 }
 
 fn parse_seed_range(s: &str) -> Result<SeedRange, String> {
@@ -188,6 +199,16 @@ fn parse_jobs(s: &str) -> Result<usize, String> {
         Ok(n) if n >= 1 => Ok(n),
         _ => Err(format!("bad job count {s:?}: expected a whole number >= 1")),
     }
+}
+
+fn parse_checks(s: &str) -> Result<Checks, String> {
+    Checks::from_name(s).ok_or_else(|| {
+        format!(
+            "unknown checks {s:?} (known: {}, {})",
+            Checks::All.name(),
+            Checks::GroundTruth.name()
+        )
+    })
 }
 
 fn parse_mutant(s: &str) -> Result<Mutant, String> {
@@ -269,6 +290,7 @@ fn prepare_report_dir(dir: &Path, rels: &[&str]) -> Result<(), Fail> {
 }
 
 fn cmd_sweep(args: SweepArgs) -> Result<u8, Fail> {
+    crate::world::set_checks(args.checks);
     if args.check_determinism.is_some() {
         // The determinism check names the first differing line, so it needs the lines.
         crate::world::capture_all_traces(true);
@@ -431,6 +453,7 @@ fn print_tail(out: &mut impl std::io::Write, summary: &Summary) {
 
 fn cmd_run(args: RunArgs) -> Result<u8, Fail> {
     crate::world::capture_all_traces(true);
+    crate::world::set_checks(args.checks);
     let resolved = scenario::resolve_one(&args.scenario).map_err(|e| bad_input(e.to_string()))?;
     if let Some(path) = &args.trace {
         if path.is_dir() {
@@ -487,10 +510,11 @@ fn cmd_run(args: RunArgs) -> Result<u8, Fail> {
         }
         Some(f) => {
             eprintln!(
-                "FAILED: {name} seed {}: {}: {}\n  trace {}, events {:?}\n  repro: {}",
+                "FAILED: {name} seed {}: {}: {} (caught by {})\n  trace {}, events {:?}\n  repro: {}",
                 args.seed,
                 f.invariant,
                 f.message,
+                f.caught_by.name(),
                 hex(rec.trace_hash),
                 f.events,
                 failure::repro_command(&resolved.spec, args.seed, args.mutant)
@@ -500,8 +524,11 @@ fn cmd_run(args: RunArgs) -> Result<u8, Fail> {
     }
 }
 
+/// Loads a failure file; the seeds run from now on run the checks it was recorded with.
 fn load_failure(path: &Path) -> Result<failure::Loaded, Fail> {
-    failure::load(path).map_err(bad_input)
+    let loaded = failure::load(path).map_err(bad_input)?;
+    crate::world::set_checks(loaded.file.checks);
+    Ok(loaded)
 }
 
 fn cmd_replay(path: &Path) -> Result<u8, Fail> {
@@ -605,6 +632,7 @@ fn cmd_minimize(
 }
 
 fn cmd_mutants(args: MutantsArgs) -> Result<u8, Fail> {
+    crate::world::set_checks(args.checks);
     let scenarios = resolve(&args.scenario)?;
     let per_mutant = args.seeds.saturating_mul(scenarios.len() as u64);
     if per_mutant > sweep::MAX_SEEDS_PER_RUN {
@@ -632,7 +660,13 @@ fn cmd_mutants(args: MutantsArgs) -> Result<u8, Fail> {
         true,
     )
     .map_err(report_error)?;
-    let md = scoreboard::render(&results, args.seeds, &scenarios, &args.report_dir);
+    let md = scoreboard::render(
+        &results,
+        args.seeds,
+        &scenarios,
+        &args.report_dir,
+        args.checks,
+    );
     staged.stage(&name, md.as_bytes()).map_err(report_error)?;
     staged.commit().map_err(report_error)?;
     let mut survived = 0;
@@ -642,12 +676,13 @@ fn cmd_mutants(args: MutantsArgs) -> Result<u8, Fail> {
             Some(c) => {
                 runs.push(c.runs_to_failure);
                 say!(
-                    "caught   {:<32} after {:>5} seed runs: {} seed {}: {} ({})",
+                    "caught   {:<32} after {:>5} seed runs: {} seed {}: {} by {} ({})",
                     r.mutant.name(),
                     c.runs_to_failure,
                     c.scenario,
                     c.seed,
                     c.invariant,
+                    c.caught_by.name(),
                     args.report_dir.join(&c.file).display()
                 );
             }

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use crate::scenario::{self, Resolved};
 use crate::sweep::{hex, SeedRecord};
-use crate::world::{FaultPlan, Mutant, SeedStats};
+use crate::world::{CaughtBy, Checks, FaultPlan, Mutant, SeedStats};
 
 /// The `format` field every failure file carries; anything else is a foreign file.
 pub const FAILURE_FORMAT: &str = "palisade-failure/1";
@@ -73,6 +73,13 @@ pub struct FailureFile {
     pub mutant: Option<String>,
     /// The invariant that broke.
     pub invariant: String,
+    /// Which checker saw it (absent in files of an older palisade).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caught_by: Option<CaughtBy>,
+    /// The checks the seed ran: `ground-truth` when the core-belief checks were off
+    /// (absent: all of them). Replay and minimisation run the same checks.
+    #[serde(default, skip_serializing_if = "Checks::is_all")]
+    pub checks: Checks,
     /// What happened.
     pub message: String,
     /// Indices of the trace events involved.
@@ -109,7 +116,8 @@ pub fn shell_word(word: &str) -> String {
     }
 }
 
-/// `palisade run --scenario S --seed N [--mutant M]`.
+/// `palisade run --scenario S --seed N [--mutant M] [--checks C]`, with the checks this
+/// process runs (see [`crate::world::set_checks`]).
 pub fn repro_command(scenario_spec: &str, seed: u64, mutant: Option<Mutant>) -> String {
     let mut command = format!(
         "palisade run --scenario {} --seed {seed}",
@@ -118,6 +126,11 @@ pub fn repro_command(scenario_spec: &str, seed: u64, mutant: Option<Mutant>) -> 
     if let Some(m) = mutant {
         command.push_str(" --mutant ");
         command.push_str(m.name());
+    }
+    let checks = crate::world::checks();
+    if !checks.is_all() {
+        command.push_str(" --checks ");
+        command.push_str(checks.name());
     }
     command
 }
@@ -155,6 +168,8 @@ impl FailureFile {
             plan: failure.plan.clone(),
             mutant: mutant.map(|m| m.name().to_string()),
             invariant: failure.invariant.clone(),
+            caught_by: Some(failure.caught_by),
+            checks: crate::world::checks(),
             message: failure.message.clone(),
             events: failure.events.clone(),
             trace_hash: hex(record.trace_hash),

@@ -14,7 +14,7 @@ use crate::report;
 use crate::runner;
 use crate::scenario::Resolved;
 use crate::sweep::{self, Progress, SeedRecord};
-use crate::world::Mutant;
+use crate::world::{CaughtBy, Checks, Mutant};
 
 /// Seeds per scenario tried before a mutant counts as surviving.
 pub const DEFAULT_SEEDS_PER_SCENARIO: u64 = 200;
@@ -49,6 +49,8 @@ pub struct Caught {
     pub runs_to_failure: u64,
     /// The invariant that broke.
     pub invariant: String,
+    /// The checker that saw it.
+    pub caught_by: CaughtBy,
     /// The failure file, relative to the report directory.
     pub file: String,
     /// The minimised failure file and its sizes, when minimisation worked.
@@ -155,18 +157,29 @@ fn write_caught(
         Some(Err(_)) => None,
     };
     let invariant = file.invariant.clone();
+    let caught_by = rec
+        .failure
+        .as_ref()
+        .map_or(CaughtBy::World, |f| f.caught_by);
     Ok(Caught {
         scenario: name.clone(),
         seed: rec.seed,
         runs_to_failure,
         invariant,
+        caught_by,
         file: rel,
         minimized,
     })
 }
 
 /// `mutants.md`.
-pub fn render(results: &[MutantResult], seeds: u64, scenarios: &[Resolved], dir: &Path) -> String {
+pub fn render(
+    results: &[MutantResult],
+    seeds: u64,
+    scenarios: &[Resolved],
+    dir: &Path,
+    checks: Checks,
+) -> String {
     let caught: Vec<u64> = results
         .iter()
         .filter_map(|r| r.caught.as_ref().map(|c| c.runs_to_failure))
@@ -184,17 +197,46 @@ pub fn render(results: &[MutantResult], seeds: u64, scenarios: &[Resolved], dir:
         scenarios.len(),
         report::commit()
     );
+    let _ = writeln!(
+        md,
+        "{}\n",
+        match checks {
+            Checks::GroundTruth => {
+                "Checks: **ground truth and liveness only** (`--checks ground-truth`): the core's \
+                 reference model and `check_invariants`, which read what the core says about \
+                 itself, are off, so a mutant counts as caught only by its behaviour — what the \
+                 agents received and sent, what the clients got, which processes ran."
+            }
+            Checks::All => {
+                "Checks: all (`--checks all`): the core-belief checks (its reference model and \
+                 `check_invariants`) run beside ground truth and liveness; the column \"caught \
+                 by\" says which saw each mutant first."
+            }
+        }
+    );
+    let by_behaviour = results
+        .iter()
+        .filter(|r| {
+            r.caught
+                .as_ref()
+                .is_some_and(|c| c.caught_by.is_behaviour())
+        })
+        .count();
     let reachable = results
         .iter()
         .filter(|r| unreachable_reason(r.mutant).is_none())
         .count();
     let _ = writeln!(
         md,
-        "**{} of {} caught** ({} mutants the production embedding cannot show, below); seed runs \
+        "**{} of {} caught**, {} by behaviour (ground truth or liveness){}; seed runs \
          to first failure: median {}, max {}.\n",
         caught.len(),
         reachable,
-        results.len() - reachable,
+        by_behaviour,
+        match results.len() - reachable {
+            0 => String::new(),
+            n => format!(" ({n} mutants the production embedding cannot show, below)"),
+        },
         median.map_or("–".into(), |m| m.to_string()),
         max.map_or("–".into(), |m| m.to_string()),
     );
@@ -218,7 +260,7 @@ pub fn render(results: &[MutantResult], seeds: u64, scenarios: &[Resolved], dir:
     }
     let _ = writeln!(
         md,
-        "| mutant | caught | seeds to first failure | scenario | seed | invariant | replay file | minimised (faults, sessions, turns, events) |\n|---|---|---:|---|---:|---|---|---|"
+        "| mutant | caught | seeds to first failure | scenario | seed | invariant | caught by | replay file | minimised (faults, sessions, turns, events) |\n|---|---|---:|---|---:|---|---|---|---|"
     );
     for r in results {
         match &r.caught {
@@ -241,12 +283,13 @@ pub fn render(results: &[MutantResult], seeds: u64, scenarios: &[Resolved], dir:
                 };
                 let _ = writeln!(
                     md,
-                    "| `{}` | ✅ | {} | {} | {} | `{}` | [{}]({}) | {} |",
+                    "| `{}` | ✅ | {} | {} | {} | `{}` | {} | [{}]({}) | {} |",
                     r.mutant.name(),
                     c.runs_to_failure,
                     c.scenario,
                     c.seed,
                     c.invariant,
+                    c.caught_by.name(),
                     c.file,
                     c.file,
                     min
@@ -255,7 +298,7 @@ pub fn render(results: &[MutantResult], seeds: u64, scenarios: &[Resolved], dir:
             None if unreachable_reason(r.mutant).is_some() => {
                 let _ = writeln!(
                     md,
-                    "| `{}` | ⛔ unreachable (below) | – ({} runs) | – | – | – | – | – |",
+                    "| `{}` | ⛔ unreachable (below) | – ({} runs) | – | – | – | – | – | – |",
                     r.mutant.name(),
                     r.runs
                 );
@@ -263,7 +306,7 @@ pub fn render(results: &[MutantResult], seeds: u64, scenarios: &[Resolved], dir:
             None => {
                 let _ = writeln!(
                     md,
-                    "| `{}` | ❌ survived | – ({} runs) | – | – | – | – | – |",
+                    "| `{}` | ❌ survived | – ({} runs) | – | – | – | – | – | – |",
                     r.mutant.name(),
                     r.runs
                 );

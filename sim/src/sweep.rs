@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::runner::{self, SeedRun, Timed};
 use crate::scenario::Resolved;
-use crate::world::{FaultPlan, Mutant, SeedStats};
+use crate::world::{CaughtBy, FaultPlan, Mutant, SeedStats};
 
 /// Default seeds per sweep for every other scenario. Together with the swarm's, the
 /// default sweep of all shipped scenarios must finish in about a minute on 2 cores.
@@ -203,6 +203,8 @@ pub struct SeedFailure {
     /// The plan and trace were dropped (past [`MAX_FAILURE_FILES_PER_SCENARIO`]): no
     /// failure file is written for this seed.
     pub detail_dropped: bool,
+    /// The checker that found it.
+    pub caught_by: CaughtBy,
 }
 
 impl SeedFailure {
@@ -297,6 +299,7 @@ pub fn record(
                 plan: Some(outcome.plan),
                 trace: outcome.trace.lines.clone(),
                 detail_dropped: false,
+                caught_by: v.by,
             });
             let kept = keep_trace.then_some(outcome.trace.lines);
             (
@@ -327,6 +330,7 @@ pub fn record(
                     plan: None,
                     trace: Vec::new(),
                     detail_dropped: false,
+                    caught_by: CaughtBy::World,
                 }),
             },
             None,

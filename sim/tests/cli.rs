@@ -56,6 +56,10 @@ fn comparable(mut summary: Value) -> Value {
 const MUTANT: &str = "timeout-fallback";
 /// The one seed of swarm that [`MUTANT`] fails among 0..10.
 const MUTANT_SEED: u64 = 2;
+/// Ten seeds of swarm, of which [`MUTANT`] fails only [`MUTANT_SEED`].
+const MUTANT_RANGE: &str = "0..10";
+/// `scenarios/swarm.toml`'s version.
+const SWARM_VERSION: u32 = 6;
 /// The invariant that catches it there.
 const MUTANT_INVARIANT: &str = "R6-fallback-proof";
 
@@ -235,7 +239,7 @@ fn sweep_writes_reports_and_ends_with_one_sweep_line() {
             "--scenario",
             "swarm",
             "--seed-range",
-            "0..10",
+            MUTANT_RANGE,
             "--jobs",
             "2",
             "--mutant",
@@ -300,7 +304,10 @@ fn sweep_writes_reports_and_ends_with_one_sweep_line() {
     assert_eq!(failure["trace_hash"], summary["failures"][0]["trace_hash"]);
 
     let md = std::fs::read_to_string(dir.path("reports/summary.md")).expect("summary.md");
-    assert!(md.contains("| swarm | 5 | 10 | 0..10 | **1** |"), "{md}");
+    assert!(
+        md.contains(&format!("| swarm | {SWARM_VERSION} | 10 | {MUTANT_RANGE} | **1** |")),
+        "{md}"
+    );
     assert!(
         md.contains(&format!(
             "palisade replay reports/failures/swarm-{MUTANT_SEED}.json"
@@ -721,7 +728,7 @@ fn scenarios_lists_every_shipped_scenario() {
 
 #[test]
 fn mutants_scoreboard_is_written_and_exit_code_matches_it() {
-    // Seeds 0..60 of every scenario, interleaved, catch all 12 mutants the production
+    // Seeds 0..60 of every scenario, interleaved, catch all 13 mutants the production
     // embedding can show; the other two are listed as unreachable, with the reason.
     let dir = Scratch::new("mutants");
     let out = palisade(
@@ -734,20 +741,22 @@ fn mutants_scoreboard_is_written_and_exit_code_matches_it() {
             "2",
             "--minimize-runs",
             "30",
+            "--checks",
+            "all",
         ],
     );
     let md = std::fs::read_to_string(dir.path("reports/mutants.md")).expect("mutants.md");
     expect_code(&out, 0);
     assert!(!md.contains("survived |"), "{md}");
-    assert!(md.contains("**12 of 12 caught**"), "{md}");
+    assert!(md.contains("**13 of 13 caught**"), "{md}");
     let rows: Vec<&str> = md.lines().filter(|l| l.starts_with("| `")).collect();
-    assert_eq!(rows.len(), 14, "{md}");
+    assert_eq!(rows.len(), 15, "{md}");
     let caught = rows.iter().filter(|r| r.contains(" | ✅ | ")).count();
     let unreachable: Vec<&&str> = rows
         .iter()
         .filter(|r| r.contains(" | ⛔ unreachable (below) | "))
         .collect();
-    assert_eq!((caught, unreachable.len()), (12, 2), "{md}");
+    assert_eq!((caught, unreachable.len()), (13, 2), "{md}");
     for name in ["toctou-generation", "old-attempt-stops-successor"] {
         assert!(
             unreachable
@@ -759,7 +768,7 @@ fn mutants_scoreboard_is_written_and_exit_code_matches_it() {
     let last = stdout(&out);
     let last = last.lines().last().expect("line");
     assert!(
-        last.starts_with("mutants: 14 mutants, 12 caught, 0 survived, 2 unreachable;"),
+        last.starts_with("mutants: 15 mutants, 13 caught, 0 survived, 2 unreachable;"),
         "{last}"
     );
     // Every caught line points at a failure file that exists.

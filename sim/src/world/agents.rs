@@ -62,7 +62,17 @@ pub(crate) fn behaviour(
             LoadCapability::True
         },
         unknown_session: unknown_session(agent),
-        resume_flake_per_mille: 0,
+        // claude-agent-acp 0.23 answers −32002 for a session it has when its Claude
+        // subprocess closes before the first answer (issue 13). Only where a fallback is
+        // allowed: elsewhere every load of an existing session must succeed.
+        resume_flake_per_mille: if agent == Agent::ClaudeAgentAcp
+            && scenario.expect.fallback_allowed
+            && chance(key(10), 0.5)
+        {
+            250
+        } else {
+            0
+        },
         lists_sessions: chance(key(2), 0.5),
         exits_on_eof: chance(key(3), 0.25),
         launcher: chance(key(4), 0.25),

@@ -11,10 +11,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use palisade_core::classify::AgentProfile;
 use palisade_core::{AttemptId, AttemptOutcome, ExecutionId, TurnId, TurnOutcome};
-use palisade_embed::agent_model::{Behaviour, LoadAnswer, LoadCapability, Seen, StreamEvent};
-use palisade_embed::events::ConversationOrigin;
+use palisade_embed::agent_model::{Behaviour, LoadCapability, Seen, StreamEvent};
+use palisade_embed::jsonrpc::RpcError;
 use palisade_embed::replay::REPLAY_BLOCK_TAG;
 use palisade_embed::{OutputEvent, SessionEvent, SupervisorConfig};
+use palisade_reference::rule6;
 
 use super::Violation;
 use crate::scenario::Scenario;
@@ -41,16 +42,8 @@ pub(crate) fn v(invariant: &str, message: String, idx: u64) -> Violation {
         invariant: invariant.to_owned(),
         message,
         events: vec![idx],
+        by: super::CaughtBy::GroundTruth,
     }
-}
-
-/// A `session/load` as an agent answered it.
-#[derive(Debug, Clone)]
-pub(crate) struct LoadTruth {
-    conversation: String,
-    existed: bool,
-    answer: Result<(), i64>,
-    kind: Option<LoadAnswer>,
 }
 
 /// One agent process, as the environment saw it.
@@ -78,6 +71,17 @@ pub(crate) struct PromptTruth {
     pub(crate) events: Vec<StreamEvent>,
     /// `Some(true)` answered end_turn / cancelled, `Some(false)` answered with an error.
     pub(crate) answered: Option<bool>,
+}
+
+/// One `session/load` as an agent process received and answered it.
+#[derive(Debug, Clone)]
+pub(crate) struct LoadTruth {
+    /// The conversation asked for.
+    pub(crate) id: String,
+    /// Whether it existed on the agent's disk.
+    pub(crate) existed: bool,
+    /// The answer the agent wrote; `None` while it wrote none (a hung load).
+    pub(crate) answer: Option<Result<(), RpcError>>,
 }
 
 /// One prompt a client sent.
@@ -124,10 +128,9 @@ pub(crate) struct Oracle {
     pub(crate) clients: BTreeMap<u32, ClientTruth>,
     /// Prompt tags per original text, in the order agents received them.
     dispatched: BTreeMap<String, Vec<String>>,
-    /// The last `session/load` answer per execution: the conversation, whether it
-    /// existed, the answer's code, and the catalogue entry it came from.
+    /// The last `session/load` each agent process received, and its answer.
     loads: BTreeMap<ExecutionId, LoadTruth>,
-    /// The profile the core was configured with (rule 6 depends on it).
+    /// The agent the engine is configured for (rule 6's profile).
     profile: AgentProfile,
     pub(crate) turns_claimed: u32,
     schedule_len: usize,
@@ -332,6 +335,19 @@ impl Oracle {
                 }
                 Ok(())
             }
+            Seen::Load { id, existed, .. } => {
+                // A load the agent will never answer (an answered one is noted when the
+                // agent writes its answer).
+                self.loads.insert(
+                    exec,
+                    LoadTruth {
+                        id,
+                        existed,
+                        answer: None,
+                    },
+                );
+                Ok(())
+            }
             _ => Ok(()),
         }
     }
@@ -366,15 +382,14 @@ impl Oracle {
                 id,
                 existed,
                 answer,
-                kind,
+                ..
             } => {
                 self.loads.insert(
                     exec,
                     LoadTruth {
-                        conversation: id,
+                        id,
                         existed,
-                        answer: answer.map_err(|e| e.code),
-                        kind,
+                        answer: Some(answer),
                     },
                 );
             }
@@ -589,9 +604,8 @@ impl Oracle {
             SessionEvent::ConversationReady {
                 execution,
                 conversation,
-                origin,
                 ..
-            } => self.conversation_ready(session, *execution, conversation, *origin, idx),
+            } => self.conversation_ready(session, *execution, conversation, idx),
             SessionEvent::RuntimeExited { execution, .. } => {
                 self.clients
                     .entry(session)
@@ -606,14 +620,16 @@ impl Oracle {
         }
     }
 
-    /// Rule 6 on ground truth: a conversation the agent still has is replaced only when
-    /// nothing available could have told the two apart.
+    /// Rule 6 on ground truth: the client's conversation is replaced (a ready conversation
+    /// other than the one it was last told of) only when the agent's own answer to the
+    /// load, as it wrote it, is positive proof under the independent reference
+    /// ([`palisade_reference::rule6`], honouring the configured profile and what the
+    /// agent's `session/list` would say).
     fn conversation_ready(
         &mut self,
         session: u32,
         exec: ExecutionId,
         conversation: &str,
-        origin: ConversationOrigin,
         idx: u64,
     ) -> Result<(), Violation> {
         let previous = self
@@ -622,58 +638,104 @@ impl Oracle {
             .or_default()
             .conversation
             .replace((conversation.to_owned(), exec));
-        let ConversationOrigin::Replaced(reason) = origin else {
+        let Some((old, _)) = previous.filter(|(old, _)| old != conversation) else {
             return Ok(());
         };
         let Some(p) = self.procs.get(&exec) else {
             return Ok(());
         };
-        let capable = p.behaviour.load_capability == LoadCapability::True;
-        let Some(load) = self.loads.get(&exec).cloned() else {
-            // No load was answered by this runtime: the capability was absent or false.
-            return self.check(
-                !capable,
-                "R6-fallback-proof",
-                || {
-                    format!(
-                        "session {session}: {exec} replaced the conversation ({reason:?}) without \
-                         a failed load, although the agent can load sessions"
-                    )
-                },
-                idx,
-            );
-        };
-        let _ = previous;
         self.check(
             self.fallback_allowed,
             "R6-fallback-proof",
             || {
                 format!(
-                    "session {session}: fallback to session/new ({reason:?}) in a scenario where \
-                     every load can succeed"
+                    "session {session}: {exec} replaced conversation {old} with {conversation} \
+                     in a scenario where every load can succeed"
                 )
             },
             idx,
         )?;
-        // The answer the agent gave is proof only as the README's table labels it, for the
-        // profile the core was configured with (the catalogue's data; no classifier code).
-        // No answer at all (a timeout) and a success prove nothing.
-        let profile = self.profile;
-        let proof = load.answer.is_err() && load.kind.is_some_and(|k| k.proof().holds(profile));
-        let LoadTruth {
-            conversation: old,
-            existed,
-            answer,
-            kind,
-        } = load;
+        let capability = match p.behaviour.load_capability {
+            LoadCapability::True => rule6::Capability::True,
+            LoadCapability::False => rule6::Capability::False,
+            LoadCapability::Absent => rule6::Capability::Absent,
+        };
+        let load = self.loads.get(&exec).filter(|l| l.id == old);
+        let (answer, existed, listing) = match load {
+            None => (None, false, rule6::Listing::Unknown),
+            Some(l) => (
+                Some(l.answer.clone()),
+                l.existed,
+                match (p.behaviour.lists_sessions, l.existed) {
+                    (false, _) => rule6::Listing::Unknown,
+                    (true, true) => rule6::Listing::Listed,
+                    (true, false) => rule6::Listing::NotListed,
+                },
+            ),
+        };
+        let details = |e: &RpcError| {
+            e.data
+                .as_ref()
+                .and_then(|d| d.get("details"))
+                .and_then(|d| d.as_str())
+                .map(str::to_owned)
+        };
+        let (code, message, detail) = match &answer {
+            Some(Some(Err(e))) => (e.code, e.message.clone(), details(e)),
+            _ => (0, String::new(), None),
+        };
+        let wire_answer = match &answer {
+            // No load reached this agent: only its capability can be the proof.
+            None => rule6::Answer::NoAnswer,
+            Some(None) => rule6::Answer::NoAnswer,
+            // A load that succeeded is no proof of anything.
+            Some(Some(Ok(()))) => rule6::Answer::NoAnswer,
+            Some(Some(Err(_))) => rule6::Answer::Error {
+                code,
+                message: &message,
+                details: detail.as_deref(),
+            },
+        };
+        let judged = rule6::judge(&rule6::FailedLoad {
+            agent: reference_agent(self.profile),
+            capability,
+            requested: &old,
+            answer: wire_answer,
+            listing,
+            // The agent answered (or was silent) on an open connection: the new
+            // conversation came over the same one.
+            transport: rule6::Transport::Open,
+        });
+        if judged == rule6::Judgement::Replace {
+            return Ok(());
+        }
+        let said = match &answer {
+            None => format!("no load; loadSession {:?}", p.behaviour.load_capability),
+            Some(None) => "no answer to its load".to_owned(),
+            Some(Some(Ok(()))) => "it loaded the conversation".to_owned(),
+            Some(Some(Err(e))) => format!("{} {:?} (data {:?})", e.code, e.message, e.data),
+        };
+        let lists = p.behaviour.lists_sessions;
+        let invariant = if existed {
+            "R6-conversation-kept"
+        } else {
+            "R6-fallback-proof"
+        };
         self.check(
-            proof,
-            "R6-fallback-proof",
+            false,
+            invariant,
             || {
                 format!(
-                    "session {session}: {exec} replaced conversation {old} ({reason:?}) after a \
-                     load answer that proves nothing under profile {profile:?}: {answer:?} \
-                     ({kind:?}; the conversation existed: {existed})"
+                    "session {session}: {exec} replaced conversation {old} (which {}) with \
+                     {conversation}, but the agent's answer proves nothing under rule 6 \
+                     ({:?} profile): {said}; its session/list: {}",
+                    if existed {
+                        "the agent still has"
+                    } else {
+                        "is gone"
+                    },
+                    self.profile,
+                    if lists { "lists sessions" } else { "none" }
                 )
             },
             idx,
@@ -854,6 +916,20 @@ impl Oracle {
     }
 }
 
+/// The configured profile, as the reference names it.
+fn reference_agent(profile: AgentProfile) -> rule6::Agent {
+    match profile {
+        AgentProfile::Generic => rule6::Agent::Generic,
+        AgentProfile::ClaudeAgentAcp => rule6::Agent::ClaudeAgentAcp,
+        AgentProfile::ClaudeCodeAcp => rule6::Agent::ClaudeCodeAcp,
+        AgentProfile::CodexAcpRust => rule6::Agent::CodexAcpRust,
+        AgentProfile::CodexAcpTs => rule6::Agent::CodexAcpTs,
+        AgentProfile::GeminiCli => rule6::Agent::GeminiCli,
+        AgentProfile::Goose => rule6::Agent::Goose,
+        AgentProfile::Opencode => rule6::Agent::Opencode,
+    }
+}
+
 fn p_alive(procs: &BTreeMap<ExecutionId, ProcTruth>, exec: ExecutionId) -> bool {
     procs.get(&exec).is_some_and(|p| p.alive)
 }
@@ -878,22 +954,11 @@ fn strip_blocks(text: &str) -> &str {
 /// The marker an agent put at the start of an event (its prompt's tag and index), read
 /// off the raw JSON the client got: the text of a chunk, or a tool call's id.
 fn marker(update: &palisade_embed::jsonrpc::RawJson) -> Option<(&str, u32)> {
-    // The first `"toolCallId":"` anywhere, else the first `"text":"`. A text chunk has no
-    // tool call id, so the first search reads the whole update: memmem's vectorised
-    // search, built once, instead of `str::find`'s two-way searcher built per event.
-    static KEYS: std::sync::OnceLock<[memchr::memmem::Finder<'static>; 2]> =
-        std::sync::OnceLock::new();
-    let keys = KEYS.get_or_init(|| {
-        [
-            memchr::memmem::Finder::new("\"toolCallId\":\""),
-            memchr::memmem::Finder::new("\"text\":\""),
-        ]
-    });
     let raw = update.get();
-    let start = keys
+    let start = ["\"toolCallId\":\"", "\"text\":\""]
         .iter()
-        .find_map(|key| key.find(raw.as_bytes()).map(|at| at + key.needle().len()))?;
-    let rest = raw.get(start..)?;
+        .find_map(|key| raw.find(key).map(|at| at + key.len()))?;
+    let rest = &raw[start..];
     let head = &rest[..rest.find([' ', '"'])?];
     let (tag, k) = head.rsplit_once('#')?;
     Some((tag, k.parse().ok()?))

@@ -40,7 +40,7 @@ use super::oracle::Oracle;
 use super::plan::{chance, mix, pick, Fault, FaultKind, FaultPlan, LoadErrorClass, WorkloadCut};
 use super::setup::Environment;
 use super::trace::Tracer;
-use super::Violation;
+use super::{CaughtBy, Checks, Violation};
 use crate::scenario::Scenario;
 
 /// Prompts a client resends after a roll-back or failure.
@@ -145,11 +145,12 @@ struct Arms {
 }
 
 /// What the engine's observer shares with the world: the trace, the shared checker (the
-/// reference model and the core's invariants) and the coverage marks.
+/// core's reference model and its invariants: the core-belief checks, off under
+/// [`Checks::GroundTruth`]) and the coverage marks.
 #[derive(Debug)]
 pub(crate) struct Watch {
     pub(crate) tracer: Tracer,
-    checker: Checker,
+    checker: Option<Checker>,
     pub(crate) marks: BTreeMap<String, u64>,
     now_ms: u64,
     found: Option<Violation>,
@@ -198,7 +199,9 @@ impl Observer for Observe {
                 w.tracer.input(t, "engine", input, verdict)
             }
             Step::Timeout if effects.is_empty() => {
-                w.checker.observe(now, core, step, effects);
+                if let Some(checker) = w.checker.as_mut() {
+                    checker.observe(now, core, step, effects);
+                }
                 return;
             }
             Step::Timeout => w.tracer.line(t, "core", "timeout", &[]),
@@ -207,13 +210,22 @@ impl Observer for Observe {
         for e in effects {
             w.tracer.effect(t, e);
         }
-        w.checker.observe(now, core, step, effects);
-        if let Some(found) = w.checker.take_found() {
+        let Some(checker) = w.checker.as_mut() else {
+            return;
+        };
+        checker.observe(now, core, step, effects);
+        if let Some(found) = checker.take_found() {
             if w.found.is_none() {
+                let by = if found.violation.detail.starts_with("core invariant:") {
+                    CaughtBy::CoreInvariant
+                } else {
+                    CaughtBy::CoreModel
+                };
                 w.found = Some(Violation {
                     invariant: found.violation.rule.to_owned(),
                     message: format!("{} (after {})", found.violation.detail, found.after),
                     events: vec![idx],
+                    by,
                 });
             }
         }
@@ -1146,7 +1158,7 @@ impl World {
             }
         }
         self.blocked.clear();
-        self.note("env", "crash_restart", &[]);
+        let restart = self.note("env", "crash_restart", &[]);
         let observer: Box<dyn Observer + Send> = Box::new(Observe(self.watch.clone()));
         match Engine::restore_observed(self.config.clone(), &bytes, ts, Some(observer)) {
             Ok(mut engine) => {
@@ -1157,7 +1169,8 @@ impl World {
             Err(e) => self.violate(Violation {
                 invariant: "snapshot-restore".into(),
                 message: format!("the engine's own state did not restore: {e}"),
-                events: vec![],
+                events: vec![restart],
+                by: CaughtBy::World,
             }),
         }
     }
@@ -1268,9 +1281,11 @@ pub(crate) async fn run(
 ) -> Finished {
     // The seed's own configuration (swarm over configuration), else the scenario's.
     let config = plan.run_config(&scenario).engine();
-    let checker = Checker::new(&config.core)
-        .full_check_every(16)
-        .enabled(std::env::var_os("PALISADE_ORACLE").is_none_or(|v| v != "off"));
+    let checker = (super::checks() == Checks::All).then(|| {
+        Checker::new(&config.core)
+            .full_check_every(16)
+            .enabled(std::env::var_os("PALISADE_ORACLE").is_none_or(|v| v != "off"))
+    });
     let watch = Arc::new(Mutex::new(Watch {
         tracer: Tracer::new(capture),
         checker,
@@ -1290,7 +1305,9 @@ pub(crate) async fn run(
                 violation: Some(Violation {
                     invariant: "scenario-config".into(),
                     message: format!("the scenario's engine configuration is invalid: {e}"),
-                    events: vec![],
+                    // The `bad_config` line, the trace's only one.
+                    events: vec![0],
+                    by: CaughtBy::World,
                 }),
             };
         }
@@ -1391,6 +1408,7 @@ pub(crate) async fn run(
                 invariant: "livelock".into(),
                 message: format!("more than {max_events} trace events ({events})"),
                 events: vec![events.saturating_sub(1)],
+                by: CaughtBy::World,
             });
             break;
         }
@@ -1412,7 +1430,10 @@ pub(crate) async fn run(
     if world.violation.is_none() {
         let idx = world.note("oracle", "liveness", &[]);
         let sessions = scenario.workload.sessions;
-        let r = world.oracle.liveness(sessions, idx);
+        let r = world.oracle.liveness(sessions, idx).map_err(|mut v| {
+            v.by = CaughtBy::Liveness;
+            v
+        });
         world.checked(r);
     }
     let turns = world.oracle.turns_claimed;
