@@ -103,6 +103,7 @@ pub mod process;
 pub mod replay;
 pub mod rpc;
 pub mod state;
+pub mod supervise;
 pub mod supervisor;
 pub mod wire;
 
