@@ -1,11 +1,11 @@
 //! The simulated world: actors, fault plan, oracle. The CLI and sweep layer call
 //! [`run_seed`].
 
-mod agents;
-mod oracle;
+pub(crate) mod agents;
+pub(crate) mod oracle;
 pub mod plan;
-mod run;
-mod trace;
+pub(crate) mod run;
+pub(crate) mod trace;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::scenario::Scenario;
 pub use oracle::MARKS;
 pub use palisade_core::mutants::Mutant;
-pub use plan::{Fault, FaultKind, FaultPlan, LoadErrorClass, WorkloadCut};
+pub use plan::{DiskFaultClass, Fault, FaultKind, FaultPlan, LoadErrorClass, WorkloadCut};
 
 /// What broke: the rule, a message, and the trace events involved.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,6 +85,15 @@ fn run_once(
     capture: bool,
 ) -> run::Finished {
     let rt = madsim::runtime::Runtime::with_seed_and_config(seed, madsim::Config::default());
+    if scenario.world.kind == crate::scenario::WorldKind::Stack {
+        return rt.block_on(crate::stack::run(
+            Rc::new(scenario.clone()),
+            seed,
+            plan.clone(),
+            mutant,
+            capture,
+        ));
+    }
     rt.block_on(run::run(
         Rc::new(scenario.clone()),
         seed,

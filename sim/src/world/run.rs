@@ -155,20 +155,33 @@ pub(crate) struct Watch {
     pub(crate) tracer: Tracer,
     checker: Checker,
     pub(crate) marks: BTreeMap<String, u64>,
-    now_ms: u64,
-    found: Option<Violation>,
+    pub(crate) now_ms: u64,
+    pub(crate) found: Option<Violation>,
 }
 
 impl Watch {
+    /// A watch for an engine configured with `config` (the stack world shares it).
+    pub(crate) fn shared(config: &SupervisorConfig, capture: bool) -> Arc<Mutex<Watch>> {
+        Arc::new(Mutex::new(Watch {
+            tracer: Tracer::new(capture),
+            checker: Checker::new(&config.core)
+                .full_check_every(16)
+                .enabled(std::env::var_os("PALISADE_ORACLE").is_none_or(|v| v != "off")),
+            marks: BTreeMap::new(),
+            now_ms: 0,
+            found: None,
+        }))
+    }
+
     pub(crate) fn mark(&mut self, name: &str) {
         *self.marks.entry(name.to_owned()).or_insert(0) += 1;
     }
 }
 
 /// The engine's observer: every core step goes into the trace and through the checker.
-struct Observe(Arc<Mutex<Watch>>);
+pub(crate) struct Observe(pub(crate) Arc<Mutex<Watch>>);
 
-fn lock(watch: &Arc<Mutex<Watch>>) -> MutexGuard<'_, Watch> {
+pub(crate) fn lock(watch: &Arc<Mutex<Watch>>) -> MutexGuard<'_, Watch> {
     watch
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -1089,6 +1102,8 @@ impl World {
                 self.arms.entry(s).or_default().load = Some(class);
             }
             FaultKind::LoadTimeout => self.arms.entry(s).or_default().load_hang = true,
+            // The engine world has no state file (plans refuse it there).
+            FaultKind::DiskFault { .. } => {}
             FaultKind::ClockJump { ms } => {
                 self.skew_ms = self.skew_ms.saturating_add(ms);
                 self.mono();
@@ -1301,16 +1316,7 @@ pub(crate) async fn run(
     capture: bool,
 ) -> Finished {
     let config = engine_config(&scenario);
-    let checker = Checker::new(&config.core)
-        .full_check_every(16)
-        .enabled(std::env::var_os("PALISADE_ORACLE").is_none_or(|v| v != "off"));
-    let watch = Arc::new(Mutex::new(Watch {
-        tracer: Tracer::new(capture),
-        checker,
-        marks: BTreeMap::new(),
-        now_ms: 0,
-        found: None,
-    }));
+    let watch = Watch::shared(&config, capture);
     let mut engine = match Engine::new(config.clone()) {
         Ok(engine) => engine,
         Err(e) => {
