@@ -18,8 +18,8 @@ use tokio::sync::mpsc;
 
 use crate::platform::BoxFuture;
 use crate::{
-    AgentCommand, Embedding, PromptError, SessionEvent, SessionEvents, StartError, Supervisor,
-    SupervisorConfig, SupervisorError,
+    AgentCommand, Embedding, FailureCause, PromptError, SessionEvent, SessionEvents, StartError,
+    Supervisor, SupervisorConfig, SupervisorError,
 };
 
 /// The program's usage text.
@@ -51,6 +51,10 @@ const BUSY_RETRIES: u32 = 3;
 
 /// Prompts read from stdin and not yet sent.
 const STDIN_PROMPTS_QUEUED: usize = 16;
+
+/// A prompt whose turn was rolled back (it never reached an agent: the runtime it was
+/// dispatched to died first) is sent again at most this many times.
+const ROLLED_BACK_RESENDS: u32 = 2;
 
 /// What the command line asked for.
 #[derive(Debug, Clone)]
@@ -262,7 +266,8 @@ impl std::fmt::Debug for Io {
     }
 }
 
-/// Prints events until `turn` ends (or, with `None`, until any turn of `session` ends).
+/// Prints events until `turn` ends (or, with `None`, until any turn of `session` ends),
+/// and the cause of a turn that ended unfinished.
 async fn wait_turn(
     console: &mut dyn Console,
     events: &mut SessionEvents,
@@ -275,15 +280,41 @@ async fn wait_turn(
             session: s,
             turn: t,
             outcome,
+            cause,
             ..
         } = event
         {
             if s == session && turn.is_none_or(|turn| turn == t) {
+                if outcome != TurnOutcome::Completed {
+                    console.message(&turn_message(t, outcome, cause.as_ref()));
+                }
                 return outcome;
             }
         }
     }
     TurnOutcome::Failed
+}
+
+/// The most characters of a turn's cause printed (an agent's error data can be long).
+const CAUSE_CHARS: usize = 400;
+
+/// What the operator reads about a turn that did not complete: its outcome and cause (a
+/// JSON-RPC error's code, message and an excerpt of its data).
+#[must_use]
+pub fn turn_message(turn: TurnId, outcome: TurnOutcome, cause: Option<&FailureCause>) -> String {
+    match cause {
+        Some(cause) => {
+            let text = cause.to_string();
+            let excerpt: String = text.chars().take(CAUSE_CHARS).collect();
+            let more = if excerpt.len() < text.len() {
+                "…"
+            } else {
+                ""
+            };
+            format!("turn {} ended {outcome:?}: {excerpt}{more}", turn.get())
+        }
+        None => format!("turn {} ended {outcome:?}", turn.get()),
+    }
 }
 
 /// The next prompt: from the list, or from stdin (printing events while waiting).
@@ -393,6 +424,7 @@ async fn supervise(
     let mut stopped_by = None;
     {
         let work = prompt_all(
+            supervisor.restored_turns().to_vec(),
             &supervisor,
             &mut events,
             console,
@@ -412,14 +444,26 @@ async fn supervise(
     while let Some(event) = events.try_recv() {
         console.event(&event).await;
     }
+    if let Some(error) = supervisor.fatal_error() {
+        return Err((
+            1,
+            format!(
+                "stopped: the state file could not be written ({error}); every agent was \
+                 stopped, and a new start resumes from the last state written"
+            ),
+        ));
+    }
     match stopped_by {
         Some(code) => Err((code, "stopped by a signal; every agent was stopped".into())),
         None => Ok(all_completed),
     }
 }
 
-/// Sends every prompt, each after the previous turn ended.
+/// Waits for the turns a restored state had in flight, then sends every prompt, each
+/// after the previous turn ended.
+#[allow(clippy::too_many_arguments)]
 async fn prompt_all(
+    restored: Vec<(SessionId, TurnId)>,
     supervisor: &Supervisor,
     events: &mut SessionEvents,
     console: &mut dyn Console,
@@ -428,10 +472,44 @@ async fn prompt_all(
     stdin: &mut Option<mpsc::Receiver<String>>,
     all_completed: &mut bool,
 ) {
+    // A restored turn is the caller's too: the run is not over before it ended.
+    for (s, turn) in restored {
+        *all_completed &= wait_turn(console, events, s, Some(turn)).await == TurnOutcome::Completed;
+    }
     while let Some(text) = next_prompt(console, listed, stdin, events).await {
+        let mut resends = 0;
+        loop {
+            match send_prompt(supervisor, events, console, session, &text).await {
+                Some(TurnOutcome::RolledBack) if resends < ROLLED_BACK_RESENDS => {
+                    // It never reached an agent (its runtime died first): send it again.
+                    resends += 1;
+                    console.message("the prompt never reached the agent; sending it again");
+                }
+                Some(outcome) => {
+                    *all_completed &= outcome == TurnOutcome::Completed;
+                    break;
+                }
+                None => {
+                    *all_completed = false;
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Sends one prompt and waits for its turn; `None` if it was not claimed.
+async fn send_prompt(
+    supervisor: &Supervisor,
+    events: &mut SessionEvents,
+    console: &mut dyn Console,
+    session: SessionId,
+    text: &str,
+) -> Option<TurnOutcome> {
+    {
         let mut busy = 0;
         let turn = loop {
-            match supervisor.prompt(session, text.clone()).await {
+            match supervisor.prompt(session, text).await {
                 Ok(turn) => break Some(turn),
                 Err(SupervisorError::Prompt(PromptError::Rejected(RejectReason::SessionBusy)))
                     if busy < BUSY_RETRIES =>
@@ -446,14 +524,9 @@ async fn prompt_all(
                 }
             }
         };
-        match turn {
-            Some(turn) => {
-                console.prompt_claimed(session, turn, &text);
-                *all_completed &=
-                    wait_turn(console, events, session, Some(turn)).await == TurnOutcome::Completed;
-            }
-            None => *all_completed = false,
-        }
+        let turn = turn?;
+        console.prompt_claimed(session, turn, text);
+        Some(wait_turn(console, events, session, Some(turn)).await)
     }
 }
 

@@ -145,6 +145,9 @@ impl SessionEvents {
     }
 }
 
+/// Where a prompt's answer goes.
+type PromptReply = oneshot::Sender<Result<TurnId, PromptError>>;
+
 enum Command {
     Prompt {
         session: SessionId,
@@ -247,6 +250,8 @@ pub struct Supervisor {
     commands: mpsc::Sender<Command>,
     epoch: Epoch,
     core_config: Config,
+    in_flight: Vec<(SessionId, TurnId)>,
+    fatal: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl std::fmt::Debug for Command {
@@ -336,6 +341,8 @@ impl Supervisor {
 
         let epoch = engine.epoch();
         let core_config = engine.config().core.clone();
+        let in_flight = engine.turns_in_flight();
+        let fatal = Arc::new(std::sync::Mutex::new(None));
         let (command_tx, command_rx) = mpsc::channel(COMMAND_CAPACITY);
         let (inbox_tx, inbox_rx) = mpsc::channel(INBOX_CAPACITY);
         let (event_tx, event_rx) = mpsc::channel(event_capacity);
@@ -353,6 +360,8 @@ impl Supervisor {
             caller_gone: false,
             handles: BTreeMap::new(),
             stats: SupervisorStats::default(),
+            replies: Vec::new(),
+            fatal: Arc::clone(&fatal),
         };
         // Detached: the driver ends when every handle is gone or on shutdown.
         let _ = platform.spawn(Box::pin(driver.run()));
@@ -361,6 +370,8 @@ impl Supervisor {
                 commands: command_tx,
                 epoch,
                 core_config,
+                in_flight,
+                fatal,
             },
             SessionEvents { receiver: event_rx },
         ))
@@ -376,6 +387,26 @@ impl Supervisor {
     #[must_use]
     pub fn core_config(&self) -> &Config {
         &self.core_config
+    }
+
+    /// The turns the restored state had in flight when this supervisor started (empty for
+    /// a fresh state): the core recovers them, and each ends with a `TurnEnded` on
+    /// [`SessionEvents`]. A caller waits for them as for its own.
+    #[must_use]
+    pub fn restored_turns(&self) -> &[(SessionId, TurnId)] {
+        &self.in_flight
+    }
+
+    /// Why the supervisor stopped on its own, if it did: the state file could not be
+    /// written. It then stops every agent and ends [`SessionEvents`]; nothing of the step
+    /// whose state was not written left the process (write-ahead), so a supervisor
+    /// started again from the file resumes from the last state written.
+    #[must_use]
+    pub fn fatal_error(&self) -> Option<String> {
+        self.fatal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     async fn call<T>(
@@ -532,6 +563,11 @@ struct Driver {
     caller_gone: bool,
     handles: BTreeMap<palisade_core::ExecutionId, Handle>,
     stats: SupervisorStats,
+    /// Answers to prompts, held until the step that claimed them is written: a caller
+    /// never holds a turn id the state file does not know.
+    replies: Vec<(PromptReply, Result<TurnId, PromptError>)>,
+    /// Set when the state file could not be written (see [`Supervisor::fatal_error`]).
+    fatal: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 enum Flow {
@@ -552,7 +588,23 @@ impl Driver {
         loop {
             let now = self.clock.now();
             self.engine.pump_outlets(now);
-            self.persist(now).await;
+            if let Err(error) = self.persist(now).await {
+                // Write-ahead: nothing of this step may leave the process, and a
+                // supervisor that goes on without its state file would, after a restart,
+                // run completed turns again and hand out their output seqs anew. Stop
+                // here; the caller is told why.
+                tracing::error!(%error, "the state file could not be written; stopping");
+                *self
+                    .fatal
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(error.to_string());
+                self.replies.clear();
+                self.stop_agents().await;
+                return;
+            }
+            for (reply, answer) in self.replies.drain(..) {
+                let _ = reply.send(answer);
+            }
             let mut actions = Vec::new();
             while let Some(action) = self.engine.poll_action() {
                 actions.push(action);
@@ -652,16 +704,16 @@ impl Driver {
     }
 
     /// Writes the state if this step changed it.
-    async fn persist(&mut self, now: Timestamp) {
+    async fn persist(&mut self, now: Timestamp) -> io::Result<()> {
         if !self.engine.take_dirty() {
-            return;
+            return Ok(());
         }
         let Some(store) = self.store.as_mut() else {
-            return;
+            return Ok(());
         };
         let bytes = self.engine.encode_state(now);
         if bytes[BODY_OFFSET..] == store.last_body[..] {
-            return;
+            return Ok(());
         }
         let body = bytes[BODY_OFFSET..].to_vec();
         let file = store.file.clone();
@@ -673,9 +725,12 @@ impl Driver {
             Ok(()) => {
                 store.last_body = body;
                 self.stats.persists += 1;
+                Ok(())
             }
-            // The next change tries again; the file keeps the previous state meanwhile.
-            Err(_) => self.stats.persist_failures += 1,
+            Err(error) => {
+                self.stats.persist_failures += 1;
+                Err(error)
+            }
         }
     }
 
@@ -688,7 +743,8 @@ impl Driver {
                 text,
                 reply,
             } => {
-                let _ = reply.send(self.engine.prompt(now, session, text));
+                let answer = self.engine.prompt(now, session, text);
+                self.replies.push((reply, answer));
             }
             Command::Cancel { session, reply } => {
                 let _ = reply.send(self.engine.cancel(now, session));
@@ -739,8 +795,12 @@ impl Driver {
                 }
             }
         }
-        // Every agent's tree is stopped as a StopExecution would: stdin EOF, the grace,
-        // SIGTERM, SIGKILL; all at once.
+        self.stop_agents().await;
+    }
+
+    /// Stops every agent's tree as a StopExecution would: stdin EOF, the grace, SIGTERM,
+    /// SIGKILL; all at once.
+    async fn stop_agents(&mut self) {
         let handles = std::mem::take(&mut self.handles);
         let grace_until =
             self.platform.now() + Duration::from_millis(self.engine.config().stop_grace_ms);

@@ -1175,3 +1175,40 @@ fn the_built_palisade_supervise_runs_on_real_time_with_real_processes() {
     let _ = std::fs::remove_file(&log);
     let _ = std::fs::remove_file(&state);
 }
+
+#[test]
+fn palisade_supervise_prints_why_a_prompt_failed() {
+    // Issue 13, item 2: an agent that answers `session/prompt` with a JSON-RPC error (as
+    // claude-agent-acp without credentials, and codex-acp, do); the operator reads the
+    // code, the message and the data on stderr.
+    for (mode, wanted) in [
+        ("auth-required", &["-32000", "Authentication required"][..]),
+        (
+            "internal",
+            &[
+                "-32603",
+                "Internal error",
+                "stream disconnected before completion",
+            ][..],
+        ),
+    ] {
+        let agent = format!(
+            "{} --prompt-error {mode}",
+            env!("CARGO_BIN_EXE_palisade-test-agent")
+        );
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_palisade-supervise"))
+            .args(["--agent-cmd", &agent, "--prompt", "hello"])
+            .args(["--recovery-delays-ms", ""])
+            .output()
+            .expect("palisade-supervise runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{mode}: {stderr}");
+        let line = stderr
+            .lines()
+            .find(|l| l.contains("turn 1 ended"))
+            .unwrap_or_else(|| panic!("{mode}: no cause printed:\n{stderr}"));
+        for w in wanted {
+            assert!(line.contains(w), "{mode}: {w:?} missing from {line:?}");
+        }
+    }
+}

@@ -6,7 +6,12 @@ mod common;
 use common::{describe, palisade, read_json, Scratch};
 
 /// The shipped stack scenarios.
-const STACK: &[&str] = &["stack-basic", "stack-exit-between-turns"];
+const STACK: &[&str] = &[
+    "stack-basic",
+    "stack-exit-between-turns",
+    "stack-disk-faults",
+    "stack-crash-restart",
+];
 
 /// A seed's trace hash from `palisade run`'s last line (`held: … trace <hash>, …` or
 /// `FAILED: …` followed by `  trace <hash>, …`).

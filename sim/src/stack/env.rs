@@ -69,6 +69,9 @@ pub(crate) struct EnvState {
     /// Kill switches of live agents.
     pub(crate) kills: BTreeMap<u32, watch::Sender<bool>>,
     pub(crate) incarnation: u32,
+    /// When the environment last hurt the stack: an agent killed, a disk fault armed, a
+    /// crash. After it, every prompt the caller sends must complete.
+    pub(crate) last_disruption_ms: u64,
     next_pid: u32,
 }
 
@@ -275,7 +278,14 @@ async fn agent_process(
                 Out::Stderr(_) => {}
                 Out::Exit(code) => break 'life ProcessExit::Code(code),
             }
-            if answered && std::mem::take(&mut lock(&env).exit_after_answer) {
+            if answered && {
+                let mut e = lock(&env);
+                let dies = std::mem::take(&mut e.exit_after_answer);
+                if dies {
+                    e.last_disruption_ms = now;
+                }
+                dies
+            } {
                 // SIGKILLed right after its answer: it reads nothing more, and its death
                 // (stdout EOF, the reaped status) shows a few milliseconds later, as a
                 // real kill does.
@@ -368,6 +378,8 @@ impl AgentTree for SimTree {
 #[derive(Debug)]
 pub(crate) struct SimDisk {
     pub(crate) env: Env,
+    /// Checkpointed at every completed write (see `Watch::checkpoint`).
+    pub(crate) watch: Arc<Mutex<crate::world::run::Watch>>,
 }
 
 impl StateFs for SimDisk {
@@ -416,6 +428,7 @@ impl StateFs for SimDisk {
             .remove(from)
             .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
         env.files.insert(to.to_owned(), bytes);
+        crate::world::run::lock(&self.watch).checkpoint();
         Ok(())
     }
 

@@ -115,6 +115,7 @@ impl Console for SimConsole {
         oracle::lock(&self.log)
             .claimed
             .push((self.incarnation, turn, text.to_owned()));
+        oracle::lock(&self.log).claimed_at.push(now);
     }
 }
 
@@ -163,6 +164,9 @@ pub(crate) async fn run(
             crashed: crashed.clone(),
         });
         let now = env::now_ms(start);
+        if incarnation > 1 {
+            lock_watch(&watch).rewind_to_durable(&config);
+        }
         lock_watch(&watch).tracer.note(
             now,
             "world",
@@ -172,7 +176,10 @@ pub(crate) async fn run(
         let embedding = Embedding {
             platform: platform.clone(),
             state: Some(StateFile {
-                fs: Arc::new(SimDisk { env: env.clone() }),
+                fs: Arc::new(SimDisk {
+                    env: env.clone(),
+                    watch: watch.clone(),
+                }),
                 path: PathBuf::from(STATE_PATH),
             }),
             observer: Some(Box::new(StackObserve {
@@ -255,7 +262,13 @@ pub(crate) async fn run(
                         &[("incarnation", u64::from(incarnation)), ("code", u64::from(code))],
                     );
                     let alive = lock(&env).alive();
-                    oracle::lock(&log).exits.push((incarnation, code, alive));
+                    let mut l = oracle::lock(&log);
+                    l.exits.push((incarnation, code, alive));
+                    // A service manager starts a failed supervisor again while its caller
+                    // still waits for a turn.
+                    if code != 0 && l.unfinished() {
+                        break true;
+                    }
                     finished = true;
                     break false;
                 }
@@ -288,6 +301,7 @@ pub(crate) async fn run(
         platform.crash();
         {
             let mut e = lock(&env);
+            e.last_disruption_ms = env::now_ms(start);
             let guarded: Vec<u32> = e
                 .procs
                 .iter()
@@ -341,6 +355,12 @@ pub(crate) async fn run(
 /// Carries out a planned fault; true if it crashes the supervisor now.
 fn apply(env: &Env, log: &Arc<Mutex<CallerLog>>, f: &Fault, now: u64) -> bool {
     let mut e = lock(env);
+    if matches!(
+        f.kind,
+        FaultKind::ProviderExit | FaultKind::DiskFault { .. } | FaultKind::CrashRestart
+    ) {
+        e.last_disruption_ms = now;
+    }
     match f.kind {
         FaultKind::ProviderExit => {
             if let Some(&pid) = e.alive().last() {

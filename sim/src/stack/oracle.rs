@@ -16,6 +16,9 @@
 //! - `S-agent-outlives-supervisor`: no agent process runs once its supervisor exited.
 //! - `S-exit-0-unfinished`: exit 0 only when every claimed turn completed.
 //! - `S-no-exit`: the supervise loop exits within the run (its caller closed stdin).
+//! - `S-prompt-not-run`: a prompt first sent after the environment's last disruption (an
+//!   agent killed, a disk fault, a crash) completes: nothing that happened before it may
+//!   doom it (a runtime killed right before it must not take it down).
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
@@ -36,6 +39,8 @@ pub(crate) struct CallerLog {
     pub(crate) messages: Vec<(u32, String)>,
     /// Prompts the supervisor claimed: incarnation, turn, text.
     pub(crate) claimed: Vec<(u32, TurnId, String)>,
+    /// When each of `claimed` was claimed (simulated ms).
+    pub(crate) claimed_at: Vec<u64>,
     /// Exits: incarnation, code, agents still alive at the exit.
     pub(crate) exits: Vec<(u32, u8, Vec<u32>)>,
     /// The caller takes no events before this.
@@ -50,6 +55,16 @@ pub(crate) fn lock(log: &Mutex<CallerLog>) -> MutexGuard<'_, CallerLog> {
 }
 
 impl CallerLog {
+    /// Whether a claimed turn has not been seen ending.
+    pub(crate) fn unfinished(&self) -> bool {
+        self.claimed.iter().any(|(_, turn, _)| {
+            !self
+                .events
+                .iter()
+                .any(|(_, _, e)| matches!(e, SessionEvent::TurnEnded { turn: t, .. } if t == turn))
+        })
+    }
+
     pub(crate) fn event(&mut self, incarnation: u32, agent_prompts: usize, event: SessionEvent) {
         self.events.push((incarnation, agent_prompts, event));
     }
@@ -146,7 +161,10 @@ pub(crate) fn judge(
             ));
         }
         let failures = env.write_failures.get(incarnation).copied().unwrap_or(0);
-        let told = log.messages.iter().any(|(i, _)| i == incarnation);
+        let told = log
+            .messages
+            .iter()
+            .any(|(i, text)| i == incarnation && text.contains("state file"));
         if failures > 0 && (*code == 0 || !told) {
             return Err(v(
                 "S-persist-failure-hidden",
@@ -164,6 +182,29 @@ pub(crate) fn judge(
             "palisade-supervise did not exit before the run's end (its stdin was closed)".into(),
             idx,
         ));
+    }
+    // Per prompt text: when it was first claimed, and whether any of its turns completed.
+    let mut first_claim: BTreeMap<&str, (u64, TurnId)> = BTreeMap::new();
+    let mut completed: BTreeMap<&str, bool> = BTreeMap::new();
+    for ((_, turn, text), at) in log.claimed.iter().zip(&log.claimed_at) {
+        first_claim.entry(text).or_insert((*at, *turn));
+        *completed.entry(text).or_insert(false) |=
+            matches!(ended.get(turn), Some((TurnOutcome::Completed, _, _)));
+    }
+    if finished {
+        for (text, (at, turn)) in &first_claim {
+            if *at > env.last_disruption_ms && !completed[text] {
+                return Err(v(
+                    "S-prompt-not-run",
+                    format!(
+                        "prompt {text:?} (turn {}) was sent at {at} ms, after the last disruption ({} ms), and never completed",
+                        turn.get(),
+                        env.last_disruption_ms
+                    ),
+                    idx,
+                ));
+            }
+        }
     }
     let last_exit_0 = log.exits.last().is_some_and(|(_, code, _)| *code == 0);
     for (incarnation, turn, text) in &log.claimed {

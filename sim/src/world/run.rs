@@ -157,6 +157,8 @@ pub(crate) struct Watch {
     pub(crate) marks: BTreeMap<String, u64>,
     pub(crate) now_ms: u64,
     pub(crate) found: Option<Violation>,
+    /// The checker as it was when the state file was last written (the stack world).
+    durable: Option<Checker>,
 }
 
 impl Watch {
@@ -164,18 +166,35 @@ impl Watch {
     pub(crate) fn shared(config: &SupervisorConfig, capture: bool) -> Arc<Mutex<Watch>> {
         Arc::new(Mutex::new(Watch {
             tracer: Tracer::new(capture),
-            checker: Checker::new(&config.core)
-                .full_check_every(16)
-                .enabled(std::env::var_os("PALISADE_ORACLE").is_none_or(|v| v != "off")),
+            checker: new_checker(config),
             marks: BTreeMap::new(),
             now_ms: 0,
             found: None,
+            durable: None,
         }))
+    }
+
+    /// The state file now holds the core as the checker last saw it.
+    pub(crate) fn checkpoint(&mut self) {
+        self.durable = Some(self.checker.clone());
+    }
+
+    /// The engine restarts from the state file: the checker goes back to what it had seen
+    /// when that was written (the stack world's disk can lag behind the core: steps never
+    /// written never left the process, and are legitimately forgotten).
+    pub(crate) fn rewind_to_durable(&mut self, config: &SupervisorConfig) {
+        self.checker = self.durable.clone().unwrap_or_else(|| new_checker(config));
     }
 
     pub(crate) fn mark(&mut self, name: &str) {
         *self.marks.entry(name.to_owned()).or_insert(0) += 1;
     }
+}
+
+fn new_checker(config: &SupervisorConfig) -> Checker {
+    Checker::new(&config.core)
+        .full_check_every(16)
+        .enabled(std::env::var_os("PALISADE_ORACLE").is_none_or(|v| v != "off"))
 }
 
 /// The engine's observer: every core step goes into the trace and through the checker.
