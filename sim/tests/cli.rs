@@ -532,7 +532,7 @@ fn failing_hashes_do_not_depend_on_jobs_and_match_single_runs() {
         );
         expect_code(&out, 1);
         assert!(
-            stdout(&out).contains("determinism: 100 seeds re-run, 0 differed"),
+            stdout(&out).contains("determinism: 140 seeds re-run, 0 differed"),
             "{}",
             stdout(&out)
         );
@@ -776,7 +776,7 @@ fn every_shipped_scenario_holds_for_100_seeds() {
     let summary = read_json(&dir.path("reports/summary.json"));
     assert_eq!(
         summary["scenarios"].as_array().expect("scenarios").len(),
-        10
+        14
     );
-    assert_eq!(summary["seeds"], 1000);
+    assert_eq!(summary["seeds"], 1400);
 }
