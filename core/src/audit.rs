@@ -720,7 +720,7 @@ impl std::fmt::Display for Found {
 /// (its input's and its effects'), and for the whole core every
 /// [`Checker::full_check_every`]-th step and after every timeout and restore. It keeps the
 /// first violation and stops checking after it.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Checker {
     /// The reference model; `None` for a core of unknown history (restored from bytes),
     /// whose legitimate behaviour no model can know.

@@ -763,6 +763,16 @@ impl Engine {
 
     // ----- caller commands -------------------------------------------------------------
 
+    /// The turns claimed and not yet ended, by session (after a restore: the turns the
+    /// state file had in flight, which the core now recovers).
+    #[must_use]
+    pub fn turns_in_flight(&self) -> Vec<(SessionId, TurnId)> {
+        self.books
+            .iter()
+            .filter_map(|(session, book)| book.turn.as_ref().map(|(turn, _)| (*session, *turn)))
+            .collect()
+    }
+
     /// Claims a new turn with `text`; it is dispatched once a runtime is ready.
     pub fn prompt(
         &mut self,

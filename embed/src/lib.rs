@@ -99,10 +99,12 @@ pub mod engine;
 pub mod events;
 pub mod jsonrpc;
 mod jsonscan;
+pub mod platform;
 pub mod process;
 pub mod replay;
 pub mod rpc;
 pub mod state;
+pub mod supervise;
 pub mod supervisor;
 pub mod wire;
 
@@ -110,9 +112,12 @@ pub use config::{SupervisorConfig, SupervisorConfigError};
 pub use engine::{Action, Engine, EngineStats, Op, PromptError};
 pub use events::{ConversationOrigin, FailureCause, OutputEvent, SessionEvent};
 pub use jsonrpc::{RequestId, RpcError};
+pub use platform::{Platform, TokioPlatform};
 pub use rpc::{
     AgentCommand, AgentConnection, AgentEvent, AgentEvents, Anomaly, CloseReason, ConnectionConfig,
     ConnectionStats, ProcessExit, RpcFailure, SpawnError, StderrMode,
 };
-pub use state::StateError;
-pub use supervisor::{SessionEvents, StartError, Supervisor, SupervisorError, SupervisorStats};
+pub use state::{StateError, StateFile, StateFs};
+pub use supervisor::{
+    Embedding, SessionEvents, StartError, Supervisor, SupervisorError, SupervisorStats,
+};

@@ -47,6 +47,9 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{kill_process, kill_process_group, test_kill_process_group, Pid, Signal};
 
+use crate::platform::{AgentTree, BoxFuture, SpawnedAgent, TreeSignal};
+use crate::rpc::{AgentCommand, ConnectionConfig, ProcessExit, SpawnError, StderrMode};
+
 /// The environment variable that marks every process of one agent's tree.
 pub const TREE_ENV: &str = "PALISADE_AGENT_TREE";
 
@@ -301,6 +304,12 @@ impl ProcessTree {
     pub fn set_down(&self) {
         self.down.store(true, Ordering::SeqCst);
     }
+
+    /// Whether [`ProcessTree::set_down`] was called.
+    #[must_use]
+    pub fn is_down(&self) -> bool {
+        self.down.load(Ordering::SeqCst)
+    }
 }
 
 impl Drop for ProcessTree {
@@ -377,6 +386,143 @@ impl Watchdog {
     /// The agent could not be started: nothing to watch.
     pub fn abandon(mut self) {
         let _ = self.child.start_kill();
+    }
+}
+
+/// Starts `command` as the leader of its own process group, marked with a fresh
+/// [`TREE_ENV`] value and guarded by a watchdog (started first, so that should we die
+/// right after the agent started, it finds the agent by its marker), with piped stdin and
+/// stdout: [`TokioPlatform`](crate::platform::TokioPlatform)'s agent processes.
+pub fn spawn_agent(
+    command: &AgentCommand,
+    config: &ConnectionConfig,
+) -> Result<SpawnedAgent, SpawnError> {
+    let marker = new_marker();
+    let watchdog = config
+        .watchdog
+        .resolve()
+        .and_then(|program| Watchdog::spawn(&program, &marker));
+    let mut cmd = tokio::process::Command::new(command.program());
+    cmd.args(command.arguments())
+        .envs(command.environment().iter().map(|(k, v)| (k, v)))
+        .env(TREE_ENV, &marker)
+        // Its own group: the tree is signalled as one, and a terminal's Ctrl-C (sent
+        // to the foreground group) reaches the supervisor, which stops it in order.
+        .process_group(0)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(match config.stderr {
+            StderrMode::Inherit => Stdio::inherit(),
+            StderrMode::Null => Stdio::null(),
+        })
+        // Belt and braces: if the supervisor task itself is dropped (runtime shutdown),
+        // the child is still killed.
+        .kill_on_drop(true);
+    if let Some(dir) = command.working_dir() {
+        cmd.current_dir(dir);
+    }
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(error) => {
+            if let Some(watchdog) = watchdog {
+                watchdog.abandon();
+            }
+            return Err(SpawnError::Spawn(error));
+        }
+    };
+    let pid = child.id();
+    let tree = ProcessTree::new(TreeId {
+        pgid: pid.unwrap_or(0),
+        marker,
+    });
+    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        // Dropping `tree` kills the group, dropping `child` kills it (kill_on_drop).
+        if let Some(watchdog) = watchdog {
+            watchdog.abandon();
+        }
+        return Err(SpawnError::MissingPipe);
+    };
+    Ok(SpawnedAgent {
+        pid,
+        stdin: Box::new(stdin),
+        stdout: Box::new(stdout),
+        tree: Box::new(OsTree {
+            child,
+            tree,
+            watchdog,
+        }),
+    })
+}
+
+/// A real agent's tree: the child, its process group and marker, its watchdog.
+struct OsTree {
+    child: tokio::process::Child,
+    tree: ProcessTree,
+    watchdog: Option<Watchdog>,
+}
+
+impl AgentTree for OsTree {
+    fn arm(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let pgid = self.tree.id().pgid;
+            if let Some(watchdog) = self.watchdog.as_mut() {
+                watchdog.watch_group(pgid).await;
+            }
+        })
+    }
+
+    fn wait(&mut self) -> BoxFuture<'_, ProcessExit> {
+        Box::pin(async move {
+            self.child
+                .wait()
+                .await
+                .map_or(ProcessExit::Unknown, ProcessExit::from)
+        })
+    }
+
+    fn signal(&mut self, signal: TreeSignal) {
+        self.tree.id().signal(match signal {
+            TreeSignal::Terminate => Signal::TERM,
+            TreeSignal::Kill => Signal::KILL,
+        });
+    }
+
+    fn kill_child(&mut self) {
+        // Fails only if the child already exited; wait() returns then.
+        let _ = self.child.start_kill();
+    }
+
+    fn take_down(&mut self, kill: bool) -> BoxFuture<'_, bool> {
+        Box::pin(async move {
+            let gone = if kill {
+                self.tree.id().kill().await
+            } else {
+                self.tree.id().terminate().await
+            };
+            if gone {
+                self.tree.set_down();
+            }
+            gone
+        })
+    }
+
+    fn disarm(self: Box<Self>) -> BoxFuture<'static, ()> {
+        let OsTree {
+            child,
+            tree,
+            watchdog,
+        } = *self;
+        Box::pin(async move {
+            // A tree not seen down is SIGKILLed again by `tree`'s guard as it drops, and
+            // the watchdog, its lifeline dropped, keeps trying.
+            if tree.is_down() {
+                if let Some(watchdog) = watchdog {
+                    watchdog.dismiss().await;
+                }
+            }
+            drop(tree);
+            drop(child);
+        })
     }
 }
 

@@ -30,25 +30,23 @@
 //! what the agent writes; garbage, unknown response ids and oversized lines are counted
 //! ([`ConnectionStats`]) and reported as [`Anomaly`] events.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io;
-use std::path::PathBuf;
-use std::process::Stdio;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::task::JoinHandle;
-use tokio::time::{sleep_until, timeout_at, Instant};
+use tokio::time::Instant;
 
 use crate::jsonrpc::{
     encode_notification, encode_response, FrameError, RawJson, RequestId, RpcError,
 };
-use crate::process::{ProcessTree, TreeId, Watchdog, WatchdogProgram, TREE_ENV};
+use crate::platform::{timeout_at, AgentTree, Platform, Task, TokioPlatform, TreeSignal};
+use crate::process::WatchdogProgram;
 use crate::wire::{Incoming, Wire};
 
 /// Default longest line we accept from an agent. A `session/load` history replay or a
@@ -382,6 +380,30 @@ impl AgentCommand {
         self.current_dir = Some(dir.into());
         self
     }
+
+    /// The program.
+    #[must_use]
+    pub fn program(&self) -> &OsStr {
+        &self.program
+    }
+
+    /// The arguments.
+    #[must_use]
+    pub fn arguments(&self) -> &[OsString] {
+        &self.args
+    }
+
+    /// The extra environment.
+    #[must_use]
+    pub fn environment(&self) -> &[(OsString, OsString)] {
+        &self.env
+    }
+
+    /// The working directory, if one was set.
+    #[must_use]
+    pub fn working_dir(&self) -> Option<&Path> {
+        self.current_dir.as_deref()
+    }
 }
 
 /// Knobs of one connection.
@@ -508,13 +530,14 @@ enum Takedown {
 /// background.
 #[derive(Debug)]
 pub struct AgentConnection {
+    platform: Arc<dyn Platform>,
     shared: Arc<Shared>,
     writer: mpsc::Sender<WriteJob>,
     takedown: watch::Sender<Takedown>,
     exit: watch::Receiver<Option<ProcessExit>>,
     /// True once no process of the agent's tree is left (after `exit`).
     down: watch::Receiver<bool>,
-    reader: JoinHandle<()>,
+    reader: Task,
     pid: Option<u32>,
 }
 
@@ -534,54 +557,17 @@ impl AgentConnection {
         command: &AgentCommand,
         config: ConnectionConfig,
     ) -> Result<(AgentConnection, AgentEvents), SpawnError> {
-        // The watchdog starts first: should we die right after the agent started, it
-        // finds the agent by its marker.
-        let marker = crate::process::new_marker();
-        let watchdog = config
-            .watchdog
-            .resolve()
-            .and_then(|program| Watchdog::spawn(&program, &marker));
-        let mut cmd = Command::new(&command.program);
-        cmd.args(&command.args)
-            .envs(command.env.iter().map(|(k, v)| (k, v)))
-            .env(TREE_ENV, &marker)
-            // Its own group: the tree is signalled as one, and a terminal's Ctrl-C (sent
-            // to the foreground group) reaches the supervisor, which stops it in order.
-            .process_group(0)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(match config.stderr {
-                StderrMode::Inherit => Stdio::inherit(),
-                StderrMode::Null => Stdio::null(),
-            })
-            // Belt and braces: if the supervisor task itself is dropped (runtime shutdown),
-            // the child is still killed.
-            .kill_on_drop(true);
-        if let Some(dir) = &command.current_dir {
-            cmd.current_dir(dir);
-        }
-        let mut child = match cmd.spawn() {
-            Ok(child) => child,
-            Err(error) => {
-                if let Some(watchdog) = watchdog {
-                    watchdog.abandon();
-                }
-                return Err(SpawnError::Spawn(error));
-            }
-        };
-        let pid = child.id();
-        let tree = ProcessTree::new(TreeId {
-            pgid: pid.unwrap_or(0),
-            marker,
-        });
-        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            // Dropping `tree` kills the group, dropping `child` kills it (kill_on_drop).
-            if let Some(watchdog) = watchdog {
-                watchdog.abandon();
-            }
-            return Err(SpawnError::MissingPipe);
-        };
+        AgentConnection::spawn_on(Arc::new(TokioPlatform), command, config)
+    }
 
+    /// [`AgentConnection::spawn`] on `platform`: its processes, clock and tasks.
+    pub fn spawn_on(
+        platform: Arc<dyn Platform>,
+        command: &AgentCommand,
+        config: ConnectionConfig,
+    ) -> Result<(AgentConnection, AgentEvents), SpawnError> {
+        let spawned = platform.spawn_agent(command, &config)?;
+        let pid = spawned.pid;
         let shared = Arc::new(Shared {
             wire: Mutex::new(Wire::new(config.garbage_budget)),
             kill_requested: AtomicBool::new(false),
@@ -592,28 +578,29 @@ impl AgentConnection {
         let (write_tx, write_rx) = mpsc::channel(WRITE_QUEUE_LINES);
         let (event_tx, event_rx) = mpsc::channel(config.event_capacity.max(1));
 
-        tokio::spawn(supervise(
-            Owned {
-                child,
-                tree,
-                watchdog,
-            },
+        // Detached: each ends by itself (the supervisor once the tree is down, the writer
+        // once the connection is dropped).
+        let _ = platform.spawn(Box::pin(supervise(
+            Arc::clone(&platform),
+            spawned.tree,
             takedown_rx,
             exit_tx,
             down_tx,
-        ));
-        tokio::spawn(write_loop(stdin, write_rx));
-        let reader = tokio::spawn(
+        )));
+        let _ = platform.spawn(Box::pin(write_loop(spawned.stdin, write_rx)));
+        let reader = platform.spawn(Box::pin(
             Reader {
-                lines: LineReader::new(stdout, config.max_line_bytes),
+                platform: Arc::clone(&platform),
+                lines: LineReader::new(spawned.stdout, config.max_line_bytes),
                 shared: Arc::clone(&shared),
                 events: event_tx,
                 exit: exit_rx.clone(),
             }
             .run(),
-        );
+        ));
 
         let connection = AgentConnection {
+            platform,
             shared,
             writer: write_tx,
             takedown: takedown_tx,
@@ -668,7 +655,7 @@ impl AgentConnection {
             shared: &self.shared,
             id,
         };
-        let outcome = timeout_at(deadline, async {
+        let outcome = timeout_at(&*self.platform, deadline, async {
             self.write_line(line).await?;
             // The reader fails every pending request when it closes, so the sender is
             // never dropped unanswered; if it were, the transport is gone.
@@ -698,7 +685,7 @@ impl AgentConnection {
     ) -> Result<(), RpcFailure> {
         self.fail_if_closed()?;
         let line = encode_notification(method, &params);
-        timeout_at(deadline, self.write_line(line))
+        timeout_at(&*self.platform, deadline, self.write_line(line))
             .await
             .unwrap_or(Err(RpcFailure::TimedOut))
     }
@@ -712,7 +699,7 @@ impl AgentConnection {
     ) -> Result<(), RpcFailure> {
         self.fail_if_closed()?;
         let line = encode_response(id, &outcome);
-        timeout_at(deadline, self.write_line(line))
+        timeout_at(&*self.platform, deadline, self.write_line(line))
             .await
             .unwrap_or(Err(RpcFailure::TimedOut))
     }
@@ -757,12 +744,15 @@ impl AgentConnection {
     pub async fn stop(&self, grace_until: Instant) -> Option<ProcessExit> {
         self.close_stdin().await;
         let mut exit = self.exit.clone();
-        if timeout_at(grace_until, exited(&mut exit)).await.is_err() {
+        if timeout_at(&*self.platform, grace_until, exited(&mut exit))
+            .await
+            .is_err()
+        {
             self.terminate();
         }
         // The agent exited by itself, or was told to: either way the supervisor task takes
         // the rest of the tree down now.
-        self.wait_exit(Instant::now() + TREE_DOWN_BOUND).await
+        self.wait_exit(self.platform.now() + TREE_DOWN_BOUND).await
     }
 
     /// Waits until the agent was reaped and no process of its tree is left, or
@@ -771,7 +761,7 @@ impl AgentConnection {
         let mut down = self.down.clone();
         // The supervisor task publishes `down` only after the exit status; if it is
         // dropped (runtime shutdown), its guard took the tree down.
-        let _ = timeout_at(deadline, down.wait_for(|down| *down)).await;
+        let _ = timeout_at(&*self.platform, deadline, down.wait_for(|down| *down)).await;
         *self.exit.borrow()
     }
 
@@ -833,38 +823,26 @@ const _: () = assert!(
         > crate::process::TERM_GRACE.as_millis() + 2 * crate::process::DOWN_WITHIN.as_millis()
 );
 
-/// What the supervisor task owns: the agent, its tree, its watchdog.
-struct Owned {
-    child: Child,
-    tree: ProcessTree,
-    watchdog: Option<Watchdog>,
-}
-
 /// Owns the agent's process tree: waits for the agent, takes the tree down when asked (or
 /// when the connection is gone), always reaps the agent, and then takes down whatever is
 /// left of its tree (an agent that exits leaves no orphans behind). Publishes the exit
 /// status as soon as the agent is reaped, and `down` once the tree is gone.
 async fn supervise(
-    owned: Owned,
+    platform: Arc<dyn Platform>,
+    mut tree: Box<dyn AgentTree>,
     mut takedown: watch::Receiver<Takedown>,
     exit: watch::Sender<Option<ProcessExit>>,
     down: watch::Sender<bool>,
 ) {
-    let Owned {
-        mut child,
-        tree,
-        mut watchdog,
-    } = owned;
-    if let Some(watchdog) = watchdog.as_mut() {
-        watchdog.watch_group(tree.id().pgid).await;
-    }
+    tree.arm().await;
     let mut asked = Takedown::None;
     let mut listening = true;
     let mut escalate_at: Option<Instant> = None;
     let status = loop {
+        let escalate = platform.sleep_until(escalate_at.unwrap_or_else(|| platform.now()));
         tokio::select! {
             biased;
-            status = child.wait() => break status,
+            status = tree.wait() => break status,
             changed = takedown.changed(), if listening => {
                 // A dropped connection means kill.
                 let wanted = match changed {
@@ -881,47 +859,36 @@ async fn supervise(
                 match wanted {
                     Takedown::None => {}
                     Takedown::Terminate => {
-                        tree.id().signal(rustix::process::Signal::TERM);
-                        escalate_at = Some(Instant::now() + crate::process::TERM_GRACE);
+                        tree.signal(TreeSignal::Terminate);
+                        escalate_at = Some(platform.now() + crate::process::TERM_GRACE);
                     }
                     Takedown::Kill => {
-                        tree.id().signal(rustix::process::Signal::KILL);
-                        // Fails only if the child already exited; wait() returns then.
-                        let _ = child.start_kill();
+                        tree.signal(TreeSignal::Kill);
+                        tree.kill_child();
                     }
                 }
             }
-            _ = sleep_until(escalate_at.unwrap_or_else(Instant::now)), if escalate_at.is_some() => {
+            () = escalate, if escalate_at.is_some() => {
                 escalate_at = None;
                 asked = Takedown::Kill;
-                tree.id().signal(rustix::process::Signal::KILL);
-                let _ = child.start_kill();
+                tree.signal(TreeSignal::Kill);
+                tree.kill_child();
             }
         }
     };
-    let status = status
-        .map(ProcessExit::from)
-        .unwrap_or(ProcessExit::Unknown);
     exit.send_replace(Some(status));
-    let gone = if asked == Takedown::Kill {
-        tree.id().kill().await
+    if tree.take_down(asked == Takedown::Kill).await {
+        tree.disarm().await;
     } else {
-        tree.id().terminate().await
-    };
-    if gone {
-        tree.set_down();
-        if let Some(watchdog) = watchdog {
-            watchdog.dismiss().await;
-        }
+        // The tree's guard SIGKILLs again as it drops, and the watchdog, its lifeline
+        // dropped, keeps trying.
+        drop(tree);
     }
-    // Otherwise `tree`'s guard SIGKILLs again as it drops, and the watchdog, its lifeline
-    // dropped, keeps trying.
-    drop(tree);
     down.send_replace(true);
 }
 
 /// Owns the child's stdin and writes whole lines, in order.
-async fn write_loop(stdin: ChildStdin, mut jobs: mpsc::Receiver<WriteJob>) {
+async fn write_loop(stdin: Box<dyn AsyncWrite + Send + Unpin>, mut jobs: mpsc::Receiver<WriteJob>) {
     let mut stdin = Some(stdin);
     let mut broken: Option<io::ErrorKind> = None;
     while let Some(job) = jobs.recv().await {
@@ -1022,7 +989,8 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
 }
 
 struct Reader {
-    lines: LineReader<ChildStdout>,
+    platform: Arc<dyn Platform>,
+    lines: LineReader<Box<dyn AsyncRead + Send + Unpin>>,
     shared: Arc<Shared>,
     events: mpsc::Sender<AgentEvent>,
     exit: watch::Receiver<Option<ProcessExit>>,
@@ -1044,15 +1012,17 @@ impl Reader {
         let mut drain_deadline: Option<Instant> = None;
         let mut exit = self.exit.clone();
         loop {
+            let drained = self
+                .platform
+                .sleep_until(drain_deadline.unwrap_or_else(|| self.platform.now()));
             let outcome = tokio::select! {
                 biased;
                 outcome = self.lines.next() => outcome,
                 _ = exited(&mut exit), if drain_deadline.is_none() => {
-                    drain_deadline = Some(Instant::now() + DRAIN_GRACE);
+                    drain_deadline = Some(self.platform.now() + DRAIN_GRACE);
                     continue;
                 }
-                _ = sleep_until(drain_deadline.unwrap_or_else(Instant::now)),
-                    if drain_deadline.is_some() => {
+                () = drained, if drain_deadline.is_some() => {
                     return self.end_reason().await;
                 }
             };
@@ -1090,8 +1060,8 @@ impl Reader {
 
     /// Stdout is done: did the process exit, or did it only close stdout?
     async fn end_reason(&mut self) -> CloseReason {
-        let deadline = Instant::now() + EXIT_GRACE;
-        let status = timeout_at(deadline, exited(&mut self.exit))
+        let deadline = self.platform.now() + EXIT_GRACE;
+        let status = timeout_at(&*self.platform, deadline, exited(&mut self.exit))
             .await
             .unwrap_or(None);
         if self.shared.kill_requested.load(Ordering::SeqCst) {
@@ -1126,7 +1096,7 @@ impl Reader {
 
     /// Delivers an event, waiting while the channel is full (backpressure). If the
     /// receiver is gone the event is counted and dropped: nobody can read it.
-    async fn emit(&self, event: AgentEvent) {
+    async fn emit(&mut self, event: AgentEvent) {
         if self.events.send(event).await.is_err() {
             self.shared.wire().lost_event();
         }

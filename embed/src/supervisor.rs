@@ -25,19 +25,20 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use palisade_core::driver::Observer;
 use palisade_core::{Config, Epoch, Input, SessionId, Timestamp, TurnId, Verdict};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinSet;
-use tokio::time::{sleep_until, Instant};
+use tokio::time::Instant;
 
 use crate::config::{SupervisorConfig, SupervisorConfigError};
 use crate::engine::{Action, Engine, EngineStats, Op, PromptError};
 use crate::events::SessionEvent;
+use crate::platform::{timeout_at, Platform, Task, TokioPlatform};
 use crate::rpc::{AgentCommand, AgentConnection, AgentEvent, AgentEvents, ProcessExit, RpcFailure};
-use crate::state::{self, StateError, BODY_OFFSET};
+use crate::state::{self, StateError, StateFile, BODY_OFFSET};
 
 /// Inbox messages handled in one step before the state is persisted. Larger steps mean
 /// fewer fsyncs in a burst; smaller ones mean earlier persistence.
@@ -144,6 +145,9 @@ impl SessionEvents {
     }
 }
 
+/// Where a prompt's answer goes.
+type PromptReply = oneshot::Sender<Result<TurnId, PromptError>>;
+
 enum Command {
     Prompt {
         session: SessionId,
@@ -172,6 +176,49 @@ enum Command {
     Shutdown {
         reply: oneshot::Sender<()>,
     },
+}
+
+/// A hook run on a supervisor's engine before it starts (see [`Embedding::setup`]).
+pub type EngineSetup = Box<dyn FnOnce(&mut Engine) + Send>;
+
+/// What a supervisor runs on besides its configuration and its agent: the
+/// [`Platform`] (clock, tasks, processes), the state file, and hooks for tests and the
+/// simulator. [`Supervisor::start`] uses [`Embedding::tokio`].
+pub struct Embedding {
+    /// Clock, tasks, blocking I/O and agent processes.
+    pub platform: Arc<dyn Platform>,
+    /// Where the state is persisted (and restored from); `None`: nothing survives a
+    /// restart.
+    pub state: Option<StateFile>,
+    /// Watches every core step of the engine, from the first (a restore's own included).
+    pub observer: Option<Box<dyn Observer + Send>>,
+    /// Runs on the engine once it exists, before anything else (the simulator switches a
+    /// mutant on here).
+    pub setup: Option<EngineSetup>,
+}
+
+impl Embedding {
+    /// Production: tokio, real processes, the state file at `state` on the real filesystem.
+    #[must_use]
+    pub fn tokio(state: Option<PathBuf>) -> Embedding {
+        Embedding {
+            platform: Arc::new(TokioPlatform),
+            state: state.map(StateFile::real),
+            observer: None,
+            setup: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for Embedding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Embedding")
+            .field("platform", &self.platform)
+            .field("state", &self.state)
+            .field("observer", &self.observer.is_some())
+            .field("setup", &self.setup.is_some())
+            .finish()
+    }
 }
 
 /// A handle to a running supervisor: the core's recovery around ACP agent processes.
@@ -203,6 +250,8 @@ pub struct Supervisor {
     commands: mpsc::Sender<Command>,
     epoch: Epoch,
     core_config: Config,
+    in_flight: Vec<(SessionId, TurnId)>,
+    fatal: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl std::fmt::Debug for Command {
@@ -234,9 +283,25 @@ impl Supervisor {
         agent: AgentCommand,
         state_path: Option<PathBuf>,
     ) -> Result<(Supervisor, SessionEvents), StartError> {
+        Supervisor::start_on(Embedding::tokio(state_path), config, agent)
+    }
+
+    /// [`Supervisor::start`] on `embedding`'s platform and state file. Must be called
+    /// inside the platform's runtime.
+    pub fn start_on(
+        embedding: Embedding,
+        config: SupervisorConfig,
+        agent: AgentCommand,
+    ) -> Result<(Supervisor, SessionEvents), StartError> {
+        let Embedding {
+            platform,
+            state: state_file,
+            observer,
+            setup,
+        } = embedding;
         config.validate().map_err(StartError::Config)?;
-        let existing = match &state_path {
-            Some(path) => state::read(path).map_err(StartError::State)?,
+        let existing = match &state_file {
+            Some(file) => file.read().map_err(StartError::State)?,
             None => None,
         };
         let connection = config.connection.clone();
@@ -246,34 +311,43 @@ impl Supervisor {
                 let saved_at_ms = state::decode(&bytes)
                     .map_err(StartError::State)?
                     .saved_at_ms;
-                let clock = Clock::resume(saved_at_ms);
-                let engine =
-                    Engine::restore(config, &bytes, clock.now()).map_err(StartError::State)?;
+                let clock = Clock::resume(Arc::clone(&platform), saved_at_ms);
+                let engine = Engine::restore_observed(config, &bytes, clock.now(), observer)
+                    .map_err(StartError::State)?;
                 (clock, engine)
             }
-            None => (
-                Clock::resume(0),
-                Engine::new(config).map_err(StartError::Config)?,
-            ),
+            None => {
+                let mut engine = Engine::new(config).map_err(StartError::Config)?;
+                if let Some(observer) = observer {
+                    engine.set_observer(observer);
+                }
+                (Clock::resume(Arc::clone(&platform), 0), engine)
+            }
         };
-        let mut store = state_path.map(|path| Store {
-            path,
+        if let Some(setup) = setup {
+            setup(&mut engine);
+        }
+        let mut store = state_file.map(|file| Store {
+            file,
             last_body: Vec::new(),
         });
         if let Some(store) = store.as_mut() {
             // The new epoch is durable before any attempt of it exists.
             let bytes = engine.encode_state(clock.now());
-            state::write_atomically(&store.path, &bytes).map_err(StartError::Persist)?;
+            store.file.write(&bytes).map_err(StartError::Persist)?;
             store.last_body = bytes[BODY_OFFSET..].to_vec();
         }
         engine.take_dirty();
 
         let epoch = engine.epoch();
         let core_config = engine.config().core.clone();
+        let in_flight = engine.turns_in_flight();
+        let fatal = Arc::new(std::sync::Mutex::new(None));
         let (command_tx, command_rx) = mpsc::channel(COMMAND_CAPACITY);
         let (inbox_tx, inbox_rx) = mpsc::channel(INBOX_CAPACITY);
         let (event_tx, event_rx) = mpsc::channel(event_capacity);
         let driver = Driver {
+            platform: Arc::clone(&platform),
             engine,
             clock,
             agent,
@@ -286,13 +360,18 @@ impl Supervisor {
             caller_gone: false,
             handles: BTreeMap::new(),
             stats: SupervisorStats::default(),
+            replies: Vec::new(),
+            fatal: Arc::clone(&fatal),
         };
-        tokio::spawn(driver.run());
+        // Detached: the driver ends when every handle is gone or on shutdown.
+        let _ = platform.spawn(Box::pin(driver.run()));
         Ok((
             Supervisor {
                 commands: command_tx,
                 epoch,
                 core_config,
+                in_flight,
+                fatal,
             },
             SessionEvents { receiver: event_rx },
         ))
@@ -308,6 +387,26 @@ impl Supervisor {
     #[must_use]
     pub fn core_config(&self) -> &Config {
         &self.core_config
+    }
+
+    /// The turns the restored state had in flight when this supervisor started (empty for
+    /// a fresh state): the core recovers them, and each ends with a `TurnEnded` on
+    /// [`SessionEvents`]. A caller waits for them as for its own.
+    #[must_use]
+    pub fn restored_turns(&self) -> &[(SessionId, TurnId)] {
+        &self.in_flight
+    }
+
+    /// Why the supervisor stopped on its own, if it did: the state file could not be
+    /// written. It then stops every agent and ends [`SessionEvents`]; nothing of the step
+    /// whose state was not written left the process (write-ahead), so a supervisor
+    /// started again from the file resumes from the last state written.
+    #[must_use]
+    pub fn fatal_error(&self) -> Option<String> {
+        self.fatal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     async fn call<T>(
@@ -385,23 +484,24 @@ impl Supervisor {
 /// state file's own time.
 #[derive(Debug)]
 struct Clock {
+    platform: Arc<dyn Platform>,
     start: Instant,
     base_ms: u64,
 }
 
 impl Clock {
-    fn resume(not_before_ms: u64) -> Clock {
-        let wall_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    fn resume(platform: Arc<dyn Platform>, not_before_ms: u64) -> Clock {
+        let wall_ms = platform.unix_ms();
         Clock {
-            start: Instant::now(),
+            start: platform.now(),
             base_ms: wall_ms.max(not_before_ms),
+            platform,
         }
     }
 
     fn now(&self) -> Timestamp {
-        let elapsed = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let elapsed = self.platform.now().saturating_duration_since(self.start);
+        let elapsed = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
         Timestamp::from_millis(self.base_ms.saturating_add(elapsed))
     }
 
@@ -413,7 +513,7 @@ impl Clock {
 
 #[derive(Debug)]
 struct Store {
-    path: PathBuf,
+    file: StateFile,
     /// What was last written, from [`BODY_OFFSET`] on (the write time excluded).
     last_body: Vec<u8>,
 }
@@ -450,6 +550,7 @@ enum Inbox {
 }
 
 struct Driver {
+    platform: Arc<dyn Platform>,
     engine: Engine,
     clock: Clock,
     agent: AgentCommand,
@@ -462,6 +563,11 @@ struct Driver {
     caller_gone: bool,
     handles: BTreeMap<palisade_core::ExecutionId, Handle>,
     stats: SupervisorStats,
+    /// Answers to prompts, held until the step that claimed them is written: a caller
+    /// never holds a turn id the state file does not know.
+    replies: Vec<(PromptReply, Result<TurnId, PromptError>)>,
+    /// Set when the state file could not be written (see [`Supervisor::fatal_error`]).
+    fatal: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 enum Flow {
@@ -482,7 +588,23 @@ impl Driver {
         loop {
             let now = self.clock.now();
             self.engine.pump_outlets(now);
-            self.persist(now).await;
+            if let Err(error) = self.persist(now).await {
+                // Write-ahead: nothing of this step may leave the process, and a
+                // supervisor that goes on without its state file would, after a restart,
+                // run completed turns again and hand out their output seqs anew. Stop
+                // here; the caller is told why.
+                tracing::error!(%error, "the state file could not be written; stopping");
+                *self
+                    .fatal
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(error.to_string());
+                self.replies.clear();
+                self.stop_agents().await;
+                return;
+            }
+            for (reply, answer) in self.replies.drain(..) {
+                let _ = reply.send(answer);
+            }
             let mut actions = Vec::new();
             while let Some(action) = self.engine.poll_action() {
                 actions.push(action);
@@ -502,6 +624,7 @@ impl Driver {
             let wake = self.clock.instant(deadline.unwrap_or(Timestamp::MAX));
             // The branches only take what woke the driver; it is handled below, once the
             // branch futures (which borrow the driver's channels) are gone.
+            let timer = self.platform.sleep_until(wake);
             let wake = tokio::select! {
                 biased;
                 command = self.commands.recv() => Wake::Command(command),
@@ -517,7 +640,7 @@ impl Driver {
                     }
                     Wake::Sent
                 }
-                () = sleep_until(wake), if deadline.is_some() => Wake::Timeout,
+                () = timer, if deadline.is_some() => Wake::Timeout,
             };
             match wake {
                 Wake::Command(Some(command)) => {
@@ -581,28 +704,33 @@ impl Driver {
     }
 
     /// Writes the state if this step changed it.
-    async fn persist(&mut self, now: Timestamp) {
+    async fn persist(&mut self, now: Timestamp) -> io::Result<()> {
         if !self.engine.take_dirty() {
-            return;
+            return Ok(());
         }
         let Some(store) = self.store.as_mut() else {
-            return;
+            return Ok(());
         };
         let bytes = self.engine.encode_state(now);
         if bytes[BODY_OFFSET..] == store.last_body[..] {
-            return;
+            return Ok(());
         }
         let body = bytes[BODY_OFFSET..].to_vec();
-        let path = store.path.clone();
-        let written =
-            tokio::task::spawn_blocking(move || state::write_atomically(&path, &bytes)).await;
+        let file = store.file.clone();
+        let written = self
+            .platform
+            .blocking(Box::new(move || file.write(&bytes)))
+            .await;
         match written {
-            Ok(Ok(())) => {
+            Ok(()) => {
                 store.last_body = body;
                 self.stats.persists += 1;
+                Ok(())
             }
-            // The next change tries again; the file keeps the previous state meanwhile.
-            Ok(Err(_)) | Err(_) => self.stats.persist_failures += 1,
+            Err(error) => {
+                self.stats.persist_failures += 1;
+                Err(error)
+            }
         }
     }
 
@@ -615,7 +743,8 @@ impl Driver {
                 text,
                 reply,
             } => {
-                let _ = reply.send(self.engine.prompt(now, session, text));
+                let answer = self.engine.prompt(now, session, text);
+                self.replies.push((reply, answer));
             }
             Command::Cancel { session, reply } => {
                 let _ = reply.send(self.engine.cancel(now, session));
@@ -657,7 +786,8 @@ impl Driver {
                 continue;
             }
             // A caller that stops reading does not hold the shutdown up for long.
-            match tokio::time::timeout(SHUTDOWN_FLUSH_WITHIN, self.events.send(event)).await {
+            let until = self.platform.now() + SHUTDOWN_FLUSH_WITHIN;
+            match timeout_at(&*self.platform, until, self.events.send(event)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) | Err(_) => {
                     self.stats.events_dropped += 1;
@@ -665,16 +795,28 @@ impl Driver {
                 }
             }
         }
-        // Every agent's tree is stopped as a StopExecution would: stdin EOF, the grace,
-        // SIGTERM, SIGKILL; all at once.
+        self.stop_agents().await;
+    }
+
+    /// Stops every agent's tree as a StopExecution would: stdin EOF, the grace, SIGTERM,
+    /// SIGKILL; all at once.
+    async fn stop_agents(&mut self) {
         let handles = std::mem::take(&mut self.handles);
         let grace_until =
-            Instant::now() + Duration::from_millis(self.engine.config().stop_grace_ms);
-        let mut stopping = JoinSet::new();
+            self.platform.now() + Duration::from_millis(self.engine.config().stop_grace_ms);
+        let (stopped_tx, mut stopped) = mpsc::channel(handles.len().max(1));
+        let mut stopping = Vec::with_capacity(handles.len());
         for handle in handles.into_values() {
-            stopping.spawn(async move { handle.conn.stop(grace_until).await });
+            let stopped_tx = stopped_tx.clone();
+            stopping.push(self.platform.spawn(Box::pin(async move {
+                handle.conn.stop(grace_until).await;
+                let _ = stopped_tx.send(()).await;
+            })));
         }
-        while stopping.join_next().await.is_some() {}
+        drop(stopped_tx);
+        // Every stop ends (each is bounded by the tree's own deadlines).
+        while stopped.recv().await.is_some() {}
+        drop(stopping);
     }
 
     fn message(&mut self, message: Inbox) {
@@ -697,18 +839,23 @@ impl Driver {
         let now = self.clock.now();
         match action {
             Action::Spawn { session, attempt } => {
-                match AgentConnection::spawn(&self.agent, self.connection.clone()) {
+                match AgentConnection::spawn_on(
+                    Arc::clone(&self.platform),
+                    &self.agent,
+                    self.connection.clone(),
+                ) {
                     Ok((conn, events)) => {
                         let conn = Arc::new(conn);
                         let execution = self.engine.spawned(now, session, attempt, Ok(conn.pid()));
                         let (requests_tx, requests_rx) = mpsc::channel(PUMP_REQUESTS);
-                        tokio::spawn(pump(
+                        let _ = self.platform.spawn(Box::pin(pump(
+                            Arc::clone(&self.platform),
                             execution,
                             Arc::clone(&conn),
                             events,
                             requests_rx,
                             self.inbox_tx.clone(),
-                        ));
+                        )));
                         self.handles.insert(
                             execution,
                             Handle {
@@ -767,12 +914,11 @@ impl Driver {
             } => {
                 if let Some(handle) = self.handles.get(&execution) {
                     let conn = Arc::clone(&handle.conn);
-                    tokio::spawn(async move {
+                    let until = self.platform.now() + WRITE_WITHIN;
+                    let _ = self.platform.spawn(Box::pin(async move {
                         // A closed connection reports itself through its events.
-                        let _ = conn
-                            .notify(method, params, Instant::now() + WRITE_WITHIN)
-                            .await;
-                    });
+                        let _ = conn.notify(method, params, until).await;
+                    }));
                 }
             }
             Action::Respond {
@@ -782,11 +928,10 @@ impl Driver {
             } => {
                 if let Some(handle) = self.handles.get(&execution) {
                     let conn = Arc::clone(&handle.conn);
-                    tokio::spawn(async move {
-                        let _ = conn
-                            .respond(&id, outcome, Instant::now() + WRITE_WITHIN)
-                            .await;
-                    });
+                    let until = self.platform.now() + WRITE_WITHIN;
+                    let _ = self.platform.spawn(Box::pin(async move {
+                        let _ = conn.respond(&id, outcome, until).await;
+                    }));
                 }
             }
             Action::Stop {
@@ -800,14 +945,14 @@ impl Driver {
                 };
                 let conn = Arc::clone(&handle.conn);
                 let inbox = self.inbox_tx.clone();
-                let grace_until = (Instant::now() + Duration::from_millis(grace_ms))
+                let grace_until = (self.platform.now() + Duration::from_millis(grace_ms))
                     .min(self.clock.instant(deadline));
-                tokio::spawn(async move {
+                let _ = self.platform.spawn(Box::pin(async move {
                     // Stdin EOF (an agent may save and exit), the grace, then SIGTERM and
                     // SIGKILL to the agent's whole process tree.
                     let status = conn.stop(grace_until).await;
                     let _ = inbox.send(Inbox::Reaped { execution, status }).await;
-                });
+                }));
             }
             Action::Kill { execution } => {
                 let Some(handle) = self.handles.get(&execution) else {
@@ -816,11 +961,73 @@ impl Driver {
                 };
                 let conn = Arc::clone(&handle.conn);
                 let inbox = self.inbox_tx.clone();
-                tokio::spawn(async move {
-                    let status = conn.kill_and_reap(Instant::now() + REAP_WITHIN).await;
+                let until = self.platform.now() + REAP_WITHIN;
+                let _ = self.platform.spawn(Box::pin(async move {
+                    let status = conn.kill_and_reap(until).await;
                     let _ = inbox.send(Inbox::Reaped { execution, status }).await;
-                });
+                }));
             }
+        }
+    }
+}
+
+/// A pump's requests in flight: each runs as a task of its own (a request waits for its
+/// answer while the pump goes on forwarding notifications) and sends its answer back. The
+/// tasks still running when the pump ends are aborted, as a `JoinSet`'s would be.
+struct InFlight {
+    platform: Arc<dyn Platform>,
+    tasks: BTreeMap<u64, Task>,
+    next: u64,
+    done_tx: mpsc::Sender<(u64, Op, Result<Value, RpcFailure>)>,
+    done: mpsc::Receiver<(u64, Op, Result<Value, RpcFailure>)>,
+}
+
+impl InFlight {
+    fn new(platform: Arc<dyn Platform>) -> InFlight {
+        let (done_tx, done) = mpsc::channel(PUMP_REQUESTS);
+        InFlight {
+            platform,
+            tasks: BTreeMap::new(),
+            next: 0,
+            done_tx,
+            done,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    fn start(&mut self, conn: &Arc<AgentConnection>, request: PumpRequest) {
+        self.next += 1;
+        let n = self.next;
+        let conn = Arc::clone(conn);
+        let done = self.done_tx.clone();
+        let task = self.platform.spawn(Box::pin(async move {
+            let result = conn
+                .request(request.method, request.params, request.deadline)
+                .await;
+            // The pump may be gone; nobody waits for the answer then.
+            let _ = done.send((n, request.op, result)).await;
+        }));
+        self.tasks.insert(n, task);
+    }
+
+    /// The next answer; `None` if nothing is in flight.
+    async fn next(&mut self) -> Option<(Op, Result<Value, RpcFailure>)> {
+        if self.tasks.is_empty() {
+            return None;
+        }
+        let (n, op, result) = self.done.recv().await?;
+        self.tasks.remove(&n);
+        Some((op, result))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        for task in self.tasks.values() {
+            task.abort();
         }
     }
 }
@@ -831,12 +1038,11 @@ impl Driver {
 /// it reports the close. False if the driver is gone.
 async fn close_after_answers(
     execution: palisade_core::ExecutionId,
-    in_flight: &mut JoinSet<(Op, Result<Value, RpcFailure>)>,
+    in_flight: &mut InFlight,
     inbox: &mpsc::Sender<Inbox>,
     close: AgentEvent,
 ) -> bool {
-    while let Some(done) = in_flight.join_next().await {
-        let Ok((op, result)) = done else { continue };
+    while let Some((op, result)) = in_flight.next().await {
         if inbox
             .send(Inbox::Reply {
                 execution,
@@ -861,28 +1067,22 @@ async fn close_after_answers(
 /// Forwards one agent's events and answers to the driver, in wire order: an answer after
 /// the notifications written before it, the close after every answer.
 async fn pump(
+    platform: Arc<dyn Platform>,
     execution: palisade_core::ExecutionId,
     conn: Arc<AgentConnection>,
     mut events: AgentEvents,
     mut requests: mpsc::Receiver<PumpRequest>,
     inbox: mpsc::Sender<Inbox>,
 ) {
-    let mut in_flight: JoinSet<(Op, Result<Value, RpcFailure>)> = JoinSet::new();
+    let mut in_flight = InFlight::new(platform);
     let mut closed = false;
     let mut requests_open = true;
     loop {
+        let busy = !in_flight.is_empty();
         tokio::select! {
             biased;
             request = requests.recv(), if requests_open => match request {
-                Some(request) => {
-                    let conn = Arc::clone(&conn);
-                    in_flight.spawn(async move {
-                        let result = conn
-                            .request(request.method, request.params, request.deadline)
-                            .await;
-                        (request.op, result)
-                    });
-                }
+                Some(request) => in_flight.start(&conn, request),
                 // The driver let go of this runtime; keep draining until it closes.
                 None => requests_open = false,
             },
@@ -900,9 +1100,7 @@ async fn pump(
                     return;
                 }
             }
-            Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
-                // A request task does not panic; a cancelled one has nothing to report.
-                let Ok((op, result)) = done else { continue };
+            Some((op, result)) = in_flight.next(), if busy => {
                 // Everything the agent wrote before this answer is queued by now: send it
                 // first, so output is never reordered behind its prompt's end. A close
                 // found there came after the answer: it waits.

@@ -1111,3 +1111,104 @@ async fn a_state_file_saved_at_the_end_of_time_is_refused() {
     }
     let _ = std::fs::remove_file(&state);
 }
+
+/// The shipped binary runs on the real clock with real processes and the real
+/// filesystem, whatever `--cfg madsim` the workspace builds with: the loop's runtime is a
+/// seam the simulator fills (`palisade_embed::platform`), not a `cfg` the binary inherits.
+/// A simulated runtime would skip the agent's pauses, invent its pids and date its state
+/// file on a clock of its own.
+#[test]
+fn the_built_palisade_supervise_runs_on_real_time_with_real_processes() {
+    let log = temp_path("real-binary", "log");
+    let state = temp_path("real-binary", "state");
+    let agent = format!(
+        "{} --chunks 3 --chunk-delay-ms 200 --log {}",
+        env!("CARGO_BIN_EXE_palisade-test-agent"),
+        log.display()
+    );
+    let before = std::time::SystemTime::now();
+    let started = std::time::Instant::now();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_palisade-supervise"))
+        .args(["--agent-cmd", &agent, "--prompt", "one"])
+        .arg("--state")
+        .arg(&state)
+        .output()
+        .expect("palisade-supervise runs");
+    let took = started.elapsed();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // Three chunks 200 ms apart: real time passed.
+    assert!(took >= std::time::Duration::from_millis(600), "{took:?}");
+    // The agent is a real process: the pid the supervisor reports is the one the agent
+    // itself logged.
+    let lines: Vec<Value> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("one JSON object per line"))
+        .collect();
+    let pid = lines
+        .iter()
+        .find(|l| l["event"] == "runtime_started")
+        .and_then(|l| l["pid"].as_u64())
+        .expect("a runtime started with a pid");
+    let logged: Vec<u64> = read_log(&log)
+        .iter()
+        .filter(|l| l["event"] == "start" && l["role"] == "agent")
+        .filter_map(|l| l["pid"].as_u64())
+        .collect();
+    assert_eq!(logged, [pid]);
+    assert!(process_gone(u32::try_from(pid).unwrap()));
+    // The state file is on the real disk, dated by the real wall clock.
+    let bytes = std::fs::read(&state).expect("the state file is on disk");
+    assert_eq!(&bytes[..4], b"PLSV");
+    let saved_at_ms = u64::from_le_bytes(bytes[6..14].try_into().unwrap());
+    let wall_ms = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+    };
+    assert!(
+        wall_ms(before) <= saved_at_ms && saved_at_ms <= wall_ms(std::time::SystemTime::now()),
+        "saved at {saved_at_ms}"
+    );
+    let _ = std::fs::remove_file(&log);
+    let _ = std::fs::remove_file(&state);
+}
+
+#[test]
+fn palisade_supervise_prints_why_a_prompt_failed() {
+    // Issue 13, item 2: an agent that answers `session/prompt` with a JSON-RPC error (as
+    // claude-agent-acp without credentials, and codex-acp, do); the operator reads the
+    // code, the message and the data on stderr.
+    for (mode, wanted) in [
+        ("auth-required", &["-32000", "Authentication required"][..]),
+        (
+            "internal",
+            &[
+                "-32603",
+                "Internal error",
+                "stream disconnected before completion",
+            ][..],
+        ),
+    ] {
+        let agent = format!(
+            "{} --prompt-error {mode}",
+            env!("CARGO_BIN_EXE_palisade-test-agent")
+        );
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_palisade-supervise"))
+            .args(["--agent-cmd", &agent, "--prompt", "hello"])
+            .args(["--recovery-delays-ms", ""])
+            .output()
+            .expect("palisade-supervise runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{mode}: {stderr}");
+        let line = stderr
+            .lines()
+            .find(|l| l.contains("turn 1 ended"))
+            .unwrap_or_else(|| panic!("{mode}: no cause printed:\n{stderr}"));
+        for w in wanted {
+            assert!(line.contains(w), "{mode}: {w:?} missing from {line:?}");
+        }
+    }
+}

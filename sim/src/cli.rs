@@ -785,9 +785,10 @@ fn cmd_scenarios() -> Result<u8, Fail> {
     for r in &scenarios {
         let s = &r.scenario;
         say!(
-            "{:<width$}  v{}  {:>4} seeds  {}",
+            "{:<width$}  v{}  {:>6}  {:>4} seeds  {}",
             s.name,
             s.version,
+            s.world.kind.name(),
             sweep::default_seeds(s),
             first_sentence(&s.description)
         );

@@ -25,5 +25,6 @@ pub mod report;
 pub mod runner;
 pub mod scenario;
 pub mod scoreboard;
+pub(crate) mod stack;
 pub mod sweep;
 pub mod world;

@@ -178,6 +178,43 @@ pub struct Scenario {
     /// What must hold beyond the always-checked invariants.
     #[serde(default)]
     pub expect: Expect,
+    /// Which world runs the scenario: the `Engine` world (default) or the whole
+    /// supervisor stack (`sim/src/stack/`).
+    #[serde(default)]
+    pub world: WorldSpec,
+}
+
+/// Which production code a scenario's world runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorldKind {
+    /// The production `Engine` in a discrete-event world (`sim/src/world/`).
+    #[default]
+    Engine,
+    /// The whole supervisor stack: `palisade-supervise`'s loop, the tokio `Supervisor`,
+    /// the `Engine`, the process seam, a simulated disk (`sim/src/stack/`).
+    Stack,
+}
+
+impl WorldKind {
+    /// The name used in scenario files.
+    pub const fn name(self) -> &'static str {
+        match self {
+            WorldKind::Engine => "engine",
+            WorldKind::Stack => "stack",
+        }
+    }
+}
+
+/// The `[world]` table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorldSpec {
+    /// Which world.
+    pub kind: WorldKind,
+    /// Stack world only: per 500 ms slot, the probability that the next state-file write
+    /// fails (ENOSPC, EIO) or is cut short by a crash (between write and rename, torn).
+    pub disk_fault: Bounds<f64>,
 }
 
 fn default_version() -> u32 {
@@ -199,6 +236,7 @@ impl Default for Scenario {
             config: ConfigSwarm::default(),
             environment: EnvironmentSwarm::default(),
             expect: Expect::default(),
+            world: WorldSpec::default(),
         }
     }
 }
@@ -821,6 +859,32 @@ impl Scenario {
                 MAX_WORKLOAD_DELAY_MS,
                 "MAX_WORKLOAD_DELAY_MS",
             )?;
+        }
+
+        {
+            let path = [Field("world"), Field("disk_fault")];
+            let range = self.world.disk_fault;
+            for value in [range.lo, range.hi] {
+                if !(0.0..=1.0).contains(&value) {
+                    return Err(invalid(
+                        &path,
+                        format!("probability {value} of `disk_fault` is outside [0, 1]"),
+                    ));
+                }
+            }
+            check_range(&path, range)?;
+            if self.world.kind == WorldKind::Engine && range.hi > 0.0 {
+                return Err(invalid(
+                    &path,
+                    "disk faults need the stack world (`kind = \"stack\"`): the engine world has no state file".into(),
+                ));
+            }
+            if self.world.kind == WorldKind::Stack && self.workload.sessions != 1 {
+                return Err(invalid(
+                    &[Field("workload"), Field("sessions")],
+                    "the stack world runs palisade-supervise, which drives one session: sessions must be 1".into(),
+                ));
+            }
         }
 
         for (name, range) in self.faults.probabilities() {

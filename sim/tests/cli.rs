@@ -305,7 +305,9 @@ fn sweep_writes_reports_and_ends_with_one_sweep_line() {
 
     let md = std::fs::read_to_string(dir.path("reports/summary.md")).expect("summary.md");
     assert!(
-        md.contains(&format!("| swarm | {SWARM_VERSION} | 10 | {MUTANT_RANGE} | **1** |")),
+        md.contains(&format!(
+            "| swarm | {SWARM_VERSION} | 10 | {MUTANT_RANGE} | **1** |"
+        )),
         "{md}"
     );
     assert!(
@@ -543,7 +545,7 @@ fn failing_hashes_do_not_depend_on_jobs_and_match_single_runs() {
         );
         expect_code(&out, 1);
         assert!(
-            stdout(&out).contains("determinism: 100 seeds re-run, 0 differed"),
+            stdout(&out).contains("determinism: 140 seeds re-run, 0 differed"),
             "{}",
             stdout(&out)
         );
@@ -789,7 +791,7 @@ fn every_shipped_scenario_holds_for_100_seeds() {
     let summary = read_json(&dir.path("reports/summary.json"));
     assert_eq!(
         summary["scenarios"].as_array().expect("scenarios").len(),
-        10
+        14
     );
-    assert_eq!(summary["seeds"], 1000);
+    assert_eq!(summary["seeds"], 1400);
 }

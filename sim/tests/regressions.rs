@@ -163,7 +163,15 @@ fn regenerate() {
     let out = Command::new(BIN)
         // Every checker: a mutant that the ground-truth checks alone miss (README) is still
         // recorded, caught by the core-belief checks, so its regression file exists.
-        .args(["mutants", "--checks", "all", "--seeds", "300", "--minimize-runs", "2000"])
+        .args([
+            "mutants",
+            "--checks",
+            "all",
+            "--seeds",
+            "300",
+            "--minimize-runs",
+            "2000",
+        ])
         .arg("--report-dir")
         .arg(&report_dir)
         .output()

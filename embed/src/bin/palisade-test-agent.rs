@@ -23,6 +23,7 @@
 //! | `exit-after-chunks` | count (never) | exit mid-prompt after this many chunks |
 //! | `exit-code` | code (3) | exit code for `exit-after-chunks` and `misbehave exit` |
 //! | `exit-after-prompts` | count (never) | exit with code 0 right after answering this many prompts (an agent that goes away between turns) |
+//! | `prompt-error` | `none` `auth-required` `internal` (`none`) | answer every `session/prompt` with a real agent's error, from the behaviour table the simulator's agents share (`palisade_embed::agent_model::RequestFailure`): −32000 `Authentication required` (claude-agent-acp without credentials), −32603 `Internal error` with `data.details` (codex-acp) |
 //! | `prompt-mode` | `answer` `hang` `hold` (`answer`) | after the chunks: answer `end_turn`; never answer (cancel ignored); or wait for `session/cancel` |
 //! | `misbehave` | `none` `garbage` `close-stdout` `unknown-ids` `never-answer` `exit` (`none`) | instead of answering a request: write a garbage line; close stdout and stay alive; answer with an id we never got; stay silent; exit |
 //! | `misbehave-on` | method or `*` (`*`) | which requests `misbehave` applies to |
@@ -82,6 +83,7 @@ const OPTIONS: &[&str] = &[
     "exit-after-chunks",
     "exit-code",
     "exit-after-prompts",
+    "prompt-error",
     "prompt-mode",
     "misbehave",
     "misbehave-on",
@@ -198,6 +200,7 @@ struct Script {
     exit_after_chunks: Option<u64>,
     exit_code: u8,
     exit_after_prompts: Option<u64>,
+    prompt_error: Option<palisade_embed::agent_model::RequestFailure>,
     prompt_mode: PromptMode,
     misbehave: Misbehave,
     misbehave_on: String,
@@ -278,6 +281,14 @@ fn parse_script(args: &[String]) -> Result<Script, String> {
         },
         exit_code: u8::try_from(number("exit-code", 3)?)
             .map_err(|_| "--exit-code: must be 0..=255".to_owned())?,
+        prompt_error: match text("prompt-error").as_deref() {
+            None | Some("none") => None,
+            Some("auth-required") => {
+                Some(palisade_embed::agent_model::RequestFailure::AuthRequired)
+            }
+            Some("internal") => Some(palisade_embed::agent_model::RequestFailure::Internal),
+            Some(other) => return Err(format!("--prompt-error: unknown value {other:?}")),
+        },
         exit_after_prompts: match text("exit-after-prompts") {
             None => None,
             Some(_) => Some(number("exit-after-prompts", 0)?),
@@ -545,6 +556,16 @@ fn handle_line(agent: &Arc<Agent>, line: &str) {
             thread::spawn(move || load(&agent, id, &params));
         }
         "session/prompt" => {
+            if let Some(failure) = agent.script.prompt_error {
+                let error = failure.error();
+                let mut answer =
+                    AcpError::new(i32::try_from(error.code).unwrap_or(-32603), error.message);
+                if let Some(data) = error.data {
+                    answer = answer.data(data);
+                }
+                agent.respond(id, Err(answer));
+                return;
+            }
             let session_id = params["sessionId"].as_str().unwrap_or_default().to_owned();
             let (cancel_tx, cancel_rx) = mpsc::channel();
             agent

@@ -1,12 +1,12 @@
 //! The simulated world: actors, fault plan, oracle. The CLI and sweep layer call
 //! [`run_seed`].
 
-mod agents;
-mod oracle;
+pub(crate) mod agents;
+pub(crate) mod oracle;
 pub mod plan;
-mod run;
+pub(crate) mod run;
 pub mod setup;
-mod trace;
+pub(crate) mod trace;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use crate::scenario::Scenario;
 pub use oracle::MARKS;
 pub use palisade_core::mutants::Mutant;
-pub use plan::{Fault, FaultKind, FaultPlan, LoadErrorClass, WorkloadCut};
+pub use plan::{DiskFaultClass, Fault, FaultKind, FaultPlan, LoadErrorClass, WorkloadCut};
 
 /// Which checker found a violation. Only [`CaughtBy::GroundTruth`] and
 /// [`CaughtBy::Liveness`] judge from what the environment recorded; the core-belief
@@ -188,6 +188,15 @@ fn run_once(
     capture: bool,
 ) -> run::Finished {
     let rt = madsim::runtime::Runtime::with_seed_and_config(seed, madsim::Config::default());
+    if scenario.world.kind == crate::scenario::WorldKind::Stack {
+        return rt.block_on(crate::stack::run(
+            Rc::new(scenario.clone()),
+            seed,
+            plan.clone(),
+            mutant,
+            capture,
+        ));
+    }
     rt.block_on(run::run(
         Rc::new(scenario.clone()),
         seed,

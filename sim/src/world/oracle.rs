@@ -940,7 +940,7 @@ fn cause_given(event: &SessionEvent) -> bool {
 }
 
 /// The text after every leading replay block.
-fn strip_blocks(text: &str) -> &str {
+pub(crate) fn strip_blocks(text: &str) -> &str {
     let mut rest = text;
     while rest.starts_with(REPLAY_BLOCK_TAG) {
         match rest.find("</palisade-resume>\n\n") {
@@ -953,7 +953,7 @@ fn strip_blocks(text: &str) -> &str {
 
 /// The marker an agent put at the start of an event (its prompt's tag and index), read
 /// off the raw JSON the client got: the text of a chunk, or a tool call's id.
-fn marker(update: &palisade_embed::jsonrpc::RawJson) -> Option<(&str, u32)> {
+pub(crate) fn marker(update: &palisade_embed::jsonrpc::RawJson) -> Option<(&str, u32)> {
     let raw = update.get();
     let start = ["\"toolCallId\":\"", "\"text\":\""]
         .iter()

@@ -40,6 +40,9 @@ const _: () = assert!(
     "every plan draw() can make must pass FaultPlan::validate"
 );
 const _: () = assert!(crate::scenario::MIN_QUIESCE_MS > SLOT_MS);
+/// Consecutive state-file writes one disk fault may fail: a full disk stays full for a
+/// while, but a run must be able to end.
+pub const MAX_DISK_FAULT_WRITES: u32 = 64;
 
 /// How a `session/load` is made to fail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -58,6 +61,20 @@ pub enum LoadErrorClass {
     NotFoundSubstring,
     /// −32000 authentication required.
     AuthRequired,
+}
+
+/// How the simulated disk fails a state-file write (stack world only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DiskFaultClass {
+    /// Writing the temporary file fails with ENOSPC (the disk is full).
+    NoSpace,
+    /// Writing the temporary file fails with EIO.
+    Io,
+    /// The temporary file is written and synced; the supervisor crashes before the rename.
+    CrashBeforeRename,
+    /// The supervisor crashes halfway through writing the temporary file (a torn write).
+    TornWrite,
 }
 
 /// What a fault does.
@@ -104,6 +121,14 @@ pub enum FaultKind {
         /// Milliseconds.
         ms: u64,
     },
+    /// Stack world: the supervisor's state-file writes fail `count` times, from the next
+    /// one on, the way `class` says.
+    DiskFault {
+        /// How.
+        class: DiskFaultClass,
+        /// Consecutive writes that fail.
+        count: u32,
+    },
     /// The orchestrator's clock jumps by `ms` (negative: backwards).
     ClockJump {
         /// Milliseconds.
@@ -143,6 +168,7 @@ impl std::hash::Hash for FaultKind {
             FaultKind::LoadTimeout => 10u8.hash(h),
             FaultKind::ClockJump { ms } => (11u8, ms).hash(h),
             FaultKind::CallerStall { ms } => (13u8, ms).hash(h),
+            FaultKind::DiskFault { class, count } => (15u8, class, count).hash(h),
             FaultKind::Jitter {
                 until_ms,
                 delay_p,
@@ -180,7 +206,10 @@ impl Fault {
     pub fn is_global(&self) -> bool {
         matches!(
             self.kind,
-            FaultKind::CrashRestart | FaultKind::ClockJump { .. } | FaultKind::CallerStall { .. }
+            FaultKind::CrashRestart
+                | FaultKind::ClockJump { .. }
+                | FaultKind::CallerStall { .. }
+                | FaultKind::DiskFault { .. }
         )
     }
 }
@@ -432,6 +461,20 @@ impl FaultPlan {
                 | FaultKind::HangTeardown
                 | FaultKind::LoadError { .. }
                 | FaultKind::LoadTimeout => {}
+                FaultKind::DiskFault { count, .. } => {
+                    if scenario.world.kind != crate::scenario::WorldKind::Stack {
+                        return bad(
+                            at("fault"),
+                            "a disk fault needs a stack-world scenario (the engine world has no state file)".into(),
+                        );
+                    }
+                    if count == 0 || count > MAX_DISK_FAULT_WRITES {
+                        return bad(
+                            at("count"),
+                            format!("{count} failing writes; 1 to {MAX_DISK_FAULT_WRITES} (MAX_DISK_FAULT_WRITES)"),
+                        );
+                    }
+                }
             }
         }
         let cut = &self.workload;
@@ -666,6 +709,27 @@ pub fn draw(scenario: &Scenario, seed: u64) -> FaultPlan {
                         kind: FaultKind::CallerStall { ms },
                     });
                 }
+            }
+        }
+    }
+    // Drawn after everything else and only for stack scenarios, so no other scenario's
+    // plans change.
+    if scenario.world.kind == crate::scenario::WorldKind::Stack {
+        let disk = p("disk_fault", scenario.world.disk_fault, &mut rng);
+        for slot in 0..slots {
+            if disk > 0.0 && rng.gen_bool(disk.clamp(0.0, 1.0)) {
+                let class = match rng.gen_range(0..4) {
+                    0 => DiskFaultClass::NoSpace,
+                    1 => DiskFaultClass::Io,
+                    2 => DiskFaultClass::CrashBeforeRename,
+                    _ => DiskFaultClass::TornWrite,
+                };
+                let count = rng.gen_range(1..=4);
+                faults.push(Fault {
+                    at_ms: slot * SLOT_MS + rng.gen_range(0..SLOT_MS),
+                    session: 1,
+                    kind: FaultKind::DiskFault { class, count },
+                });
             }
         }
     }

@@ -152,20 +152,55 @@ pub(crate) struct Watch {
     pub(crate) tracer: Tracer,
     checker: Option<Checker>,
     pub(crate) marks: BTreeMap<String, u64>,
-    now_ms: u64,
-    found: Option<Violation>,
+    pub(crate) now_ms: u64,
+    pub(crate) found: Option<Violation>,
+    /// The checker as it was when the state file was last written (the stack world).
+    durable: Option<Checker>,
 }
 
 impl Watch {
+    /// A watch for an engine configured with `config` (the stack world shares it).
+    pub(crate) fn shared(config: &SupervisorConfig, capture: bool) -> Arc<Mutex<Watch>> {
+        Arc::new(Mutex::new(Watch {
+            tracer: Tracer::new(capture),
+            checker: new_checker(config),
+            marks: BTreeMap::new(),
+            now_ms: 0,
+            found: None,
+            durable: None,
+        }))
+    }
+
+    /// The state file now holds the core as the checker last saw it.
+    pub(crate) fn checkpoint(&mut self) {
+        self.durable = self.checker.clone();
+    }
+
+    /// The engine restarts from the state file: the checker goes back to what it had seen
+    /// when that was written (the stack world's disk can lag behind the core: steps never
+    /// written never left the process, and are legitimately forgotten).
+    pub(crate) fn rewind_to_durable(&mut self, config: &SupervisorConfig) {
+        self.checker = self.durable.clone().or_else(|| new_checker(config));
+    }
+
     pub(crate) fn mark(&mut self, name: &str) {
         *self.marks.entry(name.to_owned()).or_insert(0) += 1;
     }
 }
 
-/// The engine's observer: every core step goes into the trace and through the checker.
-struct Observe(Arc<Mutex<Watch>>);
+/// The core's reference checker, unless the checks are ground truth only.
+fn new_checker(config: &SupervisorConfig) -> Option<Checker> {
+    (super::checks() == Checks::All).then(|| {
+        Checker::new(&config.core)
+            .full_check_every(16)
+            .enabled(std::env::var_os("PALISADE_ORACLE").is_none_or(|v| v != "off"))
+    })
+}
 
-fn lock(watch: &Arc<Mutex<Watch>>) -> MutexGuard<'_, Watch> {
+/// The engine's observer: every core step goes into the trace and through the checker.
+pub(crate) struct Observe(pub(crate) Arc<Mutex<Watch>>);
+
+pub(crate) fn lock(watch: &Arc<Mutex<Watch>>) -> MutexGuard<'_, Watch> {
     watch
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -1103,6 +1138,8 @@ impl World {
                 self.arms.entry(s).or_default().load = Some(class);
             }
             FaultKind::LoadTimeout => self.arms.entry(s).or_default().load_hang = true,
+            // The engine world has no state file (plans refuse it there).
+            FaultKind::DiskFault { .. } => {}
             FaultKind::ClockJump { ms } => {
                 self.skew_ms = self.skew_ms.saturating_add(ms);
                 self.mono();
@@ -1281,18 +1318,7 @@ pub(crate) async fn run(
 ) -> Finished {
     // The seed's own configuration (swarm over configuration), else the scenario's.
     let config = plan.run_config(&scenario).engine();
-    let checker = (super::checks() == Checks::All).then(|| {
-        Checker::new(&config.core)
-            .full_check_every(16)
-            .enabled(std::env::var_os("PALISADE_ORACLE").is_none_or(|v| v != "off"))
-    });
-    let watch = Arc::new(Mutex::new(Watch {
-        tracer: Tracer::new(capture),
-        checker,
-        marks: BTreeMap::new(),
-        now_ms: 0,
-        found: None,
-    }));
+    let watch = Watch::shared(&config, capture);
     let mut engine = match Engine::new(config.clone()) {
         Ok(engine) => engine,
         Err(e) => {

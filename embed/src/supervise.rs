@@ -1,0 +1,673 @@
+//! `palisade-supervise`'s loop, over seams: the supervisor's [`Embedding`] (platform and
+//! state file), a [`Console`] (what the program prints), its prompts (stdin, or the
+//! `--prompt` list) and a stop signal. The binary is a thin shell that fills them with
+//! tokio, the real filesystem, stdout/stderr, a stdin reader and SIGINT/SIGTERM
+//! ([`real`]); the simulator (`sim/src/stack/`) fills them with simulated ones and drives
+//! this very loop.
+//!
+//! Each prompt waits for the previous turn to end. Exit code: 0 when every turn completed,
+//! 1 when one did not (or the supervisor could not run), 2 on bad usage or an unusable
+//! state file, 130 / 143 after SIGINT / SIGTERM (the agents were stopped first).
+
+use std::path::PathBuf;
+
+use palisade_core::classify::AgentProfile;
+use palisade_core::RejectReason;
+use palisade_core::{SessionId, TurnId, TurnOutcome, MAX_RECOVERY_STEPS};
+use tokio::sync::mpsc;
+
+use crate::platform::BoxFuture;
+use crate::{
+    AgentCommand, Embedding, FailureCause, PromptError, SessionEvent, SessionEvents, StartError,
+    Supervisor, SupervisorConfig, SupervisorError,
+};
+
+/// The program's usage text.
+pub const USAGE: &str = "\
+usage: palisade-supervise --agent-cmd \"<command>\" [options] [--prompt TEXT ...]
+
+Runs an ACP agent under Palisade's recovery; prints every session event as one JSON line.
+
+options:
+  --agent-cmd CMD            the agent's command line, split like a shell does (quotes and
+                             backslashes; no variables, globs or pipes)
+  --state FILE               persist the supervisor's state here; restore it on start
+  --prompt TEXT              a prompt (repeatable; each waits for the previous turn to end);
+                             without any, prompts are read from stdin, one per line
+  --session N                the session id (default 1)
+  --cwd DIR                  working directory of the agent's conversations (default: here)
+  --recovery-delays-ms LIST  comma-separated delays, e.g. 1000,2000,4000; empty disables
+                             recovery
+  --agent-profile NAME       generic (default), claude-agent-acp, claude-code-acp,
+                             codex-acp, codex-acp-ts, gemini, goose, opencode
+  --help                     this text
+
+exit: 0 every turn completed, 1 a turn did not (or the agent could not run), 2 bad usage,
+      130/143 stopped by SIGINT/SIGTERM (every agent process is stopped first)";
+
+/// A turn the session was busy with is waited for at most this many times before a
+/// prompt is given up (a restored supervisor may be finishing the previous turn).
+const BUSY_RETRIES: u32 = 3;
+
+/// Prompts read from stdin and not yet sent.
+const STDIN_PROMPTS_QUEUED: usize = 16;
+
+/// A prompt whose turn was rolled back (it never reached an agent: the runtime it was
+/// dispatched to died first) is sent again at most this many times.
+const ROLLED_BACK_RESENDS: u32 = 2;
+
+/// What the command line asked for.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The agent's command line, split into words.
+    pub agent: Vec<String>,
+    /// The state file.
+    pub state: Option<PathBuf>,
+    /// `--prompt` texts; empty: prompts come from stdin.
+    pub prompts: Vec<String>,
+    /// The session.
+    pub session: SessionId,
+    /// The agent's conversations' working directory.
+    pub cwd: Option<PathBuf>,
+    /// `--recovery-delays-ms`.
+    pub recovery_delays_ms: Option<Vec<u64>>,
+    /// `--agent-profile`.
+    pub profile: Option<AgentProfile>,
+}
+
+/// Splits a command line like a POSIX shell does for words: whitespace separates, single
+/// quotes keep everything, double quotes keep everything but `\"` and `\\`, a backslash
+/// outside quotes escapes the next character. No expansion of any kind.
+pub fn split_command(line: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(c) => word.push(c),
+                        None => return Err("unterminated ' in --agent-cmd".into()),
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(c @ ('"' | '\\')) => word.push(c),
+                            Some(c) => {
+                                word.push('\\');
+                                word.push(c);
+                            }
+                            None => return Err("unterminated \" in --agent-cmd".into()),
+                        },
+                        Some(c) => word.push(c),
+                        None => return Err("unterminated \" in --agent-cmd".into()),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                match chars.next() {
+                    Some(c) => word.push(c),
+                    None => return Err("trailing \\ in --agent-cmd".into()),
+                }
+            }
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    Ok(words)
+}
+
+/// An `--agent-profile` name.
+pub fn parse_profile(name: &str) -> Result<AgentProfile, String> {
+    Ok(match name {
+        "generic" => AgentProfile::Generic,
+        "claude-agent-acp" => AgentProfile::ClaudeAgentAcp,
+        "claude-code-acp" => AgentProfile::ClaudeCodeAcp,
+        "codex-acp" => AgentProfile::CodexAcpRust,
+        "codex-acp-ts" => AgentProfile::CodexAcpTs,
+        "gemini" => AgentProfile::GeminiCli,
+        "goose" => AgentProfile::Goose,
+        "opencode" => AgentProfile::Opencode,
+        other => return Err(format!("--agent-profile: unknown agent {other:?}")),
+    })
+}
+
+/// Parses the arguments (without the program name); `Ok(None)` for `--help`.
+pub fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
+    let mut agent = None;
+    let mut options = Options {
+        agent: Vec::new(),
+        state: None,
+        prompts: Vec::new(),
+        session: SessionId::new(1).expect("1 is not zero"),
+        cwd: None,
+        recovery_delays_ms: None,
+        profile: None,
+    };
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        let Some(flag) = arg.strip_prefix("--") else {
+            return Err(format!("unexpected argument {arg:?}"));
+        };
+        let (name, inline) = match flag.split_once('=') {
+            Some((name, value)) => (name, Some(value.to_owned())),
+            None => (flag, None),
+        };
+        if name == "help" {
+            return Ok(None);
+        }
+        let mut value = || -> Result<String, String> {
+            match &inline {
+                Some(value) => Ok(value.clone()),
+                None => rest
+                    .next()
+                    .cloned()
+                    .ok_or_else(|| format!("--{name} needs a value")),
+            }
+        };
+        match name {
+            "agent-cmd" => agent = Some(value()?),
+            "state" => options.state = Some(PathBuf::from(value()?)),
+            "prompt" => options.prompts.push(value()?),
+            "session" => {
+                let raw = value()?;
+                options.session = raw
+                    .parse::<u64>()
+                    .ok()
+                    .and_then(SessionId::new)
+                    .ok_or_else(|| format!("--session: not a positive number: {raw:?}"))?;
+            }
+            "cwd" => options.cwd = Some(PathBuf::from(value()?)),
+            "recovery-delays-ms" => {
+                let raw = value()?;
+                let delays = raw
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|d| !d.is_empty())
+                    .map(|d| {
+                        d.parse::<u64>()
+                            .map_err(|_| format!("--recovery-delays-ms: not a number: {d:?}"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                if delays.len() > MAX_RECOVERY_STEPS {
+                    return Err(format!(
+                        "--recovery-delays-ms: {} delays; at most {MAX_RECOVERY_STEPS}",
+                        delays.len()
+                    ));
+                }
+                options.recovery_delays_ms = Some(delays);
+            }
+            "agent-profile" => options.profile = Some(parse_profile(&value()?)?),
+            other => return Err(format!("unknown option --{other}")),
+        }
+    }
+    let agent = agent.ok_or("--agent-cmd is required")?;
+    options.agent = split_command(&agent)?;
+    if options.agent.is_empty() {
+        return Err("--agent-cmd is empty".into());
+    }
+    Ok(Some(options))
+}
+
+/// What the program prints: session events on stdout (one JSON line each) and messages
+/// for the operator on stderr.
+pub trait Console: Send {
+    /// One session event. It may wait: a reader that stops reading stdout holds the loop
+    /// up, and with it, through the supervisor's bounded channels, the agents.
+    fn event<'a>(&'a mut self, event: &'a SessionEvent) -> BoxFuture<'a, ()>;
+    /// One line for the operator, without the program's name.
+    fn message(&mut self, text: &str);
+    /// The supervisor claimed `text` as `turn` (its answer to the prompt); not printed.
+    fn prompt_claimed(&mut self, session: SessionId, turn: TurnId, text: &str) {
+        let _ = (session, turn, text);
+    }
+}
+
+/// Everything the loop runs on besides its options.
+pub struct Io {
+    /// The supervisor's platform and state file.
+    pub embedding: Embedding,
+    /// Where events and messages go.
+    pub console: Box<dyn Console>,
+    /// Prompts from stdin, one per line (used when `--prompt` gave none); the channel
+    /// closes at end of input.
+    pub stdin: Option<mpsc::Receiver<String>>,
+    /// Resolves with the exit code (128 + signal) when the program is told to stop.
+    pub stop: BoxFuture<'static, Option<u8>>,
+}
+
+impl std::fmt::Debug for Io {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Io")
+            .field("embedding", &self.embedding)
+            .field("stdin", &self.stdin.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Prints events until `turn` ends (or, with `None`, until any turn of `session` ends),
+/// and the cause of a turn that ended unfinished.
+async fn wait_turn(
+    console: &mut dyn Console,
+    events: &mut SessionEvents,
+    session: SessionId,
+    turn: Option<TurnId>,
+) -> TurnOutcome {
+    while let Some(event) = events.recv().await {
+        console.event(&event).await;
+        if let SessionEvent::TurnEnded {
+            session: s,
+            turn: t,
+            outcome,
+            cause,
+            ..
+        } = event
+        {
+            if s == session && turn.is_none_or(|turn| turn == t) {
+                if outcome != TurnOutcome::Completed {
+                    console.message(&turn_message(t, outcome, cause.as_ref()));
+                }
+                return outcome;
+            }
+        }
+    }
+    TurnOutcome::Failed
+}
+
+/// The most characters of a turn's cause printed (an agent's error data can be long).
+const CAUSE_CHARS: usize = 400;
+
+/// What the operator reads about a turn that did not complete: its outcome and cause (a
+/// JSON-RPC error's code, message and an excerpt of its data).
+#[must_use]
+pub fn turn_message(turn: TurnId, outcome: TurnOutcome, cause: Option<&FailureCause>) -> String {
+    match cause {
+        Some(cause) => {
+            let text = cause.to_string();
+            let excerpt: String = text.chars().take(CAUSE_CHARS).collect();
+            let more = if excerpt.len() < text.len() {
+                "…"
+            } else {
+                ""
+            };
+            format!("turn {} ended {outcome:?}: {excerpt}{more}", turn.get())
+        }
+        None => format!("turn {} ended {outcome:?}", turn.get()),
+    }
+}
+
+/// The next prompt: from the list, or from stdin (printing events while waiting).
+async fn next_prompt(
+    console: &mut dyn Console,
+    listed: &mut std::vec::IntoIter<String>,
+    stdin: &mut Option<mpsc::Receiver<String>>,
+    events: &mut SessionEvents,
+) -> Option<String> {
+    let Some(lines) = stdin.as_mut() else {
+        return listed.next();
+    };
+    loop {
+        let wake = tokio::select! {
+            biased;
+            line = lines.recv() => Ok(line),
+            event = events.recv() => Err(event),
+        };
+        match wake {
+            Ok(line) => return line,
+            Err(Some(event)) => console.event(&event).await,
+            Err(None) => return None,
+        }
+    }
+}
+
+/// The supervisor's configuration for `options`: the defaults, with the working
+/// directory, recovery delays and agent profile asked for (a relative `--cwd` is taken
+/// from the current directory).
+pub fn config_for(options: &Options) -> Result<SupervisorConfig, (u8, String)> {
+    let mut config = SupervisorConfig::default();
+    if let Some(cwd) = &options.cwd {
+        config.cwd.clone_from(cwd);
+    }
+    if !config.cwd.is_absolute() {
+        config.cwd = std::env::current_dir()
+            .map_err(|e| (1, format!("no current directory: {e}")))?
+            .join(&config.cwd);
+    }
+    if let Some(delays) = &options.recovery_delays_ms {
+        config.core.recovery_delays_ms.clone_from(delays);
+    }
+    if let Some(profile) = options.profile {
+        config.core.agent_profile = profile;
+    }
+    Ok(config)
+}
+
+/// Runs the program: starts the supervisor on `io.embedding`, sends every prompt (each
+/// after the previous turn ended), prints every event, stops every agent, and returns the
+/// exit code. Messages for the operator go to `io.console`.
+pub async fn run(options: Options, config: SupervisorConfig, io: Io) -> u8 {
+    let Io {
+        embedding,
+        mut console,
+        mut stdin,
+        stop,
+    } = io;
+    match supervise(options, config, embedding, &mut *console, &mut stdin, stop).await {
+        Ok(true) => 0,
+        Ok(false) => 1,
+        Err((code, message)) => {
+            console.message(&message);
+            code
+        }
+    }
+}
+
+async fn supervise(
+    options: Options,
+    config: SupervisorConfig,
+    embedding: Embedding,
+    console: &mut dyn Console,
+    stdin: &mut Option<mpsc::Receiver<String>>,
+    stop: BoxFuture<'static, Option<u8>>,
+) -> Result<bool, (u8, String)> {
+    let mut words = options.agent.iter();
+    let program = words.next().ok_or((2, "--agent-cmd is empty".to_owned()))?;
+    let agent = AgentCommand::new(program).args(words);
+    let (supervisor, mut events) =
+        Supervisor::start_on(embedding, config, agent).map_err(|error| match error {
+            StartError::Config(_) | StartError::State(_) => (2, error.to_string()),
+            StartError::Persist(_) => (1, error.to_string()),
+        })?;
+
+    // A restored core keeps the configuration it was saved with.
+    let in_force = supervisor.core_config();
+    if options
+        .recovery_delays_ms
+        .as_ref()
+        .is_some_and(|asked| *asked != in_force.recovery_delays_ms)
+        || options
+            .profile
+            .is_some_and(|asked| asked != in_force.agent_profile)
+    {
+        console.message(&format!(
+            "the state file's configuration is in force (recovery delays {:?} ms, agent \
+             profile {:?}); --recovery-delays-ms and --agent-profile apply to new state files \
+             only",
+            in_force.recovery_delays_ms, in_force.agent_profile
+        ));
+    }
+
+    let mut listed = options.prompts.into_iter();
+    let session = options.session;
+    let mut all_completed = true;
+    let mut stopped_by = None;
+    {
+        let work = prompt_all(
+            supervisor.restored_turns().to_vec(),
+            &supervisor,
+            &mut events,
+            console,
+            session,
+            &mut listed,
+            stdin,
+            &mut all_completed,
+        );
+        tokio::select! {
+            biased;
+            signal = stop => stopped_by = signal,
+            () = work => {}
+        }
+    }
+    // Stdin EOF, the grace, SIGTERM, SIGKILL for every agent tree, then the last events.
+    supervisor.shutdown().await;
+    while let Some(event) = events.try_recv() {
+        console.event(&event).await;
+    }
+    if let Some(error) = supervisor.fatal_error() {
+        return Err((
+            1,
+            format!(
+                "stopped: the state file could not be written ({error}); every agent was \
+                 stopped, and a new start resumes from the last state written"
+            ),
+        ));
+    }
+    match stopped_by {
+        Some(code) => Err((code, "stopped by a signal; every agent was stopped".into())),
+        None => Ok(all_completed),
+    }
+}
+
+/// Waits for the turns a restored state had in flight, then sends every prompt, each
+/// after the previous turn ended.
+#[allow(clippy::too_many_arguments)]
+async fn prompt_all(
+    restored: Vec<(SessionId, TurnId)>,
+    supervisor: &Supervisor,
+    events: &mut SessionEvents,
+    console: &mut dyn Console,
+    session: SessionId,
+    listed: &mut std::vec::IntoIter<String>,
+    stdin: &mut Option<mpsc::Receiver<String>>,
+    all_completed: &mut bool,
+) {
+    // A restored turn is the caller's too: the run is not over before it ended.
+    for (s, turn) in restored {
+        *all_completed &= wait_turn(console, events, s, Some(turn)).await == TurnOutcome::Completed;
+    }
+    while let Some(text) = next_prompt(console, listed, stdin, events).await {
+        let mut resends = 0;
+        loop {
+            match send_prompt(supervisor, events, console, session, &text).await {
+                Some(TurnOutcome::RolledBack) if resends < ROLLED_BACK_RESENDS => {
+                    // It never reached an agent (its runtime died first): send it again.
+                    resends += 1;
+                    console.message("the prompt never reached the agent; sending it again");
+                }
+                Some(outcome) => {
+                    *all_completed &= outcome == TurnOutcome::Completed;
+                    break;
+                }
+                None => {
+                    *all_completed = false;
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Sends one prompt and waits for its turn; `None` if it was not claimed.
+async fn send_prompt(
+    supervisor: &Supervisor,
+    events: &mut SessionEvents,
+    console: &mut dyn Console,
+    session: SessionId,
+    text: &str,
+) -> Option<TurnOutcome> {
+    {
+        let mut busy = 0;
+        let turn = loop {
+            match supervisor.prompt(session, text).await {
+                Ok(turn) => break Some(turn),
+                Err(SupervisorError::Prompt(PromptError::Rejected(RejectReason::SessionBusy)))
+                    if busy < BUSY_RETRIES =>
+                {
+                    // A restored turn is still running: let it end first.
+                    busy += 1;
+                    wait_turn(console, events, session, None).await;
+                }
+                Err(error) => {
+                    console.message(&format!("prompt not sent: {error}"));
+                    break None;
+                }
+            }
+        };
+        let turn = turn?;
+        console.prompt_claimed(session, turn, text);
+        Some(wait_turn(console, events, session, Some(turn)).await)
+    }
+}
+
+/// The real world: stdout and stderr, a stdin reader thread, SIGINT and SIGTERM.
+pub mod real {
+    use std::io::{BufRead, Write};
+
+    use tokio::sync::mpsc;
+
+    use super::{Console, Io, Options, STDIN_PROMPTS_QUEUED};
+    use crate::platform::BoxFuture;
+    use crate::{Embedding, SessionEvent};
+
+    /// Events as JSON lines on stdout, messages on stderr after the program's name.
+    #[derive(Debug, Default)]
+    pub struct StdConsole;
+
+    impl Console for StdConsole {
+        fn event<'a>(&'a mut self, event: &'a SessionEvent) -> BoxFuture<'a, ()> {
+            let mut out = std::io::stdout().lock();
+            // A closed stdout (the reader went away) is not worth dying over mid-turn.
+            let _ = writeln!(out, "{}", event.to_json()).and_then(|()| out.flush());
+            Box::pin(std::future::ready(()))
+        }
+
+        fn message(&mut self, text: &str) {
+            eprintln!("palisade-supervise: {text}");
+        }
+    }
+
+    /// Lines of stdin (trimmed, empty ones skipped), read on a thread of their own.
+    #[must_use]
+    pub fn stdin_prompts() -> mpsc::Receiver<String> {
+        let (tx, rx) = mpsc::channel(STDIN_PROMPTS_QUEUED);
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lock().lines() {
+                let Ok(line) = line else { break };
+                let line = line.trim().to_owned();
+                if !line.is_empty() && tx.blocking_send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        rx
+    }
+
+    /// Resolves with the exit code (128 + signal) on the first SIGINT or SIGTERM; never if
+    /// the handlers cannot be installed.
+    pub async fn stop_signal() -> Option<u8> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut interrupt), Ok(mut terminate)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            biased;
+            _ = interrupt.recv() => Some(130),
+            _ = terminate.recv() => Some(143),
+        }
+    }
+
+    /// The real world for `options`; call inside a tokio runtime.
+    #[must_use]
+    pub fn io(options: &Options) -> Io {
+        Io {
+            embedding: Embedding::tokio(options.state.clone()),
+            console: Box::new(StdConsole),
+            stdin: options.prompts.is_empty().then(stdin_prompts),
+            stop: Box::pin(stop_signal()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn commands_split_like_a_shell() {
+        assert_eq!(
+            split_command(r#"npx  "@scope/agent acp" --x='a b' c\ d"#).unwrap(),
+            ["npx", "@scope/agent acp", "--x=a b", "c d"]
+        );
+        assert_eq!(split_command(r#"a "q\"x" ''"#).unwrap(), ["a", "q\"x", ""]);
+        assert!(split_command("a 'b").is_err());
+        assert!(split_command("a \"b").is_err());
+        assert!(split_command("a\\").is_err());
+        assert!(split_command("   ").unwrap().is_empty());
+    }
+
+    #[test]
+    fn arguments_parse_and_bad_usage_is_an_error() {
+        let options = parse_args(&args(&[
+            "--agent-cmd",
+            "agent --stdio",
+            "--prompt",
+            "one",
+            "--prompt=two",
+            "--session",
+            "7",
+            "--recovery-delays-ms",
+            "50, 100",
+            "--agent-profile",
+            "codex-acp-ts",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(options.agent, ["agent", "--stdio"]);
+        assert_eq!(options.prompts, ["one", "two"]);
+        assert_eq!(options.session.get(), 7);
+        assert_eq!(options.recovery_delays_ms, Some(vec![50, 100]));
+        assert_eq!(options.profile, Some(AgentProfile::CodexAcpTs));
+        assert!(parse_args(&args(&["--help"])).unwrap().is_none());
+        for bad in [
+            &[][..],
+            &["--prompt", "x"][..],
+            &["--agent-cmd"][..],
+            &["--agent-cmd", "  "][..],
+            &["--agent-cmd", "a", "--session", "0"][..],
+            &["--agent-cmd", "a", "--bogus", "1"][..],
+            &["--agent-cmd", "a", "stray"][..],
+            &["--agent-cmd", "a", "--recovery-delays-ms", "1,x"][..],
+            &["--agent-cmd", "a", "--agent-profile", "nope"][..],
+            &[
+                "--agent-cmd",
+                "a",
+                "--recovery-delays-ms",
+                "1,1,1,1,1,1,1,1,1",
+            ][..],
+        ] {
+            assert!(parse_args(&args(bad)).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            parse_args(&args(&["--recovery-delays-ms", ""])).unwrap_err(),
+            "--agent-cmd is required"
+        );
+    }
+}

@@ -1,0 +1,438 @@
+//! The stack world's environment behind the production seams: a [`SimPlatform`] (madsim's
+//! clock and tasks, agent processes as madsim tasks running the shared
+//! [`AgentModel`] behind in-memory pipes) and a [`SimDisk`] (a state file that fails,
+//! tears and loses writes when the plan says). Everything the environment does is
+//! recorded in [`EnvState`], the ground truth the stack oracle judges from.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use palisade_embed::agent_model::{AgentModel, Behaviour, MemoryStore, Out, Seen};
+use palisade_embed::platform::{
+    AgentTree, BlockingJob, BoxFuture, Platform, SpawnedAgent, Task, TreeSignal,
+};
+use palisade_embed::state::StateFs;
+use palisade_embed::{AgentCommand, ConnectionConfig, ProcessExit, SpawnError};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::world::plan::DiskFaultClass;
+
+/// The Unix time the simulated wall clock starts at (2026-01-01T00:00:00Z): any fixed
+/// value works; deadlines only take differences.
+const UNIX_START_MS: u64 = 1_767_225_600_000;
+/// The most milliseconds between a kill and its signs (stdout EOF, the exit status).
+const DYING_MS: u64 = 20;
+/// Bytes of an in-memory pipe: a real pipe's default capacity on Linux.
+const PIPE_BYTES: usize = 64 * 1024;
+
+/// One agent process, as the environment knows it.
+#[derive(Debug, Clone)]
+pub(crate) struct ProcTruth {
+    /// The supervisor incarnation that started it.
+    pub(crate) incarnation: u32,
+    pub(crate) alive: bool,
+    /// Its watchdog is armed: the tree dies with the supervisor.
+    pub(crate) guarded: bool,
+}
+
+/// A prompt an agent really received.
+#[derive(Debug, Clone)]
+pub(crate) struct Received {
+    pub(crate) at_ms: u64,
+    pub(crate) text: String,
+}
+
+/// What happened in the environment.
+#[derive(Debug, Default)]
+pub(crate) struct EnvState {
+    pub(crate) procs: BTreeMap<u32, ProcTruth>,
+    pub(crate) prompts: Vec<Received>,
+    /// Conversations the agents keep (shared by every process, as on the agent's disk).
+    pub(crate) store: MemoryStore,
+    /// Files on the simulated disk.
+    pub(crate) files: BTreeMap<PathBuf, Vec<u8>>,
+    /// Armed disk faults: the next writes fail this way.
+    pub(crate) disk_faults: VecDeque<DiskFaultClass>,
+    /// State-file writes that failed, per incarnation.
+    pub(crate) write_failures: BTreeMap<u32, u32>,
+    /// The supervisor crashed inside a write (a torn write, or before the rename).
+    pub(crate) crash_requested: bool,
+    /// The next agent started ignores stdin EOF (and SIGTERM's grace runs out).
+    pub(crate) next_ignores_eof: bool,
+    /// The running agent exits right after it answers its next prompt.
+    pub(crate) exit_after_answer: bool,
+    /// Kill switches of live agents.
+    pub(crate) kills: BTreeMap<u32, watch::Sender<bool>>,
+    pub(crate) incarnation: u32,
+    /// When the environment last hurt the stack: an agent killed, a disk fault armed, a
+    /// crash. After it, every prompt the caller sends must complete.
+    pub(crate) last_disruption_ms: u64,
+    next_pid: u32,
+}
+
+/// The shared environment.
+pub(crate) type Env = Arc<Mutex<EnvState>>;
+
+pub(crate) fn lock(env: &Env) -> MutexGuard<'_, EnvState> {
+    env.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl EnvState {
+    /// Kills agent `pid` (SIGKILL): its task ends at its next step.
+    pub(crate) fn kill(&mut self, pid: u32) {
+        if let Some(kill) = self.kills.get(&pid) {
+            kill.send_replace(true);
+        }
+    }
+
+    /// Live agents, ascending.
+    pub(crate) fn alive(&self) -> Vec<u32> {
+        self.procs
+            .iter()
+            .filter(|(_, p)| p.alive)
+            .map(|(pid, _)| *pid)
+            .collect()
+    }
+}
+
+/// Simulated milliseconds since the world started.
+pub(crate) fn now_ms(start: Duration) -> u64 {
+    (madsim::time::TimeHandle::current().elapsed() - start).as_millis() as u64
+}
+
+/// The behaviour of the agent process with a given pid (the shared table).
+pub(crate) type BehaviourTable = Arc<dyn Fn(u64) -> Behaviour + Send + Sync>;
+
+/// madsim's clock and tasks, agent processes as madsim tasks. One per supervisor
+/// incarnation: a crash aborts every task it spawned.
+pub(crate) struct SimPlatform {
+    pub(crate) env: Env,
+    pub(crate) seed: u64,
+    pub(crate) behaviour: BehaviourTable,
+    pub(crate) incarnation: u32,
+    /// madsim's elapsed time at the world's start.
+    pub(crate) start: Duration,
+    /// The `Instant` that stands for the world's start.
+    pub(crate) base: Instant,
+    /// Abort handles of every task this incarnation spawned.
+    pub(crate) tasks: Mutex<Vec<madsim::task::AbortHandle>>,
+    /// Woken when the supervisor dies inside a state-file write.
+    pub(crate) crashed: Arc<tokio::sync::Notify>,
+}
+
+impl std::fmt::Debug for SimPlatform {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimPlatform")
+            .field("incarnation", &self.incarnation)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SimPlatform {
+    /// Aborts every task of this incarnation (the supervisor process is gone).
+    pub(crate) fn crash(&self) {
+        let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        for task in tasks {
+            task.abort();
+        }
+    }
+}
+
+impl Platform for SimPlatform {
+    fn now(&self) -> Instant {
+        self.base + Duration::from_millis(now_ms(self.start))
+    }
+
+    fn unix_ms(&self) -> u64 {
+        UNIX_START_MS + now_ms(self.start)
+    }
+
+    fn sleep_until(&self, deadline: Instant) -> BoxFuture<'static, ()> {
+        let wait = deadline.saturating_duration_since(self.now());
+        Box::pin(madsim::time::sleep(wait))
+    }
+
+    fn spawn(&self, task: BoxFuture<'static, ()>) -> Task {
+        let handle = madsim::task::spawn(task);
+        let abort = handle.abort_handle();
+        self.tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(handle.abort_handle());
+        Task::new(move || abort.abort())
+    }
+
+    fn blocking(&self, job: BlockingJob) -> BoxFuture<'static, io::Result<()>> {
+        let result = job();
+        if lock(&self.env).crash_requested {
+            // The process died inside the write: nothing after it runs.
+            self.crashed.notify_one();
+            return Box::pin(std::future::pending());
+        }
+        Box::pin(std::future::ready(result))
+    }
+
+    fn spawn_agent(
+        &self,
+        _command: &AgentCommand,
+        _config: &ConnectionConfig,
+    ) -> Result<SpawnedAgent, SpawnError> {
+        let (ours_in, agent_in) = tokio::io::duplex(PIPE_BYTES);
+        let (agent_out, ours_out) = tokio::io::duplex(PIPE_BYTES);
+        let (kill_tx, kill_rx) = watch::channel(false);
+        let (exit_tx, exit_rx) = watch::channel(None);
+        let (pid, ignores_eof) = {
+            let mut env = lock(&self.env);
+            env.next_pid += 1;
+            let pid = 1000 + env.next_pid;
+            env.procs.insert(
+                pid,
+                ProcTruth {
+                    incarnation: self.incarnation,
+                    alive: true,
+                    guarded: false,
+                },
+            );
+            env.kills.insert(pid, kill_tx);
+            (pid, std::mem::take(&mut env.next_ignores_eof))
+        };
+        let mut behaviour = (self.behaviour)(u64::from(pid));
+        if ignores_eof {
+            behaviour.exits_on_eof = false;
+        }
+        let model = AgentModel::new(
+            format!("p{pid}"),
+            behaviour,
+            crate::world::plan::mix(self.seed, u64::from(pid), 0x57ac, 0),
+            now_ms(self.start),
+        );
+        // An agent process is not the supervisor's task: a crash does not abort it.
+        madsim::task::spawn(agent_process(
+            self.env.clone(),
+            self.start,
+            pid,
+            model,
+            agent_in,
+            agent_out,
+            kill_rx,
+            exit_tx,
+        ));
+        Ok(SpawnedAgent {
+            pid: Some(pid),
+            stdin: Box::new(ours_in),
+            stdout: Box::new(ours_out),
+            tree: Box::new(SimTree {
+                env: self.env.clone(),
+                pid,
+                exit: exit_rx,
+            }),
+        })
+    }
+}
+
+/// One agent process: the shared behaviour model over its stdin and stdout.
+#[allow(clippy::too_many_arguments)]
+async fn agent_process(
+    env: Env,
+    start: Duration,
+    pid: u32,
+    mut model: AgentModel,
+    stdin: tokio::io::DuplexStream,
+    mut stdout: tokio::io::DuplexStream,
+    mut kill: watch::Receiver<bool>,
+    exit: watch::Sender<Option<ProcessExit>>,
+) {
+    let mut lines = BufReader::new(stdin).lines();
+    let mut stdin_open = true;
+    let status = 'life: loop {
+        let now = now_ms(start);
+        while let Some((out, seen)) = model.poll_out(now) {
+            let mut answered = false;
+            if let Some(seen) = seen {
+                let mut e = lock(&env);
+                match seen {
+                    Seen::Prompt { text, .. } => e.prompts.push(Received { at_ms: now, text }),
+                    Seen::PromptAnswered { .. } => answered = true,
+                    _ => {}
+                }
+            }
+            match out {
+                Out::Line(line) => {
+                    tokio::select! {
+                        biased;
+                        _ = kill.wait_for(|k| *k) => break 'life ProcessExit::Signal(9),
+                        written = stdout.write_all(line.as_bytes()) => {
+                            if written.is_err() {
+                                // The reader is gone (the supervisor died): SIGPIPE.
+                                break 'life ProcessExit::Signal(13);
+                            }
+                        }
+                    }
+                }
+                Out::Stderr(_) => {}
+                Out::Exit(code) => break 'life ProcessExit::Code(code),
+            }
+            if answered && {
+                let mut e = lock(&env);
+                let dies = std::mem::take(&mut e.exit_after_answer);
+                if dies {
+                    e.last_disruption_ms = now;
+                }
+                dies
+            } {
+                // SIGKILLed right after its answer: it reads nothing more, and its death
+                // (stdout EOF, the reaped status) shows a few milliseconds later, as a
+                // real kill does.
+                let dying = crate::world::plan::pick(
+                    crate::world::plan::mix(u64::from(pid), now, 0xd1e, 0),
+                    1,
+                    DYING_MS,
+                );
+                madsim::time::sleep(Duration::from_millis(dying)).await;
+                break 'life ProcessExit::Signal(9);
+            }
+        }
+        let wake = model.next_wake();
+        let nap = wake.map(|w| madsim::time::sleep(Duration::from_millis(w.saturating_sub(now))));
+        tokio::select! {
+            biased;
+            _ = kill.wait_for(|k| *k) => break 'life ProcessExit::Signal(9),
+            line = lines.next_line(), if stdin_open => match line {
+                Ok(Some(line)) => {
+                    let mut e = lock(&env);
+                    model.on_line(now_ms(start), line.as_bytes(), &mut e.store);
+                }
+                _ => {
+                    stdin_open = false;
+                    model.on_stdin_closed(now_ms(start));
+                }
+            },
+            () = async { nap.expect("guarded by is_some").await }, if nap.is_some() => {
+                model.on_wake(now_ms(start));
+            }
+            // Nothing to do: wait for input or a kill (a process that ignores EOF idles).
+            () = std::future::pending::<()>(), if !stdin_open && nap.is_none() => {}
+        }
+    };
+    model.kill();
+    {
+        let mut e = lock(&env);
+        if let Some(p) = e.procs.get_mut(&pid) {
+            p.alive = false;
+        }
+        e.kills.remove(&pid);
+    }
+    drop(stdout);
+    exit.send_replace(Some(status));
+}
+
+/// An agent's process tree: one process.
+struct SimTree {
+    env: Env,
+    pid: u32,
+    exit: watch::Receiver<Option<ProcessExit>>,
+}
+
+impl AgentTree for SimTree {
+    fn arm(&mut self) -> BoxFuture<'_, ()> {
+        if let Some(p) = lock(&self.env).procs.get_mut(&self.pid) {
+            p.guarded = true;
+        }
+        Box::pin(std::future::ready(()))
+    }
+
+    fn wait(&mut self) -> BoxFuture<'_, ProcessExit> {
+        Box::pin(async move {
+            match self.exit.wait_for(Option::is_some).await {
+                Ok(status) => status.unwrap_or(ProcessExit::Unknown),
+                Err(_) => ProcessExit::Unknown,
+            }
+        })
+    }
+
+    fn signal(&mut self, _signal: TreeSignal) {
+        // The real agents die on SIGTERM as on SIGKILL.
+        lock(&self.env).kill(self.pid);
+    }
+
+    fn kill_child(&mut self) {
+        lock(&self.env).kill(self.pid);
+    }
+
+    fn take_down(&mut self, _kill: bool) -> BoxFuture<'_, bool> {
+        Box::pin(std::future::ready(true))
+    }
+
+    fn disarm(self: Box<Self>) -> BoxFuture<'static, ()> {
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// The simulated disk under the state file.
+#[derive(Debug)]
+pub(crate) struct SimDisk {
+    pub(crate) env: Env,
+    /// Checkpointed at every completed write (see `Watch::checkpoint`).
+    pub(crate) watch: Arc<Mutex<crate::world::run::Watch>>,
+}
+
+impl StateFs for SimDisk {
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        lock(&self.env)
+            .files
+            .get(path)
+            .cloned()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+    }
+
+    fn write_synced(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        let mut env = lock(&self.env);
+        let fault = env.disk_faults.pop_front();
+        let incarnation = env.incarnation;
+        match fault {
+            None => {
+                env.files.insert(path.to_owned(), bytes.to_vec());
+                Ok(())
+            }
+            Some(class) => {
+                *env.write_failures.entry(incarnation).or_insert(0) += 1;
+                match class {
+                    DiskFaultClass::NoSpace => Err(io::Error::from_raw_os_error(28)),
+                    DiskFaultClass::Io => Err(io::Error::from_raw_os_error(5)),
+                    DiskFaultClass::TornWrite => {
+                        env.files
+                            .insert(path.to_owned(), bytes[..bytes.len() / 2].to_vec());
+                        env.crash_requested = true;
+                        Err(io::Error::from_raw_os_error(5))
+                    }
+                    DiskFaultClass::CrashBeforeRename => {
+                        env.files.insert(path.to_owned(), bytes.to_vec());
+                        env.crash_requested = true;
+                        Err(io::Error::from_raw_os_error(5))
+                    }
+                }
+            }
+        }
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut env = lock(&self.env);
+        let bytes = env
+            .files
+            .remove(from)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        env.files.insert(to.to_owned(), bytes);
+        crate::world::run::lock(&self.watch).checkpoint();
+        Ok(())
+    }
+
+    fn sync_dir(&self, _dir: &Path) -> io::Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,399 @@
+//! The stack world: the whole production supervisor stack under the simulator.
+//!
+//! `palisade-supervise`'s loop ([`palisade_embed::supervise::run`]) → the tokio
+//! [`Supervisor`](palisade_embed::Supervisor) → the [`Engine`](palisade_embed::Engine)
+//! → the process seam, all the production code, on madsim's clock and tasks
+//! ([`env::SimPlatform`]). Agent processes are madsim tasks running the shared
+//! [`AgentModel`](palisade_embed::agent_model::AgentModel) behind in-memory pipes; the
+//! state file lives on a [`env::SimDisk`] that fails (ENOSPC, EIO), tears a write or
+//! crashes between write and rename when the plan says. The caller pipes prompts into
+//! the loop's stdin and reads its events (and may stop reading for a while).
+//!
+//! Faults the environment injects: an agent's exit at any point (`provider_exit`), right
+//! after it answers a prompt (`exit_after_turn`, the next prompt may find it dying), an
+//! agent that ignores stdin EOF (`late_callback`), a caller that stops reading
+//! (`caller_stall`), disk faults, and crash-restarts of the supervisor itself: its tasks
+//! are aborted, the watchdog takes down the agents it guarded, and a new incarnation starts
+//! from whatever reached the simulated disk; the caller re-sends the prompts no incarnation
+//! claimed.
+//!
+//! The oracle judges from what the environment recorded: what the caller got (events,
+//! messages, exit codes, the turn each prompt was claimed as), what each agent received,
+//! which processes run, and what the disk did. The core's reference model and invariants
+//! run on every core step, as in the engine world.
+
+mod env;
+mod oracle;
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use palisade_core::driver::{Observer, Step};
+use palisade_core::mutants::Mutant;
+use palisade_core::{Core, Effect, SessionId, Timestamp, TurnId};
+use palisade_embed::platform::BoxFuture;
+use palisade_embed::supervise::{self, Console, Io, Options};
+use palisade_embed::{Embedding, SessionEvent, StateFile};
+use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::time::Instant;
+
+use crate::scenario::Scenario;
+use crate::world::plan::{mix, pick, Fault, FaultKind, FaultPlan};
+use crate::world::run::{lock as lock_watch, Finished, Observe, Watch};
+use env::{lock, Env, EnvState, SimDisk, SimPlatform};
+use oracle::CallerLog;
+
+/// Where the supervisor keeps its state on the simulated disk.
+const STATE_PATH: &str = "/var/lib/palisade/state";
+/// How long a crashed supervisor stays down before it is started again.
+const RESTART_AFTER_MS: u64 = 50;
+/// Incarnations a run may have: each crash-restart fault or crashing disk fault is one.
+const MAX_INCARNATIONS: u32 = 64;
+
+/// The engine's observer in the stack world: stamps simulated time, then the engine
+/// world's observer (trace and checker).
+struct StackObserve {
+    watch: Arc<Mutex<Watch>>,
+    start: Duration,
+}
+
+impl Observer for StackObserve {
+    fn observe(&mut self, now: Timestamp, core: &Core, step: Step<'_>, effects: &[Effect]) {
+        lock_watch(&self.watch).now_ms = env::now_ms(self.start);
+        Observe(self.watch.clone()).observe(now, core, step, effects);
+    }
+}
+
+/// The caller's console: records every event and message, and stalls when told to.
+struct SimConsole {
+    log: Arc<Mutex<CallerLog>>,
+    env: Env,
+    watch: Arc<Mutex<Watch>>,
+    incarnation: u32,
+    start: Duration,
+}
+
+impl Console for SimConsole {
+    fn event<'a>(&'a mut self, event: &'a SessionEvent) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let now = env::now_ms(self.start);
+            let stall_until = oracle::lock(&self.log).stall_until;
+            if stall_until > now {
+                madsim::time::sleep(Duration::from_millis(stall_until - now)).await;
+            }
+            let now = env::now_ms(self.start);
+            let agent_prompts = lock(&self.env).prompts.len();
+            lock_watch(&self.watch).tracer.client(now, event);
+            oracle::lock(&self.log).event(self.incarnation, agent_prompts, event.clone());
+        })
+    }
+
+    fn message(&mut self, text: &str) {
+        let now = env::now_ms(self.start);
+        lock_watch(&self.watch)
+            .tracer
+            .line(now, "supervise", "message", &[("text", text)]);
+        oracle::lock(&self.log)
+            .messages
+            .push((self.incarnation, text.to_owned()));
+    }
+
+    fn prompt_claimed(&mut self, _session: SessionId, turn: TurnId, text: &str) {
+        let now = env::now_ms(self.start);
+        lock_watch(&self.watch).tracer.note(
+            now,
+            "caller",
+            "claimed",
+            &[
+                ("turn", turn.get()),
+                ("incarnation", u64::from(self.incarnation)),
+            ],
+        );
+        oracle::lock(&self.log)
+            .claimed
+            .push((self.incarnation, turn, text.to_owned()));
+        oracle::lock(&self.log).claimed_at.push(now);
+    }
+}
+
+/// Runs one seed of a stack scenario inside the current madsim runtime.
+pub(crate) async fn run(
+    scenario: Rc<Scenario>,
+    seed: u64,
+    plan: FaultPlan,
+    mutant: Option<Mutant>,
+    capture: bool,
+) -> Finished {
+    let config = plan.run_config(&scenario).engine();
+    let watch = Watch::shared(&config, capture);
+    let start = madsim::time::TimeHandle::current().elapsed();
+    let base = Instant::now();
+    let env: Env = Arc::new(Mutex::new(EnvState::default()));
+    let log = Arc::new(Mutex::new(CallerLog::default()));
+    let shared = Arc::new((*scenario).clone());
+    let drawn = plan.environment.clone();
+    let behaviour: env::BehaviourTable = Arc::new(move |process| {
+        crate::world::agents::behaviour(&shared, drawn.as_ref(), seed, process)
+    });
+    let window = scenario.limits.fault_window_ms;
+    let end = window + scenario.limits.quiesce_ms;
+    let turns = plan.workload.turns(scenario.workload.turns_per_session);
+    let prompts: Vec<String> = (1..=turns).map(|k| format!("prompt-{k}")).collect();
+    let mut faults: VecDeque<Fault> = plan.faults.iter().copied().collect();
+    let mut violation = None;
+    let mut finished = false;
+    let mut incarnation = 0;
+
+    'incarnations: while incarnation < MAX_INCARNATIONS {
+        incarnation += 1;
+        {
+            let mut e = lock(&env);
+            e.incarnation = incarnation;
+            e.crash_requested = false;
+        }
+        let crashed = Arc::new(Notify::new());
+        let platform = Arc::new(SimPlatform {
+            env: env.clone(),
+            seed,
+            behaviour: behaviour.clone(),
+            incarnation,
+            start,
+            base,
+            tasks: Mutex::new(Vec::new()),
+            crashed: crashed.clone(),
+        });
+        let now = env::now_ms(start);
+        if incarnation > 1 {
+            lock_watch(&watch).rewind_to_durable(&config);
+        }
+        lock_watch(&watch).tracer.note(
+            now,
+            "world",
+            "supervisor_started",
+            &[("incarnation", u64::from(incarnation))],
+        );
+        let embedding = Embedding {
+            platform: platform.clone(),
+            state: Some(StateFile {
+                fs: Arc::new(SimDisk {
+                    env: env.clone(),
+                    watch: watch.clone(),
+                }),
+                path: PathBuf::from(STATE_PATH),
+            }),
+            observer: Some(Box::new(StackObserve {
+                watch: watch.clone(),
+                start,
+            })),
+            setup: Some(Box::new(move |engine| engine.set_mutant(mutant))),
+        };
+        let options = Options {
+            agent: vec!["sim-agent".into()],
+            state: Some(PathBuf::from(STATE_PATH)),
+            prompts: Vec::new(),
+            session: SessionId::new(1).expect("1 is not zero"),
+            cwd: Some(PathBuf::from("/work")),
+            recovery_delays_ms: None,
+            profile: None,
+        };
+        // The caller pipes in every prompt no incarnation claimed, then closes stdin.
+        let (stdin_tx, stdin_rx) = mpsc::channel(16);
+        let unclaimed: Vec<String> = {
+            let log = oracle::lock(&log);
+            prompts
+                .iter()
+                .filter(|p| !log.claimed.iter().any(|(_, _, text)| text == *p))
+                .cloned()
+                .collect()
+        };
+        let think = scenario.workload.think_ms;
+        let feeder = async move {
+            for (k, text) in unclaimed.into_iter().enumerate() {
+                let pause = pick(
+                    mix(seed, u64::from(incarnation), k as u64, 0x7417),
+                    think.lo,
+                    think.hi,
+                );
+                madsim::time::sleep(Duration::from_millis(pause.max(1))).await;
+                if stdin_tx.send(text).await.is_err() {
+                    return;
+                }
+            }
+        };
+        let io = Io {
+            embedding,
+            console: Box::new(SimConsole {
+                log: log.clone(),
+                env: env.clone(),
+                watch: watch.clone(),
+                incarnation,
+                start,
+            }),
+            stdin: Some(stdin_rx),
+            stop: Box::pin(std::future::pending()),
+        };
+        let (done_tx, mut done_rx) = oneshot::channel();
+        let config = config.clone();
+        use palisade_embed::Platform as _;
+        let _ = platform.spawn(Box::pin(feeder));
+        let _ = platform.spawn(Box::pin(async move {
+            let code = supervise::run(options, config, io).await;
+            let _ = done_tx.send(code);
+        }));
+
+        // Until the loop exits, a fault crashes it, or the run's time is up.
+        let crash = loop {
+            let now = env::now_ms(start);
+            let next = faults.front().map_or(end, |f| f.at_ms.min(end));
+            let nap = madsim::time::sleep(Duration::from_millis(next.saturating_sub(now)));
+            tokio::select! {
+                biased;
+                code = &mut done_rx => {
+                    if lock(&env).crash_requested {
+                        break true;
+                    }
+                    let code = code.unwrap_or(255);
+                    let now = env::now_ms(start);
+                    lock_watch(&watch).tracer.note(
+                        now,
+                        "world",
+                        "supervisor_exited",
+                        &[("incarnation", u64::from(incarnation)), ("code", u64::from(code))],
+                    );
+                    let alive = lock(&env).alive();
+                    let mut l = oracle::lock(&log);
+                    l.exits.push((incarnation, code, alive));
+                    // A service manager starts a failed supervisor again while its caller
+                    // still waits for a turn.
+                    if code != 0 && l.unfinished() {
+                        break true;
+                    }
+                    finished = true;
+                    break false;
+                }
+                () = crashed.notified() => break true,
+                () = nap => {
+                    let now = env::now_ms(start);
+                    if now >= end {
+                        break 'incarnations;
+                    }
+                    while faults.front().is_some_and(|f| f.at_ms <= now) {
+                        let f = faults.pop_front().expect("peeked");
+                        lock_watch(&watch).tracer.fault(now, &f);
+                        if apply(&env, &log, &f, now) {
+                            // The remaining due faults hit the next incarnation.
+                            break;
+                        }
+                    }
+                    if oracle::lock(&log).crash_now {
+                        oracle::lock(&log).crash_now = false;
+                        break true;
+                    }
+                }
+            }
+        };
+        if !crash {
+            break;
+        }
+        // The supervisor process is gone: its tasks stop; the watchdog takes down the
+        // agent trees it guarded.
+        platform.crash();
+        {
+            let mut e = lock(&env);
+            e.last_disruption_ms = env::now_ms(start);
+            let guarded: Vec<u32> = e
+                .procs
+                .iter()
+                .filter(|(_, p)| p.alive && p.guarded && p.incarnation == incarnation)
+                .map(|(pid, _)| *pid)
+                .collect();
+            for pid in guarded {
+                e.kill(pid);
+            }
+        }
+        let now = env::now_ms(start);
+        lock_watch(&watch).tracer.note(
+            now,
+            "world",
+            "supervisor_crashed",
+            &[("incarnation", u64::from(incarnation))],
+        );
+        madsim::time::sleep(Duration::from_millis(RESTART_AFTER_MS)).await;
+    }
+
+    let found = lock_watch(&watch).found.take();
+    if let Some(v) = found {
+        violation = Some(v);
+    }
+    if violation.is_none() {
+        let now = env::now_ms(start);
+        let idx = lock_watch(&watch).tracer.note(now, "oracle", "judge", &[]);
+        let e = lock(&env);
+        let l = oracle::lock(&log);
+        violation = oracle::judge(&e, &l, &prompts, finished, idx).err();
+    }
+    if let Some(v) = &violation {
+        let now = env::now_ms(start);
+        lock_watch(&watch).tracer.line(
+            now,
+            "oracle",
+            "violation",
+            &[("invariant", &v.invariant), ("message", &v.message)],
+        );
+    }
+    let turns = oracle::lock(&log).claimed.len() as u32;
+    let mut w = lock_watch(&watch);
+    Finished {
+        tracer: std::mem::take(&mut w.tracer),
+        marks: std::mem::take(&mut w.marks),
+        turns,
+        violation,
+    }
+}
+
+/// Carries out a planned fault; true if it crashes the supervisor now.
+fn apply(env: &Env, log: &Arc<Mutex<CallerLog>>, f: &Fault, now: u64) -> bool {
+    let mut e = lock(env);
+    if matches!(
+        f.kind,
+        FaultKind::ProviderExit | FaultKind::DiskFault { .. } | FaultKind::CrashRestart
+    ) {
+        e.last_disruption_ms = now;
+    }
+    match f.kind {
+        FaultKind::ProviderExit => {
+            if let Some(&pid) = e.alive().last() {
+                e.kill(pid);
+            }
+        }
+        FaultKind::ExitAfterTurn => e.exit_after_answer = true,
+        FaultKind::LateCallback { .. } | FaultKind::HangTeardown => e.next_ignores_eof = true,
+        FaultKind::CallerStall { ms } => {
+            let mut l = oracle::lock(log);
+            l.stall_until = l.stall_until.max(now + ms);
+        }
+        FaultKind::DiskFault { class, count } => {
+            e.disk_faults
+                .extend(std::iter::repeat_n(class, count as usize));
+        }
+        FaultKind::CrashRestart => {
+            oracle::lock(log).crash_now = true;
+            return true;
+        }
+        // The caller of palisade-supervise only pipes prompts; the agents' load answers
+        // and the message network are the engine world's.
+        FaultKind::Prompt
+        | FaultKind::Resume
+        | FaultKind::Retry
+        | FaultKind::Cancel
+        | FaultKind::Burst { .. }
+        | FaultKind::LoadError { .. }
+        | FaultKind::LoadTimeout
+        | FaultKind::ClockJump { .. }
+        | FaultKind::Jitter { .. } => {}
+    }
+    false
+}

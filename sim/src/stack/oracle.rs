@@ -1,0 +1,239 @@
+//! The stack world's invariants (issue 11, item 5), judged from what the environment
+//! recorded: what the caller got, what each agent received, which processes run, what the
+//! disk did. Never from the supervisor's or the core's view of themselves.
+//!
+//! - `S-prompt-lost`: every prompt the supervisor claimed (the caller got its turn id)
+//!   ends with a `TurnEnded` the caller receives.
+//! - `S-end-without-cause`: a turn that ended neither completed nor cancelled says why.
+//! - `S-completed-turn-rerun`: no agent receives a prompt again after the caller saw it
+//!   complete (a restored state that forgot the completion re-sends it).
+//! - `S-output-seq-twice`: no output seq of a turn reaches the caller twice with different
+//!   content. (The same event handed out again after a crash is the write-ahead's
+//!   at-least-once delivery: the state listing it undelivered was durable, the step that
+//!   marked it delivered was not; the caller drops it by its seq.)
+//! - `S-persist-failure-hidden`: an incarnation whose state-file writes failed tells its
+//!   caller (a message) and does not exit 0.
+//! - `S-agent-outlives-supervisor`: no agent process runs once its supervisor exited.
+//! - `S-exit-0-unfinished`: exit 0 only when every claimed turn completed.
+//! - `S-no-exit`: the supervise loop exits within the run (its caller closed stdin).
+//! - `S-prompt-not-run`: a prompt first sent after the environment's last disruption (an
+//!   agent killed, a disk fault, a crash) completes: nothing that happened before it may
+//!   doom it (a runtime killed right before it must not take it down).
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+
+use palisade_core::{TurnId, TurnOutcome};
+use palisade_embed::SessionEvent;
+
+use super::env::EnvState;
+use crate::world::oracle::strip_blocks;
+use crate::world::{CaughtBy, Violation};
+
+/// What the caller of `palisade-supervise` got, over every incarnation.
+#[derive(Debug, Default)]
+pub(crate) struct CallerLog {
+    /// Events in order: incarnation, agent prompts received so far, the event.
+    pub(crate) events: Vec<(u32, usize, SessionEvent)>,
+    /// Operator messages: incarnation, text.
+    pub(crate) messages: Vec<(u32, String)>,
+    /// Prompts the supervisor claimed: incarnation, turn, text.
+    pub(crate) claimed: Vec<(u32, TurnId, String)>,
+    /// When each of `claimed` was claimed (simulated ms).
+    pub(crate) claimed_at: Vec<u64>,
+    /// Exits: incarnation, code, agents still alive at the exit.
+    pub(crate) exits: Vec<(u32, u8, Vec<u32>)>,
+    /// The caller takes no events before this.
+    pub(crate) stall_until: u64,
+    /// A crash-restart fault fired.
+    pub(crate) crash_now: bool,
+}
+
+pub(crate) fn lock(log: &Mutex<CallerLog>) -> MutexGuard<'_, CallerLog> {
+    log.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl CallerLog {
+    /// Whether a claimed turn has not been seen ending.
+    pub(crate) fn unfinished(&self) -> bool {
+        self.claimed.iter().any(|(_, turn, _)| {
+            !self
+                .events
+                .iter()
+                .any(|(_, _, e)| matches!(e, SessionEvent::TurnEnded { turn: t, .. } if t == turn))
+        })
+    }
+
+    pub(crate) fn event(&mut self, incarnation: u32, agent_prompts: usize, event: SessionEvent) {
+        self.events.push((incarnation, agent_prompts, event));
+    }
+}
+
+fn v(invariant: &str, message: String, idx: u64) -> Violation {
+    // Judged from the environment's records once the run ended; the four that say
+    // something never happened are liveness.
+    let liveness = matches!(
+        invariant,
+        "S-no-exit" | "S-prompt-not-run" | "S-exit-0-unfinished" | "S-prompt-lost"
+    );
+    Violation {
+        invariant: invariant.into(),
+        message,
+        events: vec![idx],
+        by: if liveness {
+            CaughtBy::Liveness
+        } else {
+            CaughtBy::GroundTruth
+        },
+    }
+}
+
+/// Judges a finished run.
+pub(crate) fn judge(
+    env: &EnvState,
+    log: &CallerLog,
+    _prompts: &[String],
+    finished: bool,
+    idx: u64,
+) -> Result<(), Violation> {
+    // Every turn's end, as the caller got it (the first one).
+    let mut ended: BTreeMap<TurnId, (TurnOutcome, bool, usize)> = BTreeMap::new();
+    let mut seqs: BTreeMap<(TurnId, u64), &str> = BTreeMap::new();
+    for (_, agent_prompts, event) in &log.events {
+        match event {
+            SessionEvent::TurnEnded {
+                turn,
+                outcome,
+                cause,
+                ..
+            } => {
+                ended
+                    .entry(*turn)
+                    .or_insert((*outcome, cause.is_some(), *agent_prompts));
+            }
+            SessionEvent::Output { turn, events, .. } => {
+                for e in events {
+                    let content = e.update.get();
+                    if let Some(before) = seqs.insert((*turn, e.seq), content) {
+                        if before != content {
+                            return Err(v(
+                                "S-output-seq-twice",
+                                format!(
+                                    "output seq {} of turn {} reached the caller twice, with different content",
+                                    e.seq,
+                                    turn.get()
+                                ),
+                                idx,
+                            ));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    for (turn, (outcome, caused, _)) in &ended {
+        if !matches!(outcome, TurnOutcome::Completed | TurnOutcome::Cancelled) && !caused {
+            return Err(v(
+                "S-end-without-cause",
+                format!(
+                    "turn {} ended {outcome:?} and the caller was not told why",
+                    turn.get()
+                ),
+                idx,
+            ));
+        }
+    }
+    for (incarnation, turn, text) in &log.claimed {
+        if let Some((TurnOutcome::Completed, _, seen)) = ended.get(turn) {
+            if let Some(again) = env.prompts[*seen..]
+                .iter()
+                .find(|r| strip_blocks(&r.text) == text)
+            {
+                return Err(v(
+                    "S-completed-turn-rerun",
+                    format!(
+                        "turn {} ({text:?}, claimed by incarnation {incarnation}) completed, and an agent received it again at {} ms",
+                        turn.get(),
+                        again.at_ms
+                    ),
+                    idx,
+                ));
+            }
+        }
+    }
+    for (incarnation, code, alive) in &log.exits {
+        if !alive.is_empty() {
+            return Err(v(
+                "S-agent-outlives-supervisor",
+                format!("incarnation {incarnation} exited ({code}) with agent processes {alive:?} still running"),
+                idx,
+            ));
+        }
+        let failures = env.write_failures.get(incarnation).copied().unwrap_or(0);
+        let told = log
+            .messages
+            .iter()
+            .any(|(i, text)| i == incarnation && text.contains("state file"));
+        if failures > 0 && (*code == 0 || !told) {
+            return Err(v(
+                "S-persist-failure-hidden",
+                format!(
+                    "{failures} state-file write(s) of incarnation {incarnation} failed; it exited {code}{}",
+                    if told { "" } else { " and told its caller nothing" }
+                ),
+                idx,
+            ));
+        }
+    }
+    if !finished {
+        return Err(v(
+            "S-no-exit",
+            "palisade-supervise did not exit before the run's end (its stdin was closed)".into(),
+            idx,
+        ));
+    }
+    // Per prompt text: when it was first claimed, and whether any of its turns completed.
+    let mut first_claim: BTreeMap<&str, (u64, TurnId)> = BTreeMap::new();
+    let mut completed: BTreeMap<&str, bool> = BTreeMap::new();
+    for ((_, turn, text), at) in log.claimed.iter().zip(&log.claimed_at) {
+        first_claim.entry(text).or_insert((*at, *turn));
+        *completed.entry(text).or_insert(false) |=
+            matches!(ended.get(turn), Some((TurnOutcome::Completed, _, _)));
+    }
+    if finished {
+        for (text, (at, turn)) in &first_claim {
+            if *at > env.last_disruption_ms && !completed[text] {
+                return Err(v(
+                    "S-prompt-not-run",
+                    format!(
+                        "prompt {text:?} (turn {}) was sent at {at} ms, after the last disruption ({} ms), and never completed",
+                        turn.get(),
+                        env.last_disruption_ms
+                    ),
+                    idx,
+                ));
+            }
+        }
+    }
+    let last_exit_0 = log.exits.last().is_some_and(|(_, code, _)| *code == 0);
+    for (incarnation, turn, text) in &log.claimed {
+        if !ended.contains_key(turn) {
+            let (invariant, how) = if last_exit_0 {
+                ("S-exit-0-unfinished", "palisade-supervise exited 0")
+            } else {
+                ("S-prompt-lost", "the caller never saw it end")
+            };
+            return Err(v(
+                invariant,
+                format!(
+                    "prompt {text:?} was claimed as turn {} by incarnation {incarnation}; {how} and the turn never ended",
+                    turn.get()
+                ),
+                idx,
+            ));
+        }
+    }
+    Ok(())
+}
