@@ -1509,7 +1509,8 @@ mod tests {
     #[test]
     fn the_core_classifier_agrees_with_every_catalogue_label() {
         use palisade_core::classify::{
-            classify, LoadFailure, LoadOutcome, LoadVerdict, RpcError as Classified, TransportState,
+            classify, LoadFailure, LoadOutcome, LoadVerdict, RpcError as Classified,
+            SessionListing, TransportState,
         };
         let id = "sess-7";
         for answer in LoadAnswer::ALL {
@@ -1532,6 +1533,8 @@ mod tests {
                     data_present: error.data.is_some(),
                 }),
                 transport: TransportState::Open,
+                // The labels are the README's for an agent whose listing is not known.
+                listing: SessionListing::Unknown,
             };
             for profile in AgentProfile::ALL {
                 let verdict = classify(&outcome, profile).verdict;
