@@ -99,6 +99,7 @@ pub mod engine;
 pub mod events;
 pub mod jsonrpc;
 mod jsonscan;
+pub mod logging;
 pub mod platform;
 pub mod process;
 pub mod replay;

@@ -392,6 +392,34 @@ impl Watchdog {
 /// Starts `command` as the leader of its own process group, marked with a fresh
 /// [`TREE_ENV`] value and guarded by a watchdog (started first, so that should we die
 /// right after the agent started, it finds the agent by its marker), with piped stdin and
+/// The most bytes of one stderr line logged; the rest of a longer line is logged as the
+/// next line.
+const MAX_STDERR_LINE: u64 = 8 * 1024;
+
+/// Logs each line the agent writes on its stderr ([`StderrMode::Log`]), lossily decoded,
+/// in the current span.
+async fn log_stderr(stderr: tokio::process::ChildStderr) {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+    let mut reader = tokio::io::BufReader::new(stderr);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match (&mut reader)
+            .take(MAX_STDERR_LINE)
+            .read_until(b'\n', &mut line)
+            .await
+        {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim_end_matches(['\n', '\r']);
+        if !text.is_empty() {
+            tracing::info!(target: "palisade_embed::agent", line = %text, "agent stderr");
+        }
+    }
+}
+
 /// stdout: [`TokioPlatform`](crate::platform::TokioPlatform)'s agent processes.
 pub fn spawn_agent(
     command: &AgentCommand,
@@ -414,6 +442,7 @@ pub fn spawn_agent(
         .stderr(match config.stderr {
             StderrMode::Inherit => Stdio::inherit(),
             StderrMode::Null => Stdio::null(),
+            StderrMode::Log => Stdio::piped(),
         })
         // Belt and braces: if the supervisor task itself is dropped (runtime shutdown),
         // the child is still killed.
@@ -430,6 +459,13 @@ pub fn spawn_agent(
             return Err(SpawnError::Spawn(error));
         }
     };
+    if let Some(stderr) = child.stderr.take() {
+        // Ends at the pipe's EOF: when the last process of the tree holding it is gone.
+        tokio::spawn(tracing::Instrument::instrument(
+            log_stderr(stderr),
+            tracing::Span::current(),
+        ));
+    }
     let pid = child.id();
     let tree = ProcessTree::new(TreeId {
         pgid: pid.unwrap_or(0),

@@ -327,6 +327,10 @@ pub enum StderrMode {
     Inherit,
     /// Discarded.
     Null,
+    /// Read line by line and logged as `tracing` events (target `palisade_embed::agent`,
+    /// info) in the span that started the agent: the supervisor's execution span, which
+    /// names its session, attempt and execution.
+    Log,
 }
 
 /// How to start an agent: program, arguments, extra environment, working directory.

@@ -16,10 +16,11 @@ use palisade_core::RejectReason;
 use palisade_core::{SessionId, TurnId, TurnOutcome, MAX_RECOVERY_STEPS};
 use tokio::sync::mpsc;
 
+use crate::logging::LogFormat;
 use crate::platform::BoxFuture;
 use crate::{
     AgentCommand, Embedding, FailureCause, PromptError, SessionEvent, SessionEvents, StartError,
-    Supervisor, SupervisorConfig, SupervisorError,
+    StderrMode, Supervisor, SupervisorConfig, SupervisorError,
 };
 
 /// The program's usage text.
@@ -40,6 +41,9 @@ options:
                              recovery
   --agent-profile NAME       generic (default), claude-agent-acp, claude-code-acp,
                              codex-acp, codex-acp-ts, gemini, goose, opencode
+  --log-format FORMAT        text (default) or json: log lines on stderr, filtered by
+                             RUST_LOG (default info; e.g. RUST_LOG=warn,palisade_embed::agent=off);
+                             each agent's stderr lines are logged in its execution's span
   --help                     this text
 
 exit: 0 every turn completed, 1 a turn did not (or the agent could not run), 2 bad usage,
@@ -73,6 +77,8 @@ pub struct Options {
     pub recovery_delays_ms: Option<Vec<u64>>,
     /// `--agent-profile`.
     pub profile: Option<AgentProfile>,
+    /// `--log-format`.
+    pub log_format: LogFormat,
 }
 
 /// Splits a command line like a POSIX shell does for words: whitespace separates, single
@@ -164,6 +170,7 @@ pub fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
         cwd: None,
         recovery_delays_ms: None,
         profile: None,
+        log_format: LogFormat::Text,
     };
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
@@ -199,6 +206,11 @@ pub fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
                     .ok_or_else(|| format!("--session: not a positive number: {raw:?}"))?;
             }
             "cwd" => options.cwd = Some(PathBuf::from(value()?)),
+            "log-format" => {
+                options.log_format = value()?
+                    .parse()
+                    .map_err(|e: String| format!("--log-format: {e}"))?;
+            }
             "recovery-delays-ms" => {
                 let raw = value()?;
                 let delays = raw
@@ -285,6 +297,18 @@ async fn wait_turn(
         } = event
         {
             if s == session && turn.is_none_or(|turn| turn == t) {
+                match &cause {
+                    None => {
+                        tracing::info!(session = s.get(), turn = t.get(), ?outcome, "turn ended")
+                    }
+                    Some(cause) => tracing::warn!(
+                        session = s.get(),
+                        turn = t.get(),
+                        ?outcome,
+                        %cause,
+                        "turn ended unfinished"
+                    ),
+                }
                 if outcome != TurnOutcome::Completed {
                     console.message(&turn_message(t, outcome, cause.as_ref()));
                 }
@@ -360,6 +384,8 @@ pub fn config_for(options: &Options) -> Result<SupervisorConfig, (u8, String)> {
     if let Some(profile) = options.profile {
         config.core.agent_profile = profile;
     }
+    // Agents' stderr lines go to the log, in their execution's span, not raw to ours.
+    config.connection.stderr = StderrMode::Log;
     Ok(config)
 }
 

@@ -522,6 +522,9 @@ struct Store {
 struct Handle {
     conn: Arc<AgentConnection>,
     requests: mpsc::Sender<PumpRequest>,
+    /// The execution's span (session, attempt, execution): its pump, its stderr lines and
+    /// its stop are logged in it.
+    span: tracing::Span,
 }
 
 #[derive(Debug)]
@@ -839,32 +842,51 @@ impl Driver {
         let now = self.clock.now();
         match action {
             Action::Spawn { session, attempt } => {
-                match AgentConnection::spawn_on(
-                    Arc::clone(&self.platform),
-                    &self.agent,
-                    self.connection.clone(),
-                ) {
+                // The execution's ID is the engine's answer to the spawn: recorded below.
+                let span = tracing::info_span!(
+                    "execution",
+                    session = session.get(),
+                    attempt = %attempt,
+                    execution = tracing::field::Empty,
+                );
+                let spawned = span.in_scope(|| {
+                    AgentConnection::spawn_on(
+                        Arc::clone(&self.platform),
+                        &self.agent,
+                        self.connection.clone(),
+                    )
+                });
+                match spawned {
                     Ok((conn, events)) => {
                         let conn = Arc::new(conn);
                         let execution = self.engine.spawned(now, session, attempt, Ok(conn.pid()));
+                        span.record("execution", execution.get());
+                        tracing::info!(parent: &span, pid = conn.pid(), "agent started");
                         let (requests_tx, requests_rx) = mpsc::channel(PUMP_REQUESTS);
-                        let _ = self.platform.spawn(Box::pin(pump(
-                            Arc::clone(&self.platform),
-                            execution,
-                            Arc::clone(&conn),
-                            events,
-                            requests_rx,
-                            self.inbox_tx.clone(),
-                        )));
+                        let _ = self
+                            .platform
+                            .spawn(Box::pin(tracing::Instrument::instrument(
+                                pump(
+                                    Arc::clone(&self.platform),
+                                    execution,
+                                    Arc::clone(&conn),
+                                    events,
+                                    requests_rx,
+                                    self.inbox_tx.clone(),
+                                ),
+                                span.clone(),
+                            )));
                         self.handles.insert(
                             execution,
                             Handle {
                                 conn,
                                 requests: requests_tx,
+                                span,
                             },
                         );
                     }
                     Err(error) => {
+                        tracing::warn!(parent: &span, %error, "the agent could not start");
                         self.engine
                             .spawned(now, session, attempt, Err(error.to_string()));
                     }
@@ -947,10 +969,13 @@ impl Driver {
                 let inbox = self.inbox_tx.clone();
                 let grace_until = (self.platform.now() + Duration::from_millis(grace_ms))
                     .min(self.clock.instant(deadline));
+                let span = handle.span.clone();
+                tracing::info!(parent: &span, grace_ms, "stopping the agent");
                 let _ = self.platform.spawn(Box::pin(async move {
                     // Stdin EOF (an agent may save and exit), the grace, then SIGTERM and
                     // SIGKILL to the agent's whole process tree.
                     let status = conn.stop(grace_until).await;
+                    tracing::info!(parent: &span, ?status, "agent stopped");
                     let _ = inbox.send(Inbox::Reaped { execution, status }).await;
                 }));
             }
@@ -962,8 +987,11 @@ impl Driver {
                 let conn = Arc::clone(&handle.conn);
                 let inbox = self.inbox_tx.clone();
                 let until = self.platform.now() + REAP_WITHIN;
+                let span = handle.span.clone();
+                tracing::warn!(parent: &span, "killing the agent's process tree");
                 let _ = self.platform.spawn(Box::pin(async move {
                     let status = conn.kill_and_reap(until).await;
+                    tracing::info!(parent: &span, ?status, "agent killed");
                     let _ = inbox.send(Inbox::Reaped { execution, status }).await;
                 }));
             }

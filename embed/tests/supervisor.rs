@@ -1212,3 +1212,73 @@ fn palisade_supervise_prints_why_a_prompt_failed() {
         }
     }
 }
+
+#[test]
+fn palisade_supervise_logs_agent_stderr_in_the_execution_span() {
+    // Issue 13, item 5: an agent's stderr lines are logged under its execution's span (as
+    // JSON lines with --log-format json), never passed through raw; RUST_LOG filters them;
+    // a RUST_LOG that does not parse is bad usage.
+    let agent = format!(
+        "{} --no-such-flag",
+        env!("CARGO_BIN_EXE_palisade-test-agent")
+    );
+    let run = |format: &str, rust_log: Option<&str>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_palisade-supervise"));
+        command
+            .args(["--agent-cmd", &agent, "--prompt", "hello"])
+            .args(["--recovery-delays-ms", "", "--log-format", format])
+            .env_remove("RUST_LOG");
+        if let Some(filter) = rust_log {
+            command.env("RUST_LOG", filter);
+        }
+        let output = command.output().expect("palisade-supervise runs");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        (output.status.code(), stderr)
+    };
+    const SAID: &str = "unknown option --no-such-flag";
+
+    let (code, stderr) = run("json", None);
+    assert_eq!(code, Some(1), "{stderr}");
+    let said: Vec<&str> = stderr.lines().filter(|l| l.contains(SAID)).collect();
+    assert!(
+        !said.is_empty(),
+        "the agent's stderr was not logged:\n{stderr}"
+    );
+    for line in said {
+        let record: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+        assert_eq!(record["target"], "palisade_embed::agent", "{line}");
+        assert_eq!(record["level"], "INFO", "{line}");
+        assert!(record["fields"]["line"]
+            .as_str()
+            .is_some_and(|l| l.contains(SAID)));
+        let span = &record["span"];
+        assert_eq!(span["name"], "execution", "{line}");
+        assert_eq!(span["session"], 1, "{line}");
+        assert!(span["execution"].as_u64().is_some_and(|e| e >= 1), "{line}");
+        assert!(
+            span["attempt"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("1.")),
+            "{line}"
+        );
+    }
+
+    let (code, stderr) = run("text", None);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains(SAID) && l.contains("execution{") && l.contains("session=1")),
+        "no text log line in the execution's span:\n{stderr}"
+    );
+
+    let (code, stderr) = run("json", Some("info,palisade_embed::agent=off"));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(!stderr.contains(SAID), "RUST_LOG did not filter:\n{stderr}");
+    assert!(stderr.contains("agent started"), "{stderr}");
+
+    let (code, stderr) = run("json", Some("palisade_embed=loud"));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("RUST_LOG"), "{stderr}");
+}

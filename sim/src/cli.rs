@@ -241,6 +241,15 @@ fn io_error(what: &Path, e: std::io::Error) -> Fail {
 /// The binary's entry point.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Structured logs only when asked for: the CLI's own output is its contract.
+    if std::env::var_os("RUST_LOG").is_some() {
+        if let Err(message) =
+            palisade_embed::logging::init(palisade_embed::logging::LogFormat::Text)
+        {
+            eprintln!("palisade: {message}");
+            return ExitCode::from(2);
+        }
+    }
     let result = match cli.command {
         Command::Sweep(args) => cmd_sweep(args),
         Command::Run(args) => cmd_run(args),

@@ -9,11 +9,11 @@
 mod common;
 
 use std::path::Path;
-use std::process::Output;
+use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use common::{palisade, read_json, Scratch};
+use common::{describe, palisade, read_json, Scratch};
 
 fn code(out: &Output) -> i32 {
     out.status.code().expect("exited normally")
@@ -794,4 +794,40 @@ fn every_shipped_scenario_holds_for_100_seeds() {
         14
     );
     assert_eq!(summary["seeds"], 1400);
+}
+
+#[test]
+fn the_trace_as_tracing_events_changes_nothing_else() {
+    // Issue 13, item 5: `RUST_LOG=palisade_sim::trace=debug` emits every trace line as a
+    // `tracing` event on stderr; stdout (the trace) and the hash stay what they were.
+    let dir = Scratch::new("trace-events");
+    let args = ["run", "--scenario", "cancel-storm", "--seed", "3"];
+    let plain = palisade(&dir.0, &args);
+    expect_code(&plain, 0);
+    let logged = Command::new(common::BIN)
+        .args(args)
+        .current_dir(&dir.0)
+        .env("RUST_LOG", "palisade_sim::trace=debug")
+        .output()
+        .expect("run palisade");
+    expect_code(&logged, 0);
+    assert_eq!(plain.stdout, logged.stdout, "the trace changed");
+    assert_eq!(run_hash(&plain), run_hash(&logged));
+    let trace_lines = String::from_utf8_lossy(&plain.stdout).lines().count();
+    let events = stderr(&logged)
+        .lines()
+        .filter(|l| l.contains("DEBUG palisade_sim::trace: {\"t\":"))
+        .count();
+    assert_eq!(events, trace_lines, "{}", describe(&logged));
+    // Off by default.
+    assert!(!stderr(&plain).contains("palisade_sim::trace"));
+
+    let bad = Command::new(common::BIN)
+        .args(args)
+        .current_dir(&dir.0)
+        .env("RUST_LOG", "palisade_sim=loud")
+        .output()
+        .expect("run palisade");
+    expect_code(&bad, 2);
+    assert!(stderr(&bad).contains("RUST_LOG"), "{}", describe(&bad));
 }

@@ -36,6 +36,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Err(message) = palisade_embed::logging::init(options.log_format) {
+        eprintln!("palisade-supervise: {message}");
+        return ExitCode::from(2);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -198,6 +198,7 @@ pub(crate) async fn run(
             cwd: Some(PathBuf::from("/work")),
             recovery_delays_ms: None,
             profile: None,
+            log_format: Default::default(),
         };
         // The caller pipes in every prompt no incarnation claimed, then closes stdin.
         let (stdin_tx, stdin_rx) = mpsc::channel(16);

@@ -52,12 +52,18 @@ impl Hasher for Mix {
     }
 }
 
+/// The `tracing` target trace lines are emitted under, at debug level, when a subscriber
+/// wants them (`RUST_LOG=palisade_sim::trace=debug`). Never part of the hash.
+pub const TRACE_TARGET: &str = "palisade_sim::trace";
+
 /// Trace lines (when captured) and the rolling hash of every event.
 #[derive(Debug)]
 pub(crate) struct Tracer {
     pub(crate) lines: Vec<String>,
     pub(crate) hash: u64,
     capture: bool,
+    /// Every line is also a `tracing` event ([`TRACE_TARGET`]).
+    emit: bool,
     count: u64,
     buf: Vec<u8>,
 }
@@ -96,10 +102,13 @@ fn effect_to(effect: &Effect) -> &'static str {
 
 impl Tracer {
     pub(crate) fn new(capture: bool) -> Self {
+        // Emitting needs the lines formatted, so it captures them too; the hash is the same.
+        let emit = tracing::enabled!(target: TRACE_TARGET, tracing::Level::DEBUG);
         Tracer {
             lines: Vec::new(),
             hash: HASH_SEED,
-            capture,
+            capture: capture || emit,
+            emit,
             count: 0,
             buf: Vec::new(),
         }
@@ -118,8 +127,11 @@ impl Tracer {
     }
 
     fn keep(&mut self) {
-        self.lines
-            .push(String::from_utf8_lossy(&self.buf).into_owned());
+        let line = String::from_utf8_lossy(&self.buf).into_owned();
+        if self.emit {
+            tracing::debug!(target: TRACE_TARGET, "{line}");
+        }
+        self.lines.push(line);
     }
 
     fn head(&mut self, t: u64, actor: &str, to: Option<&str>, kind: &str) {

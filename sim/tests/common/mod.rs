@@ -41,6 +41,8 @@ pub fn palisade(cwd: &Path, args: &[&str]) -> Output {
     Command::new(BIN)
         .args(args)
         .current_dir(cwd)
+        // Logs are asked for per test (see cli.rs); an operator's RUST_LOG stays out.
+        .env_remove("RUST_LOG")
         .output()
         .expect("run palisade")
 }
