@@ -436,17 +436,9 @@ fn print_tail(out: &mut impl std::io::Write, summary: &Summary) {
         );
     }
     let wall = summary.timing.wall_seconds.max(1e-9);
-    let oracle_note = if summary.timing.oracle_seconds > 0.0 {
-        format!(
-            ", oracle {:.0}% of seed time",
-            summary.timing.oracle_seconds * 100.0 / summary.timing.seed_seconds.max(1e-9)
-        )
-    } else {
-        String::new()
-    };
     let _ = writeln!(
         out,
-        "throughput: {} events, {:.0} events/s, {:.1} simulated s per wall s{oracle_note}",
+        "throughput: {} events, {:.0} events/s, {:.1} simulated s per wall s",
         summary.events,
         summary.events as f64 / wall,
         summary.sim_millis as f64 / 1e3 / wall,

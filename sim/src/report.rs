@@ -130,10 +130,10 @@ pub struct Timing {
     pub wall_seconds: f64,
     /// Worker threads (for a merge: the largest shard's).
     pub jobs: u64,
-    /// Seconds spent in seed threads, summed over seeds.
+    /// Seconds spent in seed threads, summed over seeds. (The oracle's share is not
+    /// measurable inside madsim, whose clock is simulated: compare a sweep with
+    /// `PALISADE_ORACLE=off`, as `reports/bench.md` does.)
     pub seed_seconds: f64,
-    /// Seconds the oracle took, summed over seeds (as the world measures it).
-    pub oracle_seconds: f64,
 }
 
 /// One scenario's part of a sweep.
@@ -168,8 +168,6 @@ pub struct ScenarioSummary {
     pub min_marks: Vec<String>,
     /// Seconds spent in this scenario's seed threads.
     pub seed_seconds: f64,
-    /// Seconds the oracle took in this scenario's seeds.
-    pub oracle_seconds: f64,
 }
 
 /// One failing seed in the summary.
@@ -281,7 +279,6 @@ pub fn summarize(
             marks: BTreeMap::new(),
             min_marks: r.scenario.expect.min_marks.clone(),
             seed_seconds: 0.0,
-            oracle_seconds: 0.0,
         })
         .collect();
     let mut digests = vec![0u64; scenarios.len()];
@@ -293,7 +290,6 @@ pub fn summarize(
         s.sim_millis += rec.stats.sim_millis;
         s.turns += u64::from(rec.stats.turns);
         s.seed_seconds += rec.wall_nanos as f64 / 1e9;
-        s.oracle_seconds += rec.stats.oracle_nanos as f64 / 1e9;
         digests[rec.scenario] =
             digests[rec.scenario].wrapping_add(digest_term(rec.seed, rec.trace_hash));
         for (mark, n) in &rec.marks {
@@ -349,7 +345,6 @@ pub fn summarize(
             wall_seconds: result.wall.as_secs_f64(),
             jobs: config.jobs as u64,
             seed_seconds: 0.0,
-            oracle_seconds: 0.0,
         },
     };
     total_up(&mut summary).expect("a sweep's own figures add up: at most MAX_SEEDS_PER_RUN seeds");
@@ -375,7 +370,6 @@ fn total_up(summary: &mut Summary) -> Result<(), String> {
     summary.events = events;
     summary.sim_millis = sim_millis;
     summary.timing.seed_seconds = summary.scenarios.iter().map(|s| s.seed_seconds).sum();
-    summary.timing.oracle_seconds = summary.scenarios.iter().map(|s| s.oracle_seconds).sum();
     summary.marks.clear();
     for s in &summary.scenarios {
         for (mark, n) in &s.marks {
@@ -538,10 +532,7 @@ pub fn validate_summary(summary: &Summary) -> Result<(), String> {
                 s.digest
             ));
         }
-        for (field, v) in [
-            ("seed_seconds", s.seed_seconds),
-            ("oracle_seconds", s.oracle_seconds),
-        ] {
+        for (field, v) in [("seed_seconds", s.seed_seconds)] {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(format!("{}: {v} is not a duration", at(field)));
             }
@@ -638,7 +629,6 @@ pub fn validate_summary(summary: &Summary) -> Result<(), String> {
     for (field, v) in [
         ("wall_seconds", t.wall_seconds),
         ("seed_seconds", t.seed_seconds),
-        ("oracle_seconds", t.oracle_seconds),
     ] {
         if !(v.is_finite() && v >= 0.0) {
             return Err(format!("timing.{field}: {v} is not a duration"));
@@ -744,7 +734,6 @@ pub fn merge(parts: &[(PathBuf, Summary)]) -> Result<Summary, String> {
             .fold(0.0, f64::max),
         jobs: parts.iter().map(|(_, p)| p.timing.jobs).max().unwrap_or(0),
         seed_seconds: 0.0,
-        oracle_seconds: 0.0,
     };
     for (i, s) in merged.scenarios.iter_mut().enumerate() {
         let all = parts.iter().map(|(_, p)| &p.scenarios[i]);
@@ -754,7 +743,6 @@ pub fn merge(parts: &[(PathBuf, Summary)]) -> Result<Summary, String> {
         s.sim_millis = 0;
         s.turns = 0;
         s.seed_seconds = 0.0;
-        s.oracle_seconds = 0.0;
         s.marks.clear();
         let mut digest = 0u64;
         let overflow = |field: &str| format!("scenarios[{i}].{field}: the shards' total overflows");
@@ -780,7 +768,6 @@ pub fn merge(parts: &[(PathBuf, Summary)]) -> Result<Summary, String> {
                 .checked_add(part.turns)
                 .ok_or_else(|| overflow("turns"))?;
             s.seed_seconds += part.seed_seconds;
-            s.oracle_seconds += part.oracle_seconds;
             let d = u64::from_str_radix(&part.digest, 16)
                 .map_err(|_| format!("bad digest {:?} in scenario {}", part.digest, part.name))?;
             // The digest is a sum modulo 2^64 by definition (see `digest_term`).

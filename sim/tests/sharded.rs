@@ -76,7 +76,6 @@ fn comparable(mut summary: Value) -> Value {
     for s in obj["scenarios"].as_array_mut().expect("scenarios") {
         let s = s.as_object_mut().expect("scenario");
         s.remove("seed_seconds");
-        s.remove("oracle_seconds");
     }
     summary
 }

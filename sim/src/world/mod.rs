@@ -142,9 +142,6 @@ pub struct SeedStats {
     pub sessions: u32,
     /// Prompt turns simulated.
     pub turns: u32,
-    /// Wall time spent in the oracle (not measurable inside madsim: 0; compare a sweep
-    /// with `PALISADE_ORACLE=off` instead).
-    pub oracle_nanos: u64,
 }
 
 /// The JSONL trace of one seed and its rolling hash.
@@ -248,7 +245,6 @@ pub fn run_seed(
             sim_millis,
             sessions,
             turns: world.turns,
-            oracle_nanos: 0,
         },
         trace: Trace {
             hash: world.tracer.hash,
