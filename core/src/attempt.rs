@@ -13,21 +13,11 @@ use crate::ids::{AttemptId, ExecutionId, Generation};
 use crate::io::NewConversationReason;
 use crate::time::Timestamp;
 
-/// Where a live attempt is in its life.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) enum AttemptState {
-    /// Starting its runtime.
-    Live,
-    /// The provider accepted its prompt; it finishes in the same step (see `Core`), and
-    /// cancelling no longer tears its runtime down.
-    Accepted,
-}
-
-/// The session's live attempt.
+/// The session's live attempt: starting its runtime. Once the provider accepts its prompt
+/// it is retired as finished in the same step, so a live attempt is always starting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct LiveAttempt {
     pub(crate) id: AttemptId,
-    pub(crate) state: AttemptState,
     pub(crate) execution: Option<ExecutionId>,
     pub(crate) generation: Option<Generation>,
     /// The attempt fails if its conversation is not ready by then.
@@ -37,8 +27,6 @@ pub(crate) struct LiveAttempt {
     /// Where its conversation is: each answer is accepted only while it is awaited, so a
     /// duplicated or late `load_failed` cannot replace a conversation created since.
     pub(crate) conversation: ConvPhase,
-    /// Started by automatic recovery rather than by a client.
-    pub(crate) for_recovery: bool,
 }
 
 /// The conversation step of a live attempt.
@@ -92,10 +80,9 @@ type Slot = Option<(AttemptId, Option<ExecutionId>)>;
 /// few attempts, and a session at rest should pay for the tombstones it has, not for
 /// sixteen (issue 2: at most 512 bytes per session at rest). Indexing is exactly that of
 /// a fixed array of [`TOMBSTONES_PER_SESSION`] slots, of which `slots` holds the prefix up
-/// to the last one ever written; the ring serializes as that array (see [`RingWire`]), so
-/// snapshots are byte-for-byte what they were with an inline array.
+/// to the last one ever written; snapshots encode that prefix as it is (a decoded ring is
+/// checked by [`Ring::is_well_formed`] before use).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "RingWire", into = "RingWire")]
 pub(crate) struct Ring {
     /// Slots `0..slots.len()` of the array; never ends with `None`, so equal rings are
     /// equal `Vec`s.
@@ -110,47 +97,6 @@ const _: () = assert!(
     TOMBSTONES_PER_SESSION * 2 <= 32,
     "outcomes are 2 bits per slot in a u32"
 );
-
-/// The ring as snapshots encode it: the fixed array it used to be.
-#[derive(Serialize, Deserialize)]
-#[serde(rename = "Ring")]
-struct RingWire {
-    slots: [Slot; TOMBSTONES_PER_SESSION],
-    outcomes: u32,
-    head: u8,
-    len: u8,
-}
-
-impl From<RingWire> for Ring {
-    fn from(w: RingWire) -> Ring {
-        let used = w
-            .slots
-            .iter()
-            .rposition(Option::is_some)
-            .map_or(0, |p| p + 1);
-        let mut slots = Vec::with_capacity(ring_capacity(used));
-        slots.extend_from_slice(&w.slots[..used]);
-        Ring {
-            slots,
-            outcomes: w.outcomes,
-            head: w.head,
-            len: w.len,
-        }
-    }
-}
-
-impl From<Ring> for RingWire {
-    fn from(r: Ring) -> RingWire {
-        let mut slots = [None; TOMBSTONES_PER_SESSION];
-        slots[..r.slots.len()].copy_from_slice(&r.slots);
-        RingWire {
-            slots,
-            outcomes: r.outcomes,
-            head: r.head,
-            len: r.len,
-        }
-    }
-}
 
 /// Storage for `used` slots: the next power of two, at most [`TOMBSTONES_PER_SESSION`].
 fn ring_capacity(used: usize) -> usize {
@@ -354,32 +300,10 @@ mod tests {
     }
 
     #[test]
-    fn ring_encodes_as_the_fixed_array_it_replaced() {
-        // The array an inline ring of 16 slots holds after `pushes` pushes.
-        fn inline(pushes: u64) -> RingWire {
-            let mut w = RingWire {
-                slots: [None; TOMBSTONES_PER_SESSION],
-                outcomes: 0,
-                head: 0,
-                len: 0,
-            };
-            for n in 1..=pushes {
-                if usize::from(w.len) == TOMBSTONES_PER_SESSION {
-                    w.head = (w.head + 1) % TOMBSTONES_PER_SESSION as u8;
-                    w.len -= 1;
-                }
-                let i = (usize::from(w.head) + usize::from(w.len)) % TOMBSTONES_PER_SESSION;
-                w.slots[i] = Some((id(n), ExecutionId::new(n % 3)));
-                let bits = if n % 2 == 0 { 3 } else { 1 };
-                w.outcomes = (w.outcomes & !(0b11 << (2 * i))) | (bits << (2 * i));
-                w.len += 1;
-            }
-            w
-        }
+    fn ring_round_trips_through_its_encoding() {
         let mut ring = Ring::default();
-        for pushes in 0..=40 {
-            if pushes > 0 {
-                let n = pushes;
+        for n in 0..=40 {
+            if n > 0 {
                 ring.push(Tombstone {
                     attempt: id(n),
                     execution: ExecutionId::new(n % 3),
@@ -391,9 +315,9 @@ mod tests {
                 });
             }
             let bytes = postcard::to_allocvec(&ring).unwrap();
-            assert_eq!(bytes, postcard::to_allocvec(&inline(pushes)).unwrap());
             let back: Ring = postcard::from_bytes(&bytes).unwrap();
-            assert_eq!(back, ring, "after {pushes} pushes");
+            assert_eq!(back, ring, "after {n} pushes");
+            assert!(back.is_well_formed(), "after {n} pushes");
         }
     }
 }

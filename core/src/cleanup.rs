@@ -31,13 +31,27 @@ type Binding = Option<(Generation, AttemptId)>;
 /// one record per cycle), so a prefix of at most one entry is kept inline and allocates
 /// nothing; a longer one lives in a `Vec` grown as before (2, 4, then
 /// [`GENERATIONS_PER_EXECUTION`] entries). The form is canonical (`One` exactly when the
-/// prefix has at most one entry), so equal histories compare equal.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// prefix has at most one entry), so equal histories compare equal. Snapshots encode the
+/// prefix as a sequence, and decoding rebuilds the canonical form.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "Vec<Binding>", into = "Vec<Binding>")]
 enum History {
     /// No entry (`None`) or one.
     One(Binding),
     /// Two or more entries.
     Many(Vec<Binding>),
+}
+
+impl From<Vec<Binding>> for History {
+    fn from(prefix: Vec<Binding>) -> History {
+        History::from_prefix(&prefix)
+    }
+}
+
+impl From<History> for Vec<Binding> {
+    fn from(h: History) -> Vec<Binding> {
+        h.as_slice().to_vec()
+    }
 }
 
 impl History {
@@ -67,11 +81,9 @@ impl History {
 /// The binding history grows with it: its first entry inline, then a `Vec` of 2, 4, then
 /// [`GENERATIONS_PER_EXECUTION`] entries and never beyond (see [`History`]), so the usual
 /// execution, bound once, neither allocates nor pays for eight entries (issue 2: at most
-/// 512 bytes per session at rest). Indexing is exactly that of the fixed array it
-/// replaced, of which `history` holds the prefix up to the last entry written; it
-/// serializes as that array (see [`ExecutionWire`]), so snapshots are unchanged.
+/// 512 bytes per session at rest). Indexing is exactly that of a fixed array, of which
+/// `history` holds the prefix up to the last entry written.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "ExecutionWire", into = "ExecutionWire")]
 pub(crate) struct Execution {
     pub(crate) session: SessionId,
     /// The current startup generation.
@@ -82,81 +94,10 @@ pub(crate) struct Execution {
     /// [`GENERATIONS_PER_EXECUTION`]. Never ends with `None`.
     history: History,
     hist_len: u8,
-    /// A callback of the current generation was published: its binding is frozen.
-    pub(crate) published: bool,
     pub(crate) stop: StopState,
     /// The owner was cancelled while a later attempt was live; stop when it settles
     /// unless it claims this execution.
     pub(crate) orphan: bool,
-}
-
-/// An execution as snapshots encode it: with the fixed history array it used to have.
-#[derive(Serialize, Deserialize)]
-#[serde(rename = "Execution")]
-struct ExecutionWire {
-    session: SessionId,
-    generation: Generation,
-    owner: AttemptId,
-    history: [Binding; GENERATIONS_PER_EXECUTION],
-    hist_len: u8,
-    published: bool,
-    stop: StopState,
-    orphan: bool,
-}
-
-impl From<ExecutionWire> for Execution {
-    fn from(w: ExecutionWire) -> Execution {
-        let ExecutionWire {
-            session,
-            generation,
-            owner,
-            history: array,
-            hist_len,
-            published,
-            stop,
-            orphan,
-        } = w;
-        let used = array.iter().rposition(Option::is_some).map_or(0, |p| p + 1);
-        let history = History::from_prefix(&array[..used]);
-        Execution {
-            session,
-            generation,
-            owner,
-            history,
-            hist_len,
-            published,
-            stop,
-            orphan,
-        }
-    }
-}
-
-impl From<Execution> for ExecutionWire {
-    fn from(e: Execution) -> ExecutionWire {
-        let Execution {
-            session,
-            generation,
-            owner,
-            history: used,
-            hist_len,
-            published,
-            stop,
-            orphan,
-        } = e;
-        let used = used.as_slice();
-        let mut history = [None; GENERATIONS_PER_EXECUTION];
-        history[..used.len()].copy_from_slice(used);
-        ExecutionWire {
-            session,
-            generation,
-            owner,
-            history,
-            hist_len,
-            published,
-            stop,
-            orphan,
-        }
-    }
 }
 
 /// Storage for `used` entries: the next power of two, at most [`GENERATIONS_PER_EXECUTION`].
@@ -176,7 +117,6 @@ impl Execution {
             owner,
             history: History::One(None),
             hist_len: 0,
-            published: false,
             stop: StopState::Running,
             orphan: false,
         };
@@ -188,7 +128,6 @@ impl Execution {
     pub(crate) fn rebind(&mut self, generation: Generation, attempt: AttemptId) {
         self.generation = generation;
         self.owner = attempt;
-        self.published = false;
         self.orphan = false;
         self.push_history(generation, attempt);
     }
@@ -264,6 +203,18 @@ impl Execution {
             && self.history().last() == Some((self.generation, self.owner))
     }
 
+    /// The execution with its history replaced, as a corrupt snapshot could hold it.
+    #[cfg(test)]
+    pub(crate) fn with_history_for_test(
+        mut self,
+        prefix: Vec<Option<(Generation, AttemptId)>>,
+        hist_len: u8,
+    ) -> Execution {
+        self.history = History::from(prefix);
+        self.hist_len = hist_len;
+        self
+    }
+
     /// Bindings oldest first.
     pub(crate) fn history(&self) -> impl Iterator<Item = (Generation, AttemptId)> + '_ {
         self.history
@@ -311,22 +262,13 @@ mod tests {
     }
 
     #[test]
-    fn history_storage_grows_with_its_bindings_and_encodes_as_the_fixed_array() {
+    fn history_storage_grows_with_its_bindings_and_round_trips() {
         let s = SessionId::new(1).unwrap();
         let mut e = Execution::new(s, g(1), a(1));
         assert!(
             matches!(e.history, History::One(Some(_))),
             "an execution bound once allocates nothing"
         );
-        // The fixed array's content after binding generations 1..=n.
-        let inline = |n: u64| {
-            let mut arr = [None; GENERATIONS_PER_EXECUTION];
-            let first = n.saturating_sub(GENERATIONS_PER_EXECUTION as u64) + 1;
-            for (i, k) in (first..=n).enumerate() {
-                arr[i] = Some((g(k), a(k)));
-            }
-            arr
-        };
         for n in 1..=20 {
             if n > 1 {
                 e.rebind(g(n), a(n));
@@ -335,12 +277,13 @@ mod tests {
                 History::One(_) => assert_eq!(n, 1),
                 History::Many(v) => assert!(v.capacity() <= GENERATIONS_PER_EXECUTION),
             }
-            let wire = ExecutionWire::from(e.clone());
-            assert_eq!(wire.history, inline(n), "after {n} bindings");
+            let first = n.saturating_sub(GENERATIONS_PER_EXECUTION as u64) + 1;
+            let want: Vec<_> = (first..=n).map(|k| (g(k), a(k))).collect();
+            assert_eq!(e.history().collect::<Vec<_>>(), want, "after {n} bindings");
             let bytes = postcard::to_allocvec(&e).unwrap();
-            assert_eq!(bytes, postcard::to_allocvec(&wire).unwrap());
             let back: Execution = postcard::from_bytes(&bytes).unwrap();
-            assert_eq!(back, e);
+            assert_eq!(back, e, "after {n} bindings");
+            assert!(back.history_is_canonical());
         }
     }
 

@@ -5,9 +5,7 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use crate::attempt::{
-    remember, AttemptState, ConvPhase, LiveAttempt, Remembered, Retired, Ring, Tombstone,
-};
+use crate::attempt::{remember, ConvPhase, LiveAttempt, Remembered, Retired, Ring, Tombstone};
 use crate::classify::{classify_with, ClassifyReason, LoadVerdict};
 use crate::cleanup::{may_stop, Execution, StopState};
 use crate::config::{Config, ConfigError, MAX_PENDING_EFFECTS};
@@ -374,7 +372,7 @@ impl Core {
         if let Err(r) = self.ensure_session(session) {
             return Verdict::Reject(r);
         }
-        match self.begin_attempt(now, session, false) {
+        match self.begin_attempt(now, session) {
             Some(attempt) => Verdict::Started { attempt },
             None => Verdict::Reject(RejectReason::CounterExhausted),
         }
@@ -404,23 +402,16 @@ impl Core {
         }
     }
 
-    fn begin_attempt(
-        &mut self,
-        now: Timestamp,
-        session: SessionId,
-        for_recovery: bool,
-    ) -> Option<AttemptId> {
+    fn begin_attempt(&mut self, now: Timestamp, session: SessionId) -> Option<AttemptId> {
         let id = self.mint_attempt()?;
         let start_deadline = now.plus_millis(self.config.start_deadline_ms);
         self.sess(session).live = Some(LiveAttempt {
             id,
-            state: AttemptState::Live,
             execution: None,
             generation: None,
             start_deadline,
             join_deadline: None,
             conversation: ConvPhase::Pending,
-            for_recovery,
         });
         self.timers
             .insert((start_deadline, Timer::Start(session, id)));
@@ -509,7 +500,7 @@ impl Core {
         if let Some((owner, e, g)) = ready {
             self.dispatch(now, session, owner, e, g);
         } else if needs_attempt {
-            let _ = self.begin_attempt(now, session, false);
+            let _ = self.begin_attempt(now, session);
         }
         Verdict::Claimed
     }
@@ -670,7 +661,7 @@ impl Core {
         let Some(s) = self.sessions.get(&session) else {
             return Verdict::Reject(RejectReason::UnknownSession);
         };
-        let live = s.live.filter(|l| l.state == AttemptState::Live);
+        let live = s.live;
         let turn = s.turn;
         let runtime = s.runtime;
         if live.is_none() && turn.is_none() {
@@ -930,7 +921,6 @@ impl Core {
             Ok(who) => who,
             Err(reason) => return Verdict::Reject(reason),
         };
-        // `admit` marked the execution's generation published (rule 4) as it admitted.
         match who {
             Who::Live(live) => self.apply_live(now, cb, live),
             Who::Owner(owner) => self.apply_owner(now, cb, owner),
@@ -941,8 +931,8 @@ impl Core {
     }
 
     /// Decides who the callback speaks for, or why it is refused. Touches state only for the
-    /// teardown a stale failure calls for (rule 5), and, once a callback is admitted, to
-    /// mark its generation published and to apply a stream event (see `Who::Streamed`).
+    /// teardown a stale failure calls for (rule 5) and, once an owner's stream event is
+    /// admitted, to apply it (see `Who::Streamed`).
     fn admit(&mut self, now: Timestamp, cb: &Callback) -> Result<Who, RejectReason> {
         let s = self
             .sessions
@@ -997,16 +987,11 @@ impl Core {
             // Unfenced traffic is what the fence exists to refuse; only a mutant or a session
             // that never had an attempt gets here, and both act as the legacy path did:
             // without an execution or generation check.
-            if let Some(exec) = self.executions.get_mut(&cb.execution) {
-                exec.published = true;
-            }
             return Ok(who);
         }
-        // Mutable so that admission marks the generation published without a second
-        // lookup; nothing below changes it unless the callback is admitted.
         let exec = self
             .executions
-            .get_mut(&cb.execution)
+            .get(&cb.execution)
             .ok_or(RejectReason::UnknownExecution)?;
         if exec.session != cb.session {
             return Err(RejectReason::ForeignExecution);
@@ -1026,7 +1011,6 @@ impl Core {
         if cb.generation > exec.generation {
             return Err(RejectReason::FutureGeneration);
         }
-        exec.published = true;
         if let (Who::Owner(_), RuntimeEvent::Stream { turn, seq, bytes }) = (who, &cb.event) {
             // The hot path of a streaming turn, applied while the session is at hand rather
             // than looked up again: what `apply_owner` does for a stream event.
@@ -1145,9 +1129,6 @@ impl Core {
                     return Verdict::Reject(RejectReason::WrongTurn);
                 }
                 self.mark_accepted(session, cb.execution);
-                if let Some(l) = self.sess(session).live.as_mut() {
-                    l.state = AttemptState::Accepted;
-                }
                 self.retire_live(session, Retired::Finished);
                 Verdict::Accepted
             }
@@ -1169,10 +1150,15 @@ impl Core {
         step: ConvPhase,
     ) -> bool {
         let token = self.sessions.get(&session).and_then(|s| s.token);
-        let action = match (step, token) {
-            (ConvPhase::Loading, Some(_)) => LeaseAction::Load,
-            (ConvPhase::Creating(_), _) => LeaseAction::New,
+        // `Ok`: load this conversation; `Err`: create one, for this reason.
+        let ask = match (step, token) {
+            (ConvPhase::Loading, Some(token)) => Ok(token),
+            (ConvPhase::Creating(reason), _) => Err(reason),
             _ => return false,
+        };
+        let action = match ask {
+            Ok(_) => LeaseAction::Load,
+            Err(_) => LeaseAction::New,
         };
         let Some(lease) = self.lease(now, session, execution, generation, attempt, action) else {
             return false;
@@ -1180,22 +1166,21 @@ impl Core {
         if let Some(l) = self.sess(session).live.as_mut() {
             l.conversation = step;
         }
-        self.push(match (step, token) {
-            (ConvPhase::Creating(reason), _) => Effect::NewConversation {
+        self.push(match ask {
+            Err(reason) => Effect::NewConversation {
                 lease,
                 session,
                 execution,
                 generation,
                 reason,
             },
-            (_, Some(token)) => Effect::LoadConversation {
+            Ok(token) => Effect::LoadConversation {
                 lease,
                 session,
                 execution,
                 generation,
                 token,
             },
-            (_, None) => return false,
         });
         true
     }
@@ -1265,17 +1250,6 @@ impl Core {
                 self.mark_accepted(session, cb.execution);
                 Verdict::Accepted
             }
-            RuntimeEvent::Stream { turn, seq, bytes } => {
-                // Reached only if `admit` did not apply it already (it always does).
-                let applied = match self.sessions.get_mut(&session) {
-                    Some(s) => stream(s, &mut self.effects, cb, turn, seq, bytes),
-                    None => Err(RejectReason::WrongTurn),
-                };
-                match applied {
-                    Ok(()) => Verdict::Accepted,
-                    Err(reason) => Verdict::Reject(reason),
-                }
-            }
             RuntimeEvent::PromptCompleted { turn } | RuntimeEvent::PromptFailed { turn, .. } => {
                 let on = self.turn_on(session, turn, cb.execution, true)
                     || self.turn_on(session, turn, cb.execution, false);
@@ -1303,6 +1277,7 @@ impl Core {
                 }
                 Verdict::Accepted
             }
+            // Also an owner's stream event, were one to get here: `admit` applies those.
             _ => Verdict::Reject(RejectReason::UnexpectedEvent),
         }
     }
@@ -1514,7 +1489,7 @@ impl Core {
                     .get(&session)
                     .and_then(|s| s.live)
                     .filter(|l| l.id == attempt);
-                if live.is_some_and(|l| l.state == AttemptState::Live) {
+                if live.is_some() {
                     let stamp = self.mint_stamp();
                     self.fail_attempt(now, session, stamp);
                 }
@@ -1584,7 +1559,7 @@ impl Core {
                 };
                 if let Some((owner, e, g)) = ready {
                     self.dispatch(now, session, owner, e, g);
-                } else if s.live.is_none() && self.begin_attempt(now, session, true).is_none() {
+                } else if s.live.is_none() && self.begin_attempt(now, session).is_none() {
                     self.end_turn(session, TurnOutcome::Failed);
                 }
             }

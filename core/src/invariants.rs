@@ -1,7 +1,7 @@
 //! `check_invariants()`: the core's own view of the rules, cheap enough to run after
 //! every simulated step and every fuzzer operation.
 
-use crate::attempt::{AttemptState, ConvPhase};
+use crate::attempt::ConvPhase;
 use crate::cleanup::Execution;
 use crate::cleanup::StopState;
 use crate::config::{GENERATIONS_PER_EXECUTION, MAX_RECOVERY_STEPS, TOMBSTONES_PER_SESSION};
@@ -174,12 +174,6 @@ impl Core {
                 "R7-never-busy-idle",
                 "session {id}: attempt {} has a ready conversation but nothing to dispatch",
                 live.id
-            );
-            ensure!(
-                live.state == AttemptState::Live,
-                "R1-states",
-                "session {id}: live attempt left in state {:?}",
-                live.state
             );
             ensure!(
                 s.owner.is_none() && s.runtime.is_none(),

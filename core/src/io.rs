@@ -251,8 +251,6 @@ pub enum RejectReason {
     ExecutionStopping,
     /// The attempt is already bound to an execution.
     AlreadyBound,
-    /// The attempt is not live.
-    AttemptNotLive,
     /// The event does not fit the attempt's or turn's state.
     UnexpectedEvent,
     /// The turn is not the session's active turn.

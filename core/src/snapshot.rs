@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use crate::attempt::{AttemptState, ConvPhase, Retired};
+use crate::attempt::{ConvPhase, Retired};
 use crate::cleanup::{Execution, StopState};
 use crate::config::Config;
 use crate::core::{Core, Session, Timer, CORE_STAMP_BIT, MAX_ORPHANS_PER_SESSION};
@@ -22,8 +22,11 @@ use crate::turn::TurnPhase;
 
 /// Format tag: 4 magic bytes and a version.
 const MAGIC: &[u8; 4] = b"PLSD";
-/// Bump on any change to the encoded state.
-const VERSION: u16 = 1;
+/// Bump on any change to the encoded state. Version 2 dropped the attempt state and the
+/// recovery flag of a live attempt and the published flag of an execution, and encodes a
+/// tombstone ring and a binding history as the prefix they hold rather than a fixed array.
+/// Older versions are refused (no one deployed them), not converted.
+const VERSION: u16 = 2;
 /// Events one turn may have delivered in a restored snapshot. A live core would need nine
 /// years at a million events a second to get here; refusing more keeps the turn's
 /// counters far from overflowing when it streams on.
@@ -385,12 +388,6 @@ impl Core {
                 "live-attempt",
                 "session {id}: live {} older than a retired one",
                 live.id
-            );
-            require!(
-                live.state == AttemptState::Live,
-                "live-attempt",
-                "session {id}: live attempt in state {:?}",
-                live.state
             );
             require!(
                 live.execution.is_some() == live.generation.is_some(),
@@ -940,6 +937,31 @@ mod tests {
         let ring = &mut enc.sessions[0].1.ring;
         *ring = ring.clone().with_len_for_test(255);
         assert_eq!(refused_by(&encode(&enc)), "ring-shape");
+    }
+
+    #[test]
+    fn a_history_longer_than_its_bound_or_its_length_is_refused() {
+        // Version 2 encodes the binding history as the prefix it holds, so a decoded
+        // snapshot may claim any length: the fuzzer's old finding (a length of 255, then a
+        // rebind) in this encoding.
+        let mut core = Core::new(Config::default(), Epoch::FIRST).unwrap();
+        turn_on(&mut core, 1, 1, true);
+        let snap = core.snapshot();
+        let newest = decode(&snap).executions[0]
+            .1
+            .history()
+            .last()
+            .expect("bound once");
+        for (entries, hist_len) in [(1, 255), (9, 9), (9, 8), (1, 0)] {
+            let mut enc = decode(&snap);
+            let e = enc.executions[0].1.clone();
+            enc.executions[0].1 = e.with_history_for_test(vec![Some(newest); entries], hist_len);
+            assert_eq!(
+                refused_by(&encode(&enc)),
+                "execution-history",
+                "{entries} entries, length {hist_len}"
+            );
+        }
     }
 
     #[test]

@@ -1205,6 +1205,25 @@ fn after_restart_attempts_the_snapshot_does_not_vouch_for_are_rejected() {
     core.check_invariants().unwrap();
 }
 
+/// A snapshot written by format version 1 (before the live attempt's state and recovery
+/// flag, the execution's published flag and the fixed-array encodings of the tombstone
+/// ring and binding history were dropped): the state of the `kandev-state` fuzz seed as
+/// version 1 encoded it. No one deployed version 1, so it is refused, not converted.
+#[test]
+fn a_version_1_snapshot_is_refused_with_a_clear_error() {
+    let old = include_bytes!("data/snapshot-v1.bin");
+    assert_eq!(&old[..6], b"PLSD\x01\x00");
+    let err = Core::restore(old).unwrap_err();
+    assert_eq!(err, RestoreError::UnsupportedVersion(1));
+    assert_eq!(err.to_string(), "snapshot version 1, expected 2");
+    // The same state as the current version writes it restores.
+    let mut h = H::default();
+    h.prompt(1, 1);
+    let snap = h.core().snapshot();
+    assert_eq!(&snap[..6], b"PLSD\x02\x00");
+    assert!(Core::restore(&snap).is_ok());
+}
+
 #[test]
 fn truncated_or_corrupted_snapshots_are_typed_errors() {
     let mut h = H::default();

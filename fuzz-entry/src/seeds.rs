@@ -749,13 +749,14 @@ fn snapshot_seeds() -> Vec<Seed> {
     let real = snapshot_of(&kandev);
     let mut truncated = real.clone();
     truncated.truncate(real.len() / 2);
-    let mut version2 = real.clone();
-    version2[4] = 2;
+    // The version after the current one (2), which this core cannot know.
+    let mut future = real.clone();
+    future[4] = 3;
     vec![
         raw("kandev-state", real),
         raw("recovery-state", snapshot_of(&state("recovery-exhausts"))),
         raw("truncated", truncated),
-        raw("future-version", version2),
+        raw("future-version", future),
         raw("bad-magic", b"PLSX\x01\x00".to_vec()),
         Seed {
             target: Target::SnapshotRestore,
