@@ -830,3 +830,46 @@ fn the_trace_as_tracing_events_changes_nothing_else() {
     expect_code(&bad, 2);
     assert!(stderr(&bad).contains("RUST_LOG"), "{}", describe(&bad));
 }
+
+#[test]
+fn a_liveness_violation_names_the_trace_line_of_the_event_it_is_about() {
+    // Issue 12, item 5: a violation decided at the end names the line of the event it is
+    // about, not line 0 and not the liveness check's own line. Measured: with
+    // `queue-overflow-closes`, notification-burst seed 1 fails `R9-complete` (a turn
+    // completed, its client short of events): the line is that turn's `turn_ended`.
+    let dir = Scratch::new("violation-line");
+    let out = palisade(
+        &dir.0,
+        &[
+            "run",
+            "--scenario",
+            "notification-burst",
+            "--seed",
+            "1",
+            "--mutant",
+            "queue-overflow-closes",
+        ],
+    );
+    expect_code(&out, 1);
+    let err = stderr(&out);
+    assert!(err.contains("R9-complete"), "{}", describe(&out));
+    let events = err
+        .split("events [")
+        .nth(1)
+        .and_then(|rest| rest.split(']').next())
+        .unwrap_or_else(|| panic!("no events named: {}", describe(&out)));
+    let line: usize = events.parse().expect("one event index");
+    assert_ne!(line, 0);
+    let trace = stdout(&out);
+    let lines: Vec<&str> = trace.lines().collect();
+    let event: Value = serde_json::from_str(lines[line]).expect("a JSON trace line");
+    assert_eq!(event["to"], "client", "{event}");
+    assert_eq!(event["kind"], "turn_ended", "{event}");
+    assert_eq!(event["event"]["outcome"], "Completed", "{event}");
+    // The check's own line comes after it.
+    let check = lines
+        .iter()
+        .position(|l| l.contains("\"kind\":\"liveness\""))
+        .expect("a liveness line");
+    assert!(line < check, "line {line}, check at {check}");
+}

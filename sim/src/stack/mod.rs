@@ -86,8 +86,8 @@ impl Console for SimConsole {
             }
             let now = env::now_ms(self.start);
             let agent_prompts = lock(&self.env).prompts.len();
-            lock_watch(&self.watch).tracer.client(now, event);
-            oracle::lock(&self.log).event(self.incarnation, agent_prompts, event.clone());
+            let line = lock_watch(&self.watch).tracer.client(now, event);
+            oracle::lock(&self.log).event(self.incarnation, agent_prompts, event.clone(), line);
         })
     }
 
@@ -103,7 +103,7 @@ impl Console for SimConsole {
 
     fn prompt_claimed(&mut self, _session: SessionId, turn: TurnId, text: &str) {
         let now = env::now_ms(self.start);
-        lock_watch(&self.watch).tracer.note(
+        let line = lock_watch(&self.watch).tracer.note(
             now,
             "caller",
             "claimed",
@@ -115,7 +115,9 @@ impl Console for SimConsole {
         oracle::lock(&self.log)
             .claimed
             .push((self.incarnation, turn, text.to_owned()));
-        oracle::lock(&self.log).claimed_at.push(now);
+        let mut log = oracle::lock(&self.log);
+        log.claimed_at.push(now);
+        log.claimed_lines.push(line);
     }
 }
 
@@ -258,7 +260,7 @@ pub(crate) async fn run(
                     }
                     let code = code.unwrap_or(255);
                     let now = env::now_ms(start);
-                    lock_watch(&watch).tracer.note(
+                    let line = lock_watch(&watch).tracer.note(
                         now,
                         "world",
                         "supervisor_exited",
@@ -267,6 +269,7 @@ pub(crate) async fn run(
                     let alive = lock(&env).alive();
                     let mut l = oracle::lock(&log);
                     l.exits.push((incarnation, code, alive));
+                    l.exit_lines.push(line);
                     // A service manager starts a failed supervisor again while its caller
                     // still waits for a turn.
                     if code != 0 && l.unfinished() {

@@ -35,14 +35,20 @@ use crate::world::{CaughtBy, Violation};
 pub(crate) struct CallerLog {
     /// Events in order: incarnation, agent prompts received so far, the event.
     pub(crate) events: Vec<(u32, usize, SessionEvent)>,
+    /// The trace line of each of `events`.
+    pub(crate) event_lines: Vec<u64>,
     /// Operator messages: incarnation, text.
     pub(crate) messages: Vec<(u32, String)>,
     /// Prompts the supervisor claimed: incarnation, turn, text.
     pub(crate) claimed: Vec<(u32, TurnId, String)>,
     /// When each of `claimed` was claimed (simulated ms).
     pub(crate) claimed_at: Vec<u64>,
+    /// The trace line (`caller claimed`) of each of `claimed`.
+    pub(crate) claimed_lines: Vec<u64>,
     /// Exits: incarnation, code, agents still alive at the exit.
     pub(crate) exits: Vec<(u32, u8, Vec<u32>)>,
+    /// The trace line (`world supervisor_exited`) of each of `exits`.
+    pub(crate) exit_lines: Vec<u64>,
     /// The caller takes no events before this.
     pub(crate) stall_until: u64,
     /// A crash-restart fault fired.
@@ -65,8 +71,16 @@ impl CallerLog {
         })
     }
 
-    pub(crate) fn event(&mut self, incarnation: u32, agent_prompts: usize, event: SessionEvent) {
+    /// Records an event the caller got, written to the trace at `line`.
+    pub(crate) fn event(
+        &mut self,
+        incarnation: u32,
+        agent_prompts: usize,
+        event: SessionEvent,
+        line: u64,
+    ) {
         self.events.push((incarnation, agent_prompts, event));
+        self.event_lines.push(line);
     }
 }
 
@@ -89,7 +103,9 @@ fn v(invariant: &str, message: String, idx: u64) -> Violation {
     }
 }
 
-/// Judges a finished run.
+/// Judges a finished run. Each violation names the trace line of the event it was decided
+/// on: the caller's event, the claim or the exit it is about; `idx` (the judgement's own
+/// line) only when there is none (the supervisor never exited and nothing reached the caller).
 pub(crate) fn judge(
     env: &EnvState,
     log: &CallerLog,
@@ -97,10 +113,12 @@ pub(crate) fn judge(
     finished: bool,
     idx: u64,
 ) -> Result<(), Violation> {
-    // Every turn's end, as the caller got it (the first one).
-    let mut ended: BTreeMap<TurnId, (TurnOutcome, bool, usize)> = BTreeMap::new();
+    let line_of = |lines: &[u64], i: usize| lines.get(i).copied().unwrap_or(idx);
+    // Every turn's end, as the caller got it (the first one), with its trace line.
+    let mut ended: BTreeMap<TurnId, (TurnOutcome, bool, usize, u64)> = BTreeMap::new();
     let mut seqs: BTreeMap<(TurnId, u64), &str> = BTreeMap::new();
-    for (_, agent_prompts, event) in &log.events {
+    for (i, (_, agent_prompts, event)) in log.events.iter().enumerate() {
+        let line = line_of(&log.event_lines, i);
         match event {
             SessionEvent::TurnEnded {
                 turn,
@@ -110,7 +128,7 @@ pub(crate) fn judge(
             } => {
                 ended
                     .entry(*turn)
-                    .or_insert((*outcome, cause.is_some(), *agent_prompts));
+                    .or_insert((*outcome, cause.is_some(), *agent_prompts, line));
             }
             SessionEvent::Output { turn, events, .. } => {
                 for e in events {
@@ -124,7 +142,7 @@ pub(crate) fn judge(
                                     e.seq,
                                     turn.get()
                                 ),
-                                idx,
+                                line,
                             ));
                         }
                     }
@@ -133,7 +151,7 @@ pub(crate) fn judge(
             _ => {}
         }
     }
-    for (turn, (outcome, caused, _)) in &ended {
+    for (turn, (outcome, caused, _, line)) in &ended {
         if !matches!(outcome, TurnOutcome::Completed | TurnOutcome::Cancelled) && !caused {
             return Err(v(
                 "S-end-without-cause",
@@ -141,16 +159,18 @@ pub(crate) fn judge(
                     "turn {} ended {outcome:?} and the caller was not told why",
                     turn.get()
                 ),
-                idx,
+                *line,
             ));
         }
     }
     for (incarnation, turn, text) in &log.claimed {
-        if let Some((TurnOutcome::Completed, _, seen)) = ended.get(turn) {
+        if let Some((TurnOutcome::Completed, _, seen, line)) = ended.get(turn) {
             if let Some(again) = env.prompts[*seen..]
                 .iter()
                 .find(|r| strip_blocks(&r.text) == text)
             {
+                // The agents' receipts are not trace lines: name the completion the
+                // prompt was received again after.
                 return Err(v(
                     "S-completed-turn-rerun",
                     format!(
@@ -158,17 +178,18 @@ pub(crate) fn judge(
                         turn.get(),
                         again.at_ms
                     ),
-                    idx,
+                    *line,
                 ));
             }
         }
     }
-    for (incarnation, code, alive) in &log.exits {
+    for (i, (incarnation, code, alive)) in log.exits.iter().enumerate() {
+        let line = line_of(&log.exit_lines, i);
         if !alive.is_empty() {
             return Err(v(
                 "S-agent-outlives-supervisor",
                 format!("incarnation {incarnation} exited ({code}) with agent processes {alive:?} still running"),
-                idx,
+                line,
             ));
         }
         let failures = env.write_failures.get(incarnation).copied().unwrap_or(0);
@@ -183,27 +204,32 @@ pub(crate) fn judge(
                     "{failures} state-file write(s) of incarnation {incarnation} failed; it exited {code}{}",
                     if told { "" } else { " and told its caller nothing" }
                 ),
-                idx,
+                line,
             ));
         }
     }
     if !finished {
+        // The last thing the caller saw before the supervisor went quiet.
+        let last = log.event_lines.last().copied().unwrap_or(idx);
         return Err(v(
             "S-no-exit",
             "palisade-supervise did not exit before the run's end (its stdin was closed)".into(),
-            idx,
+            last,
         ));
     }
-    // Per prompt text: when it was first claimed, and whether any of its turns completed.
-    let mut first_claim: BTreeMap<&str, (u64, TurnId)> = BTreeMap::new();
+    // Per prompt text: when it was first claimed (and on which line), and whether any of its
+    // turns completed.
+    let mut first_claim: BTreeMap<&str, (u64, TurnId, u64)> = BTreeMap::new();
     let mut completed: BTreeMap<&str, bool> = BTreeMap::new();
-    for ((_, turn, text), at) in log.claimed.iter().zip(&log.claimed_at) {
-        first_claim.entry(text).or_insert((*at, *turn));
+    for (i, ((_, turn, text), at)) in log.claimed.iter().zip(&log.claimed_at).enumerate() {
+        first_claim
+            .entry(text)
+            .or_insert((*at, *turn, line_of(&log.claimed_lines, i)));
         *completed.entry(text).or_insert(false) |=
-            matches!(ended.get(turn), Some((TurnOutcome::Completed, _, _)));
+            matches!(ended.get(turn), Some((TurnOutcome::Completed, _, _, _)));
     }
     if finished {
-        for (text, (at, turn)) in &first_claim {
+        for (text, (at, turn, line)) in &first_claim {
             if *at > env.last_disruption_ms && !completed[text] {
                 return Err(v(
                     "S-prompt-not-run",
@@ -212,13 +238,13 @@ pub(crate) fn judge(
                         turn.get(),
                         env.last_disruption_ms
                     ),
-                    idx,
+                    *line,
                 ));
             }
         }
     }
     let last_exit_0 = log.exits.last().is_some_and(|(_, code, _)| *code == 0);
-    for (incarnation, turn, text) in &log.claimed {
+    for (i, (incarnation, turn, text)) in log.claimed.iter().enumerate() {
         if !ended.contains_key(turn) {
             let (invariant, how) = if last_exit_0 {
                 ("S-exit-0-unfinished", "palisade-supervise exited 0")
@@ -231,9 +257,57 @@ pub(crate) fn judge(
                     "prompt {text:?} was claimed as turn {} by incarnation {incarnation}; {how} and the turn never ended",
                     turn.get()
                 ),
-                idx,
+                line_of(&log.claimed_lines, i),
             ));
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use palisade_core::{ExecutionId, SessionId};
+
+    use super::*;
+
+    fn turn(n: u64) -> TurnId {
+        TurnId::new(n).expect("non-zero")
+    }
+
+    /// A caller log with one claimed prompt (on trace line 5) that never ended.
+    fn unfinished_log() -> CallerLog {
+        CallerLog {
+            claimed: vec![(1, turn(1), "fix the build".into())],
+            claimed_at: vec![0],
+            claimed_lines: vec![5],
+            ..CallerLog::default()
+        }
+    }
+
+    #[test]
+    fn an_unfinished_turn_names_the_line_it_was_claimed_on() {
+        let mut log = unfinished_log();
+        log.exits.push((1, 0, Vec::new()));
+        log.exit_lines.push(9);
+        let v = judge(&EnvState::default(), &log, &[], true, 40).unwrap_err();
+        assert_eq!(v.invariant, "S-exit-0-unfinished");
+        assert_eq!(v.events, vec![5]);
+    }
+
+    #[test]
+    fn a_supervisor_that_never_exits_names_the_last_event_its_caller_got() {
+        let mut log = unfinished_log();
+        let loading = SessionEvent::ConversationLoading {
+            session: SessionId::new(1).expect("non-zero"),
+            execution: ExecutionId::new(1).expect("non-zero"),
+            conversation: "sess-1".into(),
+        };
+        log.event(1, 0, loading, 7);
+        let v = judge(&EnvState::default(), &log, &[], false, 40).unwrap_err();
+        assert_eq!(v.invariant, "S-no-exit");
+        assert_eq!(v.events, vec![7]);
+        // With nothing to point at, the judgement's own line.
+        let v = judge(&EnvState::default(), &unfinished_log(), &[], false, 40).unwrap_err();
+        assert_eq!(v.events, vec![40]);
+    }
 }

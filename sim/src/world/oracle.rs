@@ -60,6 +60,9 @@ pub(crate) struct ProcTruth {
     pub(crate) prompting: Option<(String, bool)>,
     /// Orphaned by an orchestrator crash (killed with it).
     pub(crate) orphaned: bool,
+    /// The trace line of its spawn, and of the first request to stop it.
+    pub(crate) spawn_line: u64,
+    pub(crate) stop_line: Option<u64>,
 }
 
 /// One prompt as an agent received it.
@@ -98,6 +101,10 @@ pub(crate) struct SentTurn {
     pub(crate) cancelled: bool,
     /// A failure was shown to the client since the turn was sent.
     pub(crate) explained: bool,
+    /// The trace line of the core's `prompt` input that claimed it, and of the first
+    /// `turn_ended` the client got for it.
+    pub(crate) sent_line: u64,
+    pub(crate) ended_line: Option<u64>,
 }
 
 /// Per session, what its client got.
@@ -107,11 +114,14 @@ pub(crate) struct ClientTruth {
     pub(crate) conversation: Option<(String, ExecutionId)>,
     /// Runtimes reported exited to the client.
     pub(crate) exited: BTreeSet<ExecutionId>,
-    pub(crate) failed_attempts: BTreeSet<AttemptId>,
+    /// Attempts the client was told failed, with the trace line that told it.
+    pub(crate) failed_attempts: BTreeMap<AttemptId, u64>,
     pub(crate) reported_attempts: BTreeSet<AttemptId>,
     /// Joins waiting for an answer: attempt → joined at (ms).
     pub(crate) joins: BTreeMap<AttemptId, u64>,
     pub(crate) answered_attempts: BTreeSet<AttemptId>,
+    /// The trace line of the last `turn_ended` the client got.
+    pub(crate) last_response_line: Option<u64>,
 }
 
 /// What the environment recorded, and the checks on it.
@@ -183,7 +193,13 @@ impl Oracle {
 
     // ----- the environment ------------------------------------------------------------
 
-    pub(crate) fn spawned(&mut self, exec: ExecutionId, session: u32, behaviour: Behaviour) {
+    pub(crate) fn spawned(
+        &mut self,
+        exec: ExecutionId,
+        session: u32,
+        behaviour: Behaviour,
+        line: u64,
+    ) {
         self.procs.insert(
             exec,
             ProcTruth {
@@ -194,6 +210,8 @@ impl Oracle {
                 cancelled_accepted: None,
                 prompting: None,
                 orphaned: false,
+                spawn_line: line,
+                stop_line: None,
             },
         );
     }
@@ -219,6 +237,7 @@ impl Oracle {
         };
         if p.stop_asked_at.is_none() {
             p.stop_asked_at = Some(now);
+            p.stop_line = Some(idx);
         }
         let cancelled = p.cancelled_accepted.clone();
         let session = p.session;
@@ -399,7 +418,8 @@ impl Oracle {
 
     // ----- the clients ----------------------------------------------------------------
 
-    pub(crate) fn client_sent(&mut self, session: u32, turn: TurnId, text: &str) {
+    /// A client's prompt was claimed as `turn`; `line` is the core's `prompt` input.
+    pub(crate) fn client_sent(&mut self, session: u32, turn: TurnId, text: &str, line: u64) {
         self.turns_claimed += 1;
         self.texts.insert(text.to_owned());
         self.turns.insert(
@@ -407,6 +427,7 @@ impl Oracle {
             SentTurn {
                 session,
                 text: text.to_owned(),
+                sent_line: line,
                 ..SentTurn::default()
             },
         );
@@ -502,6 +523,7 @@ impl Oracle {
             SessionEvent::Output { turn, events, .. } => self.output(session, *turn, events, idx),
             SessionEvent::TurnEnded { turn, outcome, .. } => {
                 *self.responses.entry(session).or_insert(0) += 1;
+                self.clients.entry(session).or_default().last_response_line = Some(idx);
                 let Some(t) = self.turns.get_mut(&(session, *turn)) else {
                     return self.check(
                         false,
@@ -511,6 +533,7 @@ impl Oracle {
                     );
                 };
                 let again = t.ended.replace(*outcome);
+                t.ended_line.get_or_insert(idx);
                 let (outputs, explained) = (t.outputs, t.explained);
                 self.check(
                     again.is_none(),
@@ -592,7 +615,7 @@ impl Oracle {
                 let c = self.clients.entry(session).or_default();
                 c.answered_attempts.insert(*attempt);
                 if *outcome == AttemptOutcome::Failed {
-                    c.failed_attempts.insert(*attempt);
+                    c.failed_attempts.entry(*attempt).or_insert(idx);
                 }
                 Ok(())
             }
@@ -833,14 +856,17 @@ impl Oracle {
 
     // ----- the end ----------------------------------------------------------------------
 
-    /// Liveness once the faults stopped and the quiesce time passed.
+    /// Liveness once the faults stopped and the quiesce time passed. Each violation names
+    /// the trace line of the last event it is about (the prompt that never ended, the
+    /// completion that came short, the failure never shown, the process left running), and
+    /// `idx`, the check's own line, only when there is none.
     pub(crate) fn liveness(&mut self, sessions: u32, idx: u64) -> Result<(), Violation> {
         for ((session, turn), t) in &self.turns {
             if t.ended.is_none() {
                 return Err(v(
                     "R7-liveness",
                     format!("session {session}: turn {turn} never ended"),
-                    idx,
+                    t.sent_line,
                 ));
             }
             if t.ended == Some(TurnOutcome::Completed) && self.enabled {
@@ -859,21 +885,21 @@ impl Oracle {
                                 "session {session}: turn {turn} completed, but the client got {got} of the {} events its agent wrote for prompt {tag}",
                                 p.events.len()
                             ),
-                            idx,
+                            t.ended_line.unwrap_or(idx),
                         ));
                     }
                 }
             }
         }
         for (session, c) in &self.clients {
-            for attempt in &c.failed_attempts {
+            for (attempt, line) in &c.failed_attempts {
                 if !c.reported_attempts.contains(attempt) {
                     return Err(v(
                         "R10-failure-reported",
                         format!(
                             "session {session}: attempt {attempt} failed and no failure was shown"
                         ),
-                        idx,
+                        *line,
                     ));
                 }
             }
@@ -896,7 +922,7 @@ impl Oracle {
                 return Err(v(
                     "R5-leaked-execution",
                     format!("session {}: {exec} {what}", p.session),
-                    idx,
+                    p.stop_line.unwrap_or(p.spawn_line),
                 ));
             }
         }
@@ -904,10 +930,11 @@ impl Oracle {
             for s in 1..=sessions {
                 let got = self.responses.get(&s).copied().unwrap_or(0);
                 if got != n {
+                    let last = self.clients.get(&s).and_then(|c| c.last_response_line);
                     return Err(v(
                         "responses",
                         format!("session {s}: {got} responses, expected exactly {n}"),
-                        idx,
+                        last.unwrap_or(idx),
                     ));
                 }
             }

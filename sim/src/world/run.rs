@@ -453,7 +453,7 @@ impl World {
                 let behaviour =
                     behaviour(&self.scenario, self.env.as_ref(), self.seed, u64::from(pid));
                 let execution = self.engine.spawned(now, session, attempt, Ok(Some(pid)));
-                self.note(
+                let spawn_line = self.note(
                     "env",
                     "spawn",
                     &[("session", u64::from(s)), ("execution", execution.get())],
@@ -476,7 +476,8 @@ impl World {
                 let ignores_eof = std::mem::take(&mut arms.hang_teardown) || late.is_some();
                 let stall_until = late.map_or(0, |d| self.now.saturating_add(d));
                 let exit_after_answer = std::mem::take(&mut arms.kill_between_turns);
-                self.oracle.spawned(execution, s, behaviour.clone());
+                self.oracle
+                    .spawned(execution, s, behaviour.clone(), spawn_line);
                 self.procs.insert(
                     execution,
                     Proc {
@@ -520,7 +521,9 @@ impl World {
                     Ok((id, line)) => {
                         if method == palisade_embed::acp::SESSION_PROMPT {
                             let text = params["prompt"][0]["text"].as_str().unwrap_or_default();
-                            let idx = lock(&self.watch).tracer.len() as u64;
+                            // The engine writes it as it performs the dispatch: the
+                            // trace's last line is that `perform`.
+                            let idx = (lock(&self.watch).tracer.len() as u64).saturating_sub(1);
                             if let Err(v) = self.oracle.prompt_sent(text, idx) {
                                 self.violation.get_or_insert(v);
                             }
@@ -1012,12 +1015,14 @@ impl World {
         );
         let sid = SessionId::new(u64::from(session)).expect("sessions start at 1");
         let ts = self.ts();
+        // The prompt's first trace line is the core's `prompt` input.
+        let line = self.watch().tracer.len() as u64;
         match self.engine.prompt(ts, sid, text.clone()) {
             Ok(turn) => {
                 if let Some(c) = self.clients.get_mut(&session) {
                     c.awaiting = Some(turn);
                 }
-                self.oracle.client_sent(session, turn, &text);
+                self.oracle.client_sent(session, turn, &text, line);
             }
             Err(PromptError::Rejected(RejectReason::SessionBusy)) => {
                 if let Some(c) = self.clients.get_mut(&session) {
@@ -1042,8 +1047,9 @@ impl World {
         };
         let text = format!("s{session}.step{n}: run the tests");
         let ts = self.ts();
+        let line = self.watch().tracer.len() as u64;
         match self.engine.prompt(ts, sid, text.clone()) {
-            Ok(turn) => self.oracle.client_sent(session, turn, &text),
+            Ok(turn) => self.oracle.client_sent(session, turn, &text, line),
             Err(PromptError::Rejected(RejectReason::SessionBusy))
                 if self.now < self.scenario.limits.fault_window_ms =>
             {
