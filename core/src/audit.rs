@@ -67,6 +67,8 @@ struct SessionRec {
     active_turn: Option<TurnId>,
     /// The last load failure seen, to judge a following fallback.
     last_load_failure: Option<LoadVerdict>,
+    /// A conversation was created for the session (its identity must never be dropped).
+    has_conversation: bool,
 }
 
 /// The reference model. Feed it every step; it answers `Err` on the first violation.
@@ -258,6 +260,12 @@ impl Auditor {
                         .entry(cb.session)
                         .or_default()
                         .last_load_failure = Some(verdict);
+                }
+                if let RuntimeEvent::ConversationCreated { .. } = cb.event {
+                    self.sessions
+                        .entry(cb.session)
+                        .or_default()
+                        .has_conversation = true;
                 }
                 if let RuntimeEvent::Exited { .. } = cb.event {
                     // The process is gone: nothing runs under that ID until it is bound again.
@@ -480,6 +488,23 @@ impl Auditor {
                 }
                 self.leases
                     .insert(lease, (session, execution, generation, attempt));
+                if let Effect::NewConversation {
+                    reason: NewConversationReason::First,
+                    ..
+                } = *e
+                {
+                    if self
+                        .sessions
+                        .get(&session)
+                        .is_some_and(|s| s.has_conversation)
+                    {
+                        fail!(
+                            "R6-conversation-kept",
+                            "session {session}: session/new as a first conversation, but the \
+                             session has one"
+                        );
+                    }
+                }
                 if let Effect::NewConversation {
                     reason: NewConversationReason::Fallback(r),
                     ..

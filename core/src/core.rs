@@ -470,7 +470,10 @@ impl Core {
     fn prompt(&mut self, now: Timestamp, session: SessionId, turn: TurnId) -> Verdict {
         let (needs_attempt, ready) = match self.sessions.get(&session) {
             Some(s) => {
-                if s.turn.is_some() {
+                // The bug (mutant): only a turn already on a runtime counts as busy.
+                let claimed_over = mutant_on!(self.mutant, PromptClaimedTwice)
+                    && s.turn.is_some_and(|t| t.phase == TurnPhase::WaitingRuntime);
+                if s.turn.is_some() && !claimed_over {
                     return Verdict::Reject(RejectReason::SessionBusy);
                 }
                 if s.last_turn.is_some_and(|t| t >= turn) {
@@ -611,7 +614,7 @@ impl Core {
                         Some(RecoveryDecision::EndFailed)
                     }
                 }
-                Some(t) => Some(decide_recovery(t, &delays, now, mutant)),
+                Some(t) => Some(decide_recovery(t, &delays, now)),
             }
         };
         self.config.recovery_delays_ms = delays;
@@ -641,15 +644,13 @@ impl Core {
                     at,
                 });
             }
-            Some(RecoveryDecision::Exhausted { times }) => {
+            Some(RecoveryDecision::Exhausted) => {
                 let turn = self
                     .sess(session)
                     .turn
                     .map(|t| t.id)
                     .expect("decided on a turn");
-                for _ in 0..times {
-                    self.push(Effect::RecoveryExhausted { session, turn });
-                }
+                self.push(Effect::RecoveryExhausted { session, turn });
                 self.end_turn(session, TurnOutcome::Failed);
             }
         }
@@ -1109,6 +1110,10 @@ impl Core {
                         }
                     }
                     LoadVerdict::Inconclusive | LoadVerdict::TransportDead => {
+                        if mutant_on!(self.mutant, InconclusiveLoadDropsToken) {
+                            // The bug: the failed load forgets which conversation it was.
+                            self.sess(session).token = None;
+                        }
                         let stamp = self.mint_stamp();
                         self.fail_attempt(now, session, stamp);
                     }
@@ -1320,12 +1325,17 @@ impl Core {
         if let Some(e) = live.execution {
             self.release_execution(now, session, live.id, e);
         }
+        let mutant = self.mutant;
+        let attempt = match self.sessions.get(&session).and_then(|s| s.failure) {
+            // The bug: the new failure is raised under the stored failure's attempt.
+            Some(old) if mutant_on!(mutant, FailureKeepsOldAttempt) => old.failure.attempt,
+            _ => live.id,
+        };
         let failure = RecoveryFailure {
-            attempt: live.id,
+            attempt,
             execution: live.execution,
             stamp,
         };
-        let mutant = self.mutant;
         if should_report(&mut self.sess(session).failure, failure, mutant) {
             self.push(Effect::FailureReported { session, failure });
         }
@@ -1341,6 +1351,26 @@ impl Core {
                         | TurnPhase::Performed { .. }
                 )
             });
+        if waiting && mutant_on!(mutant, ExhaustedTwice) {
+            // The bug: the failed replacement's path records exhaustion itself when the
+            // schedule is used up, and the turn's recovery path records it again below.
+            let used_up = self
+                .sessions
+                .get(&session)
+                .and_then(|s| s.turn)
+                .filter(|t| {
+                    t.accepted_once
+                        && !t.user_cancelled
+                        && !self.config.recovery_delays_ms.is_empty()
+                        && usize::from(t.recoveries_started) >= self.config.recovery_delays_ms.len()
+                });
+            if let Some(t) = used_up {
+                self.push(Effect::RecoveryExhausted {
+                    session,
+                    turn: t.id,
+                });
+            }
+        }
         if waiting {
             self.turn_lost_runtime(now, session);
         }

@@ -356,6 +356,12 @@ impl<T> NotificationQueue<T> {
         };
         self.next_seq = seq.next();
         self.items.push_back((seq, item));
+        if self.items.len() >= self.capacity && mutant_on!(self.mutant, BackpressureSkipsSeq) {
+            // The bug: the push that fills the queue (backpressure starts) numbers the next
+            // item in advance for the producer it will refuse, and that number is lost, so
+            // the first item after backpressure comes one number late.
+            self.next_seq = self.next_seq.and_then(Seq::next);
+        }
         self.stats.pushed = self.stats.pushed.saturating_add(1);
         self.stats.high_water = self.stats.high_water.max(self.items.len());
         Ok(seq)

@@ -28,9 +28,10 @@ pub enum Mutant {
     StaleCallbackDispatches,
     /// An old stored failure hides a new one.
     HistoricalErrorSuppresses,
-    /// `recovery_exhausted` is recorded twice in one turn.
+    /// `recovery_exhausted` is recorded twice in one turn: by the failed replacement's path
+    /// and again by the turn's recovery path.
     ExhaustedTwice,
-    /// The re-prompt carries the replay block twice.
+    /// A re-prompt wraps the previous, already-wrapped request, so replay blocks pile up.
     DoubleReplayBlock,
     /// The notification queue closes the connection when full.
     QueueOverflowCloses,
@@ -43,12 +44,27 @@ pub enum Mutant {
     /// A "not found" load answer replaces a conversation the agent's own `session/list`
     /// still has (issue 13: claude-agent-acp 0.23's early subprocess exit).
     ListedConversationReplaced,
+    /// A recovery re-prompt tells the agent to continue after one event fewer than the
+    /// client already has, so the replacement repeats output the client already got.
+    ReplayRepeatsDelivered,
+    /// The push that fills the notification queue (backpressure starts) numbers the next
+    /// item in advance and loses that number, so the client sees a gap after backpressure.
+    BackpressureSkipsSeq,
+    /// An inconclusive load failure (a timeout, an internal error) throws the session's
+    /// conversation identity away, so the next resume starts a new conversation.
+    InconclusiveLoadDropsToken,
+    /// A new recovery failure is raised under the stored failure's attempt, so the attempt
+    /// that really failed is never named to the client.
+    FailureKeepsOldAttempt,
+    /// The busy check looks only at a dispatched turn: a second prompt while the first
+    /// still waits for its runtime is claimed over it, and the first never ends.
+    PromptClaimedTwice,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
     /// Every mutant, in a fixed order.
-    pub const ALL: [Mutant; 15] = [
+    pub const ALL: [Mutant; 20] = [
         Mutant::TombstoneEvictionReopens,
         Mutant::ToctouGeneration,
         Mutant::SubstringFallback,
@@ -64,6 +80,11 @@ impl Mutant {
         Mutant::CancelAfterAcceptTearsDown,
         Mutant::UnboundedJoinWait,
         Mutant::ListedConversationReplaced,
+        Mutant::ReplayRepeatsDelivered,
+        Mutant::BackpressureSkipsSeq,
+        Mutant::InconclusiveLoadDropsToken,
+        Mutant::FailureKeepsOldAttempt,
+        Mutant::PromptClaimedTwice,
     ];
 
     /// The kebab-case name used on the command line and in reports.
@@ -84,6 +105,11 @@ impl Mutant {
             Mutant::CancelAfterAcceptTearsDown => "cancel-after-accept-tears-down",
             Mutant::UnboundedJoinWait => "unbounded-join-wait",
             Mutant::ListedConversationReplaced => "listed-conversation-replaced",
+            Mutant::ReplayRepeatsDelivered => "replay-repeats-delivered",
+            Mutant::BackpressureSkipsSeq => "backpressure-skips-seq",
+            Mutant::InconclusiveLoadDropsToken => "inconclusive-load-drops-token",
+            Mutant::FailureKeepsOldAttempt => "failure-keeps-old-attempt",
+            Mutant::PromptClaimedTwice => "prompt-claimed-twice",
         }
     }
 

@@ -94,14 +94,22 @@ impl Turn {
         }
         self.recovery_generation = self.recovery_generation.saturating_add(1);
         let wraps = if mutant_on!(mutant, DoubleReplayBlock) {
-            2
+            // The bug: the re-prompt wraps the previous request, which every earlier
+            // recovery already wrapped, so generation N carries N blocks.
+            u8::try_from(self.recovery_generation).unwrap_or(u8::MAX)
         } else {
             1
+        };
+        let delivered_through = if mutant_on!(mutant, ReplayRepeatsDelivered) {
+            // The bug: the replay resumes at the last delivered event instead of after it.
+            self.delivered.saturating_sub(1)
+        } else {
+            self.delivered
         };
         PromptRequest {
             replay_blocks: wraps,
             replay_generation: self.recovery_generation,
-            delivered_through: self.delivered,
+            delivered_through,
         }
     }
 }
@@ -115,9 +123,8 @@ pub(crate) enum RecoveryDecision {
     EndFailed,
     /// Start recovery step `step` (1-based) at `at`.
     Recover { step: u32, at: Timestamp },
-    /// The schedule is used up: record exhaustion (`times` = 1; 2 only with the mutant) and
-    /// fail the turn.
-    Exhausted { times: u8 },
+    /// The schedule is used up: record exhaustion once and fail the turn.
+    Exhausted,
 }
 
 /// Rule 8's decision for a turn whose runtime died (or whose replacement failed).
@@ -125,7 +132,6 @@ pub(crate) fn decide_recovery(
     turn: &mut Turn,
     delays_ms: &[u64],
     now: Timestamp,
-    mutant: ActiveMutant,
 ) -> RecoveryDecision {
     if turn.user_cancelled {
         return RecoveryDecision::EndCancelled;
@@ -144,17 +150,11 @@ pub(crate) fn decide_recovery(
         };
     }
     // started ≥ 1 here because the schedule is non-empty: exhaustion only after an attempt.
-    if turn.exhausted && !mutant_on!(mutant, ExhaustedTwice) {
+    if turn.exhausted {
         return RecoveryDecision::EndFailed;
     }
     turn.exhausted = true;
-    RecoveryDecision::Exhausted {
-        times: if mutant_on!(mutant, ExhaustedTwice) {
-            2
-        } else {
-            1
-        },
-    }
+    RecoveryDecision::Exhausted
 }
 
 #[cfg(test)]
@@ -171,7 +171,7 @@ mod tests {
     fn empty_schedule_disables_recovery_entirely() {
         let mut t = accepted_turn();
         assert_eq!(
-            decide_recovery(&mut t, &[], Timestamp::ZERO, ActiveMutant::NONE),
+            decide_recovery(&mut t, &[], Timestamp::ZERO),
             RecoveryDecision::EndFailed
         );
         assert_eq!(t.recoveries_started, 0);
@@ -185,7 +185,7 @@ mod tests {
         let now = Timestamp::from_millis(10);
         for (i, d) in delays.iter().enumerate() {
             assert_eq!(
-                decide_recovery(&mut t, &delays, now, ActiveMutant::NONE),
+                decide_recovery(&mut t, &delays, now),
                 RecoveryDecision::Recover {
                     step: i as u32 + 1,
                     at: now.plus_millis(*d)
@@ -193,8 +193,8 @@ mod tests {
             );
         }
         assert_eq!(
-            decide_recovery(&mut t, &delays, now, ActiveMutant::NONE),
-            RecoveryDecision::Exhausted { times: 1 }
+            decide_recovery(&mut t, &delays, now),
+            RecoveryDecision::Exhausted
         );
         assert_eq!(usize::from(t.recoveries_started), delays.len());
     }
@@ -204,7 +204,7 @@ mod tests {
         let mut t = accepted_turn();
         t.user_cancelled = true;
         assert_eq!(
-            decide_recovery(&mut t, &[1], Timestamp::ZERO, ActiveMutant::NONE),
+            decide_recovery(&mut t, &[1], Timestamp::ZERO),
             RecoveryDecision::EndCancelled
         );
         assert_eq!(t.recoveries_started, 0);
@@ -227,23 +227,11 @@ mod tests {
 
     #[cfg(feature = "mutants")]
     #[test]
-    fn mutants_exhausted_twice_and_double_replay_block_are_caught() {
+    fn mutant_double_replay_block_wraps_the_wrapped_request() {
         use crate::mutants::Mutant;
+        let m = ActiveMutant::on(Mutant::DoubleReplayBlock);
         let mut t = accepted_turn();
-        let m = ActiveMutant::on(Mutant::ExhaustedTwice);
-        assert!(matches!(
-            decide_recovery(&mut t, &[1], Timestamp::ZERO, m),
-            RecoveryDecision::Recover { .. }
-        ));
-        assert_eq!(
-            decide_recovery(&mut t, &[1], Timestamp::ZERO, m),
-            RecoveryDecision::Exhausted { times: 2 }
-        );
-        let mut t = accepted_turn();
-        assert_eq!(
-            t.next_request(ActiveMutant::on(Mutant::DoubleReplayBlock))
-                .replay_blocks,
-            2
-        );
+        assert_eq!(t.next_request(m).replay_blocks, 1);
+        assert_eq!(t.next_request(m).replay_blocks, 2);
     }
 }

@@ -669,6 +669,27 @@ fn case_timeout_keeps_identity(mut h: H) -> R {
         h.count(|x| matches!(x, Effect::FailureReported { .. })) == 1,
         "failure not reported"
     );
+    // What the agent sees next: the next resume loads the same conversation again.
+    h.resume(1);
+    let a3 = h.started(1);
+    let Verdict::Bound { generation: g3 } = h.bind(1, a3, 3) else {
+        return Err(format!("bind: {:?}", h.last()));
+    };
+    h.cb(1, 3, Some(a3), g3, RuntimeEvent::BootReady);
+    h.cb(
+        1,
+        3,
+        Some(a3),
+        g3,
+        RuntimeEvent::AgentReady {
+            load_capability: Some(true),
+        },
+    );
+    check!(
+        matches!(h.last().first(), Some(Effect::LoadConversation { .. })),
+        "the resume after a load timeout did not load the conversation: {:?}",
+        h.last()
+    );
     clean(&h)
 }
 
@@ -855,13 +876,27 @@ fn early_exit_after_claiming_a_prompt_rolls_the_claim_back() {
     assert_eq!(case_early_exit_rolls_back(H::default()), Ok(()));
 }
 
+fn case_prompt_while_busy_is_refused(mut h: H) -> R {
+    check!(
+        h.prompt(1, 1) == Verdict::Claimed,
+        "first prompt not claimed"
+    );
+    // The first turn still waits for its runtime when the second prompt comes.
+    let second = h.prompt(1, 2);
+    check!(
+        second == Verdict::Reject(RejectReason::SessionBusy),
+        "a second prompt while the first waits for its runtime: {second:?}"
+    );
+    check!(
+        h.prompt(1, 1) == Verdict::Reject(RejectReason::SessionBusy),
+        "the same prompt claimed twice"
+    );
+    clean(&h)
+}
+
 #[test]
 fn prompt_while_a_turn_is_active_is_reported_not_dropped() {
-    let mut h = H::default();
-    assert_eq!(h.prompt(1, 1), Verdict::Claimed);
-    assert_eq!(h.prompt(1, 2), Verdict::Reject(RejectReason::SessionBusy));
-    assert_eq!(h.prompt(1, 1), Verdict::Reject(RejectReason::SessionBusy));
-    h.assert_clean();
+    assert_eq!(case_prompt_while_busy_is_refused(H::default()), Ok(()));
 }
 
 // ----- rule 8 -----------------------------------------------------------------------------
@@ -1022,6 +1057,56 @@ fn recovery_exhausts_once_after_the_schedule() {
     assert_eq!(case_exhausts_once(H::default()), Ok(()));
 }
 
+/// A one-step recovery schedule: the replacement is the schedule's last.
+fn one_step_schedule() -> H {
+    H::new(Config {
+        recovery_delays_ms: vec![1_000],
+        ..Config::default()
+    })
+}
+
+/// The schedule's last replacement fails before it runs: exhaustion is recorded once, by
+/// the turn's recovery path, and the turn ends once.
+fn case_exhausts_once_when_the_last_replacement_fails(mut h: H) -> R {
+    h.prompt(1, 1);
+    let (a, g) = h.ready(1, 1);
+    h.accept(1, 1, a, g, 1);
+    h.cb(1, 1, Some(a), g, RuntimeEvent::Exited { stamp: stamp(1) });
+    h.advance(10_000);
+    let a2 = h.started(1);
+    check!(a2 != a, "no replacement was started");
+    let Verdict::Bound { generation: g2 } = h.bind(1, a2, 2) else {
+        return Err(format!("bind: {:?}", h.last()));
+    };
+    h.cb(
+        1,
+        2,
+        Some(a2),
+        g2,
+        RuntimeEvent::StartFailed { stamp: stamp(2) },
+    );
+    h.advance(60_000);
+    check!(
+        h.count(|x| matches!(x, Effect::RecoveryStarted { .. })) == 1,
+        "one recovery"
+    );
+    let exhausted = h.count(|x| matches!(x, Effect::RecoveryExhausted { .. }));
+    check!(exhausted == 1, "recovery_exhausted {exhausted} times");
+    check!(
+        h.count(|x| matches!(x, Effect::TurnEnded { .. })) == 1,
+        "exactly one terminal"
+    );
+    clean(&h)
+}
+
+#[test]
+fn recovery_exhausts_once_when_the_last_replacement_fails() {
+    assert_eq!(
+        case_exhausts_once_when_the_last_replacement_fails(one_step_schedule()),
+        Ok(())
+    );
+}
+
 #[test]
 fn empty_schedule_disables_recovery_entirely() {
     let h = case_recovery(
@@ -1113,9 +1198,11 @@ fn stream_events_reach_the_caller_in_order_without_gaps_or_duplicates() {
 // ----- rule 10 ----------------------------------------------------------------------------
 
 fn case_new_failure_is_shown(mut h: H) -> R {
+    let mut failed = Vec::new();
     for n in 0..2u64 {
         h.resume(1);
         let a = h.started(1);
+        failed.push(a);
         let g = match h.bind(1, a, 10 + n) {
             Verdict::Bound { generation } => generation,
             v => return Err(format!("bind: {v:?}")),
@@ -1131,6 +1218,18 @@ fn case_new_failure_is_shown(mut h: H) -> R {
     check!(
         h.count(|x| matches!(x, Effect::FailureReported { .. })) == 2,
         "the second failure was hidden by the first"
+    );
+    let named: Vec<AttemptId> = h
+        .log()
+        .iter()
+        .filter_map(|x| match x {
+            Effect::FailureReported { failure, .. } => Some(failure.attempt),
+            _ => None,
+        })
+        .collect();
+    check!(
+        named == failed,
+        "failures name attempts {named:?}, but {failed:?} failed"
     );
     clean(&h)
 }
@@ -1396,13 +1495,84 @@ mod mutants {
     }
     #[test]
     fn exhausted_twice() {
-        caught(Mutant::ExhaustedTwice, case_exhausts_once);
+        assert_eq!(
+            case_exhausts_once_when_the_last_replacement_fails(one_step_schedule()),
+            Ok(())
+        );
+        assert!(
+            case_exhausts_once_when_the_last_replacement_fails(
+                one_step_schedule().mutant(Mutant::ExhaustedTwice)
+            )
+            .is_err(),
+            "mutant exhausted-twice survived its case"
+        );
     }
     #[test]
     fn double_replay_block() {
+        caught(Mutant::DoubleReplayBlock, case_exhausts_once);
+    }
+    #[test]
+    fn replay_repeats_delivered() {
         caught(
-            Mutant::DoubleReplayBlock,
+            Mutant::ReplayRepeatsDelivered,
             case_recovers_once_with_one_replay_block,
+        );
+    }
+    #[test]
+    fn inconclusive_load_drops_token() {
+        caught(
+            Mutant::InconclusiveLoadDropsToken,
+            case_timeout_keeps_identity,
+        );
+    }
+    #[test]
+    fn failure_keeps_old_attempt() {
+        caught(Mutant::FailureKeepsOldAttempt, case_new_failure_is_shown);
+    }
+    #[test]
+    fn prompt_claimed_twice() {
+        caught(
+            Mutant::PromptClaimedTwice,
+            case_prompt_while_busy_is_refused,
+        );
+    }
+    #[test]
+    fn backpressure_skips_seq() {
+        use palisade_core::delivery::{InOrderReceiver, NotificationQueue, Receipt};
+        use palisade_core::mutants::ActiveMutant;
+        // One slot: every item after the first meets backpressure, is retried after a pop,
+        // and the receiver must see every one in order with no gap.
+        let run = |mutant| -> R {
+            let mut q = NotificationQueue::with_mutant(1, mutant);
+            let mut r = InOrderReceiver::new();
+            let mut got = Vec::new();
+            for item in ['a', 'b', 'c'] {
+                let mut item = item;
+                loop {
+                    match q.try_push(item) {
+                        Ok(_) => break,
+                        Err(e) if e.is_backpressure() => {
+                            item = e.into_inner();
+                            let (seq, x) = q.pop().expect("a full queue has an item");
+                            got.push(r.accept(seq, x));
+                        }
+                        Err(e) => return Err(format!("closed: {e}")),
+                    }
+                }
+            }
+            while let Some((seq, x)) = q.pop() {
+                got.push(r.accept(seq, x));
+            }
+            check!(
+                got.iter().all(|g| matches!(g, Receipt::Delivered(_))),
+                "the receiver saw {got:?}"
+            );
+            Ok(())
+        };
+        assert_eq!(run(ActiveMutant::NONE), Ok(()));
+        assert!(
+            run(ActiveMutant::on(Mutant::BackpressureSkipsSeq)).is_err(),
+            "mutant backpressure-skips-seq survived its case"
         );
     }
     #[test]

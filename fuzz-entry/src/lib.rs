@@ -18,11 +18,11 @@
 //! ```
 //! use palisade_fuzz_entry::{Target, Mutant};
 //!
-//! // The real core survives the recovery seed; the core with the replay block wrapped
-//! // twice does not.
+//! // The real core survives the two-recovery seed; the core whose second re-prompt wraps
+//! // the already-wrapped first one does not.
 //! let seed = palisade_fuzz_entry::seeds::all()
 //!     .into_iter()
-//!     .find(|s| s.name == "recovery-exhausts")
+//!     .find(|s| s.name == "recovery-re-prompts-twice")
 //!     .unwrap();
 //! assert!(Target::CallbackOrderings.run(&seed.bytes, None).is_ok());
 //! let found = Target::CallbackOrderings.run(&seed.bytes, Some(Mutant::DoubleReplayBlock));
@@ -133,7 +133,7 @@ impl Target {
             Mutant::SubstringFallback
             | Mutant::TimeoutFallback
             | Mutant::ListedConversationReplaced => Target::Classify,
-            Mutant::QueueOverflowCloses => Target::Delivery,
+            Mutant::QueueOverflowCloses | Mutant::BackpressureSkipsSeq => Target::Delivery,
             _ => Target::CallbackOrderings,
         }
     }

@@ -211,7 +211,61 @@ fn orderings_seeds() -> Vec<Seed> {
                     Op::Advance(Adv::Far),
                 ],
             ]),
-            &[Mutant::DoubleReplayBlock, Mutant::ExhaustedTwice],
+            &[Mutant::ReplayRepeatsDelivered],
+        ),
+        // The schedule's last replacement exits before it is ready: exhaustion is recorded
+        // once, not by both the replacement's failure and the turn's recovery.
+        orderings_seed(
+            "recovery-last-replacement-fails",
+            one,
+            cat(&[
+                vec![Op::Prompt(S1)],
+                to_running(),
+                vec![
+                    rd(How::Stream, 0, 2, 1),
+                    r(How::Exit),
+                    Op::Advance(Adv::NextTimer),
+                    rd(How::Good, 0, 1, 0),
+                    r(How::Exit),
+                    Op::Advance(Adv::Far),
+                ],
+            ]),
+            &[Mutant::ExhaustedTwice],
+        ),
+        // Two recoveries that both re-prompt: the second wraps the original request once.
+        orderings_seed(
+            "recovery-re-prompts-twice",
+            d,
+            cat(&[
+                vec![Op::Prompt(S1)],
+                to_running(),
+                vec![
+                    rd(How::Stream, 0, 2, 1),
+                    r(How::Exit),
+                    Op::Advance(Adv::NextTimer),
+                    rd(How::Good, 0, 1, 0),
+                    r(How::Good),
+                    r(How::Good),
+                    r(How::Good),
+                    rd(How::Stream, 0, 1, 1),
+                    r(How::Exit),
+                    Op::Advance(Adv::NextTimer),
+                    rd(How::Good, 0, 2, 0),
+                    r(How::Good),
+                    r(How::Good),
+                    r(How::Good),
+                    rd(How::Stream, 0, 1, 1),
+                    r(How::Good),
+                ],
+            ]),
+            &[Mutant::DoubleReplayBlock, Mutant::ReplayRepeatsDelivered],
+        ),
+        // A second prompt while the first still waits for its runtime is refused.
+        orderings_seed(
+            "prompt-while-waiting-for-runtime",
+            d,
+            vec![Op::Prompt(S1), r(How::Good), Op::Prompt(S1)],
+            &[Mutant::PromptClaimedTwice],
         ),
         orderings_seed(
             "recovery-default-schedule",
@@ -232,7 +286,7 @@ fn orderings_seeds() -> Vec<Seed> {
                     r(How::Good),
                 ],
             ]),
-            &[Mutant::DoubleReplayBlock],
+            &[],
         ),
         orderings_seed(
             "no-recovery-schedule",
@@ -304,7 +358,10 @@ fn orderings_seeds() -> Vec<Seed> {
                 rd(How::Fail, 0, 0, 5),
                 Op::Dismiss(S1),
             ],
-            &[Mutant::HistoricalErrorSuppresses],
+            &[
+                Mutant::HistoricalErrorSuppresses,
+                Mutant::FailureKeepsOldAttempt,
+            ],
         ),
         orderings_seed(
             "early-exit-rolls-back-claim",
@@ -377,6 +434,22 @@ fn orderings_seeds() -> Vec<Seed> {
             d,
             cat(&[to_load(), vec![rd(How::Fail, 0, 0, 0)]]),
             &[Mutant::TimeoutFallback],
+        ),
+        // After a load timeout the next resume loads the same conversation again.
+        orderings_seed(
+            "load-timeout-then-resume-loads-again",
+            d,
+            cat(&[
+                to_load(),
+                vec![
+                    rd(How::Fail, 0, 0, 0),
+                    Op::Resume(S1),
+                    rd(How::Good, 0, 2, 0),
+                    r(How::Good),
+                    r(How::Good),
+                ],
+            ]),
+            &[Mutant::InconclusiveLoadDropsToken],
         ),
         orderings_seed(
             "load-unknown-session-falls-back",
@@ -836,7 +909,7 @@ fn delivery_seeds() -> Vec<Seed> {
                 pump(2),
                 vec![D::Flush],
             ]),
-            &[Mutant::QueueOverflowCloses],
+            &[Mutant::QueueOverflowCloses, Mutant::BackpressureSkipsSeq],
         ),
         // The module's doc example: tool calls count against the byte cap too.
         delivery_seed(

@@ -729,7 +729,7 @@ fn scenarios_lists_every_shipped_scenario() {
 
 #[test]
 fn mutants_scoreboard_is_written_and_exit_code_matches_it() {
-    // Seeds 0..60 of every scenario, interleaved, catch all 13 mutants the production
+    // Seeds 0..60 of every scenario, interleaved, catch all 18 mutants the production
     // embedding can show; the other two are listed as unreachable, with the reason.
     let dir = Scratch::new("mutants");
     let out = palisade(
@@ -749,15 +749,15 @@ fn mutants_scoreboard_is_written_and_exit_code_matches_it() {
     let md = std::fs::read_to_string(dir.path("reports/mutants.md")).expect("mutants.md");
     expect_code(&out, 0);
     assert!(!md.contains("survived |"), "{md}");
-    assert!(md.contains("**13 of 13 caught**"), "{md}");
+    assert!(md.contains("**18 of 18 caught**"), "{md}");
     let rows: Vec<&str> = md.lines().filter(|l| l.starts_with("| `")).collect();
-    assert_eq!(rows.len(), 15, "{md}");
+    assert_eq!(rows.len(), 20, "{md}");
     let caught = rows.iter().filter(|r| r.contains(" | ✅ | ")).count();
     let unreachable: Vec<&&str> = rows
         .iter()
         .filter(|r| r.contains(" | ⛔ unreachable (below) | "))
         .collect();
-    assert_eq!((caught, unreachable.len()), (13, 2), "{md}");
+    assert_eq!((caught, unreachable.len()), (18, 2), "{md}");
     for name in ["toctou-generation", "old-attempt-stops-successor"] {
         assert!(
             unreachable
@@ -769,7 +769,7 @@ fn mutants_scoreboard_is_written_and_exit_code_matches_it() {
     let last = stdout(&out);
     let last = last.lines().last().expect("line");
     assert!(
-        last.starts_with("mutants: 15 mutants, 13 caught, 0 survived, 2 unreachable;"),
+        last.starts_with("mutants: 20 mutants, 18 caught, 0 survived, 2 unreachable;"),
         "{last}"
     );
     // Every caught line points at a failure file that exists.

@@ -344,6 +344,27 @@ impl Oracle {
                         )
                     },
                     idx,
+                )?;
+                // Rule 9, partial output survives recovery: the replay block tells the agent
+                // to continue after what the client already has, never before it (or the
+                // agent repeats output the client got).
+                let resumes_after = replay_delivered_through(&text);
+                let client_has = self
+                    .turns
+                    .values()
+                    .find(|t| t.text == original)
+                    .map_or(0, |t| t.outputs);
+                self.check(
+                    resumes_after.is_none_or(|n| n >= client_has),
+                    "R9-replay-after-delivered",
+                    || {
+                        format!(
+                            "{exec}: prompt {tag} tells the agent to continue after event {} \
+                             of its turn, but the client already got {client_has}",
+                            resumes_after.unwrap_or_default()
+                        )
+                    },
+                    idx,
                 )
             }
             Seen::Cancel { .. } => {
@@ -964,6 +985,15 @@ fn p_alive(procs: &BTreeMap<ExecutionId, ProcTruth>, exec: ExecutionId) -> bool 
 /// Whether a turn's end names its cause.
 fn cause_given(event: &SessionEvent) -> bool {
     matches!(event, SessionEvent::TurnEnded { cause: Some(_), .. })
+}
+
+/// The `delivered-through` count of a prompt's first replay block, if it carries one.
+fn replay_delivered_through(text: &str) -> Option<u64> {
+    const KEY: &str = "delivered-through=\"";
+    let block = text.strip_prefix(REPLAY_BLOCK_TAG)?;
+    let at = block.find(KEY)? + KEY.len();
+    let rest = &block[at..];
+    rest[..rest.find('"')?].parse().ok()
 }
 
 /// The text after every leading replay block.
