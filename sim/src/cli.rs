@@ -16,6 +16,7 @@ use crate::report::{self, Summary};
 use crate::runner;
 use crate::scenario::{self, Resolved};
 use crate::scoreboard;
+use crate::search::{self, Strategy};
 use crate::sweep::{self, hex, SeedRange, Shard, SweepConfig};
 use crate::world::{Checks, Mutant};
 
@@ -129,6 +130,11 @@ struct SweepArgs {
     /// model and its invariants) off and judge from the environment's records alone.
     #[arg(long, default_value = "all", value_parser = parse_checks)]
     checks: Checks,
+    /// How seeds' plans are chosen: `uniform` (drawn from consecutive seeds) or `coverage`
+    /// (coverage-guided: fresh seeds and mutants of the plans that found new coverage; not
+    /// shardable).
+    #[arg(long, default_value = search::DEFAULT_STRATEGY.name(), value_parser = parse_strategy)]
+    strategy: Strategy,
 }
 
 #[derive(Debug, Args)]
@@ -171,6 +177,40 @@ struct MutantsArgs {
     /// recorded), or `all` to let the core-belief checks catch it too.
     #[arg(long, default_value = "ground-truth", value_parser = parse_checks)]
     checks: Checks,
+    /// The search strategy: `uniform`, `coverage`, or `all` to run every strategy and
+    /// write their seed runs to first failure side by side.
+    #[arg(long, default_value = search::DEFAULT_STRATEGY.name(), value_parser = parse_strategies)]
+    strategy: Strategies,
+}
+
+/// The strategies `palisade mutants` runs, the first one's table in full.
+#[derive(Clone, Debug)]
+struct Strategies(Vec<Strategy>);
+
+fn parse_strategy(s: &str) -> Result<Strategy, String> {
+    Strategy::from_name(s)
+        .ok_or_else(|| format!("unknown strategy {s:?} (known: {})", Strategy::names()))
+}
+
+fn parse_strategies(s: &str) -> Result<Strategies, String> {
+    if s == "all" {
+        // The default strategy first: its table is the scoreboard's.
+        let mut all = vec![search::DEFAULT_STRATEGY];
+        all.extend(
+            Strategy::ALL
+                .into_iter()
+                .filter(|&x| x != search::DEFAULT_STRATEGY),
+        );
+        return Ok(Strategies(all));
+    }
+    Strategy::from_name(s)
+        .map(|x| Strategies(vec![x]))
+        .ok_or_else(|| {
+            format!(
+                "unknown strategy {s:?} (known: {}, or all)",
+                Strategy::names()
+            )
+        })
 }
 
 fn parse_seed_range(s: &str) -> Result<SeedRange, String> {
@@ -304,6 +344,14 @@ fn cmd_sweep(args: SweepArgs) -> Result<u8, Fail> {
         // The determinism check names the first differing line, so it needs the lines.
         crate::world::capture_all_traces(true);
     }
+    if args.strategy == Strategy::Coverage && args.shard.is_some() {
+        return Err(bad_input(
+            "--shard cannot be used with --strategy coverage: each generation of the guided \
+             search depends on every earlier one, so its seeds cannot be split between \
+             machines; shard a uniform sweep, or run the guided one whole"
+                .to_string(),
+        ));
+    }
     let scenarios = resolve(&args.scenario)?;
     let ranges: Vec<SeedRange> = scenarios
         .iter()
@@ -337,6 +385,7 @@ fn cmd_sweep(args: SweepArgs) -> Result<u8, Fail> {
         mutant: args.mutant,
         check_determinism: args.check_determinism,
         progress: true,
+        strategy: args.strategy,
     };
     let result = sweep::sweep(&config);
 
@@ -652,76 +701,77 @@ fn cmd_mutants(args: MutantsArgs) -> Result<u8, Fail> {
     prepare_report_dir(&args.report_dir, &[name.as_str()])?;
     let jobs = args.jobs.unwrap_or_else(default_jobs);
     let mut staged = report::ReportWriter::new(&args.report_dir).map_err(report_error)?;
-    let results = scoreboard::run(
+    let all = scoreboard::run(
         &scenarios,
         args.seeds,
         jobs,
         args.minimize_runs,
+        &args.strategy.0,
         &mut staged,
         true,
     )
     .map_err(report_error)?;
-    let md = scoreboard::render(
-        &results,
-        args.seeds,
-        &scenarios,
-        &args.report_dir,
-        args.checks,
-    );
+    let md = scoreboard::render(&all, args.seeds, &scenarios, &args.report_dir, args.checks);
     staged.stage(&name, md.as_bytes()).map_err(report_error)?;
     staged.commit().map_err(report_error)?;
-    let mut survived = 0;
-    let mut runs = Vec::new();
-    for r in &results {
-        match &r.caught {
-            Some(c) => {
-                runs.push(c.runs_to_failure);
-                say!(
-                    "caught   {:<32} after {:>5} seed runs: {} seed {}: {} by {} ({})",
-                    r.mutant.name(),
-                    c.runs_to_failure,
-                    c.scenario,
-                    c.seed,
-                    c.invariant,
-                    c.caught_by.name(),
-                    args.report_dir.join(&c.file).display()
-                );
-            }
-            None => match scoreboard::unreachable_reason(r.mutant) {
-                Some(why) => say!(
-                    "unreachable {:<29} {} seed runs without a failure: {why}",
-                    r.mutant.name(),
-                    r.runs
-                ),
-                None => {
-                    survived += 1;
+    let mut any_survived = false;
+    for sr in &all {
+        let results = &sr.results;
+        let label = if all.len() > 1 {
+            format!("[{}] ", sr.strategy.name())
+        } else {
+            String::new()
+        };
+        let mut survived = 0;
+        let mut runs = Vec::new();
+        for r in results {
+            match &r.caught {
+                Some(c) => {
+                    runs.push(c.runs_to_failure);
                     say!(
-                        "SURVIVED {:<32} {} seed runs without a failure",
+                        "{label}caught   {:<32} after {:>5} seed runs: {} seed {}: {} by {} ({})",
                         r.mutant.name(),
-                        r.runs
+                        c.runs_to_failure,
+                        c.scenario,
+                        c.seed,
+                        c.invariant,
+                        c.caught_by.name(),
+                        args.report_dir.join(&c.file).display()
                     );
                 }
-            },
+                None => match scoreboard::unreachable_reason(r.mutant) {
+                    Some(why) => say!(
+                        "{label}unreachable {:<29} {} seed runs without a failure: {why}",
+                        r.mutant.name(),
+                        r.runs
+                    ),
+                    None => {
+                        survived += 1;
+                        say!(
+                            "{label}SURVIVED {:<32} {} seed runs without a failure",
+                            r.mutant.name(),
+                            r.runs
+                        );
+                    }
+                },
+            }
         }
+        runs.sort_unstable();
+        let unreachable = results
+            .iter()
+            .filter(|r| r.caught.is_none() && scoreboard::unreachable_reason(r.mutant).is_some())
+            .count();
+        say!(
+            "{label}mutants: {} mutants, {} caught, {survived} survived, {unreachable} unreachable; seed runs to first failure: median {}, max {} ({})",
+            results.len(),
+            results.len() - survived - unreachable,
+            runs.get(runs.len().saturating_sub(1) / 2).map_or("-".into(), |m| m.to_string()),
+            runs.last().map_or("-".into(), |m| m.to_string()),
+            path.display()
+        );
+        any_survived |= survived > 0;
     }
-    runs.sort_unstable();
-    let unreachable = results
-        .iter()
-        .filter(|r| r.caught.is_none() && scoreboard::unreachable_reason(r.mutant).is_some())
-        .count();
-    say!(
-        "mutants: {} mutants, {} caught, {survived} survived, {unreachable} unreachable; seed runs to first failure: median {}, max {} ({})",
-        results.len(),
-        results.len() - survived - unreachable,
-        runs.get(runs.len().saturating_sub(1) / 2).map_or("-".into(), |m| m.to_string()),
-        runs.last().map_or("-".into(), |m| m.to_string()),
-        path.display()
-    );
-    Ok(if survived == 0 {
-        EXIT_HELD
-    } else {
-        EXIT_FAILED
-    })
+    Ok(if any_survived { EXIT_FAILED } else { EXIT_HELD })
 }
 
 fn cmd_diagram(path: &Path, all: bool, markdown: bool) -> Result<u8, Fail> {

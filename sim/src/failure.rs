@@ -173,7 +173,13 @@ impl FailureFile {
             message: failure.message.clone(),
             events: failure.events.clone(),
             trace_hash: hex(record.trace_hash),
-            repro: repro_command(&resolved.spec, seed, mutant),
+            // A plan the guided search made is not drawn from the seed: only the file
+            // (which carries it) reproduces it.
+            repro: if record.guided_plan {
+                replay_command(path)
+            } else {
+                repro_command(&resolved.spec, seed, mutant)
+            },
             replay: replay_command(path),
             commit: commit.into(),
             stats: record.stats.clone(),

@@ -9,6 +9,7 @@
 //! - [`failure`]: failure files (replayable), [`minimize`]: shrinking them,
 //!   [`diagram`]: mermaid sequence diagrams of their traces.
 //! - [`scoreboard`]: the mutant scoreboard.
+//! - [`search`]: search strategies (uniform, coverage-guided).
 //! - [`input`]: reading the files a user names, every one with a size cap.
 //! - [`cli`]: the command line.
 #[cfg(not(madsim))]
@@ -25,6 +26,7 @@ pub mod report;
 pub mod runner;
 pub mod scenario;
 pub mod scoreboard;
+pub mod search;
 pub(crate) mod stack;
 pub mod sweep;
 pub mod world;

@@ -247,6 +247,23 @@ pub fn failure_file_name(scenario: &str, seed: u64, mutant_suffix: Option<&str>)
     }
 }
 
+/// How to reproduce a seed whose plan the guided search made: its plan is not drawn from
+/// the seed, so the sweep itself is the command (its failure file, when one was written,
+/// replays alone).
+fn guided_repro(spec: &str, config: &sweep::SweepConfig) -> String {
+    let mut command = format!(
+        "palisade sweep --scenario {} --strategy {}",
+        crate::failure::shell_word(spec),
+        config.strategy.name()
+    );
+    if let Some(m) = config.mutant {
+        command.push_str(" --mutant ");
+        command.push_str(m.name());
+    }
+    command.push_str(" (a guided plan: replay its failure file)");
+    command
+}
+
 /// A scenario's digest term for one seed; a digest is their wrapping sum.
 pub fn digest_term(seed: u64, hash: Option<u64>) -> u64 {
     // A panicked seed has no hash; it still counts, as a fixed odd constant.
@@ -309,7 +326,11 @@ pub fn summarize(
                 message: f.message.clone(),
                 trace_hash: hex(rec.trace_hash),
                 file: failure_files.get(&(rec.scenario, rec.seed)).cloned(),
-                repro: crate::failure::repro_command(&resolved.spec, rec.seed, config.mutant),
+                repro: if rec.guided_plan {
+                    guided_repro(&resolved.spec, config)
+                } else {
+                    crate::failure::repro_command(&resolved.spec, rec.seed, config.mutant)
+                },
             });
         } else if let Some(d) = diverged {
             s.failed += 1;
@@ -320,7 +341,11 @@ pub fn summarize(
                 message: d.message.clone(),
                 trace_hash: hex(rec.trace_hash),
                 file: None,
-                repro: crate::failure::repro_command(&resolved.spec, rec.seed, config.mutant),
+                repro: if rec.guided_plan {
+                    guided_repro(&resolved.spec, config)
+                } else {
+                    crate::failure::repro_command(&resolved.spec, rec.seed, config.mutant)
+                },
             });
         }
     }

@@ -1,9 +1,11 @@
 //! The mutant scoreboard: does the testbed catch every re-created real bug?
 //!
-//! For each mutant, seeds of every scenario run in a fixed interleaved order (seed 0 of
-//! every scenario, then seed 1, …) until the first failure or the bound. The count of seed
-//! runs up to and including that failure is "seeds to first failure"; it does not depend
-//! on the number of jobs. The first failure is written as a failure file and minimised.
+//! For each mutant, runs follow a search strategy ([`crate::search`]) until the first
+//! failure or the bound: under `uniform`, seeds of every scenario in a fixed interleaved
+//! order (seed 0 of every scenario, then seed 1, …); under `coverage`, the guided search's
+//! generations (its corpus runs count). The count of seed runs up to and including that
+//! failure is "seeds to first failure"; it does not depend on the number of jobs. The
+//! first failure is written as a failure file and minimised.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -13,6 +15,7 @@ use crate::minimize;
 use crate::report;
 use crate::runner;
 use crate::scenario::Resolved;
+use crate::search::{self, Strategy};
 use crate::sweep::{self, Progress, SeedRecord};
 use crate::world::{CaughtBy, Checks, Mutant};
 
@@ -68,45 +71,128 @@ pub struct MutantResult {
     pub caught: Option<Caught>,
 }
 
-/// Runs the scoreboard and stages the failure files in `report`; `mutants.md` is staged
-/// by the caller from [`render`], and the caller commits the whole report.
+/// One strategy's scoreboard.
+#[derive(Debug)]
+pub struct StrategyResults {
+    /// The strategy.
+    pub strategy: Strategy,
+    /// One line per mutant, in [`Mutant::ALL`] order.
+    pub results: Vec<MutantResult>,
+}
+
+/// Runs the scoreboard under each of `strategies` and stages the failure files in
+/// `report`; `mutants.md` is staged by the caller from [`render`], and the caller commits
+/// the whole report.
 pub fn run(
     scenarios: &[Resolved],
     seeds: u64,
     jobs: usize,
     minimize_runs: usize,
+    strategies: &[Strategy],
+    report: &mut report::ReportWriter,
+    progress: bool,
+) -> Result<Vec<StrategyResults>, report::ReportError> {
+    let mut out = Vec::new();
+    for &strategy in strategies {
+        let results = run_one(
+            scenarios,
+            seeds,
+            jobs,
+            minimize_runs,
+            strategy,
+            // Two strategies in one report: the second's files are named apart.
+            (strategy != strategies[0]).then_some(strategy),
+            report,
+            progress,
+        )?;
+        out.push(StrategyResults { strategy, results });
+    }
+    Ok(out)
+}
+
+/// For each mutant: the runs made and the first failing run, if any.
+fn first_failures(
+    scenarios: &[Resolved],
+    seeds: u64,
+    jobs: usize,
+    strategy: Strategy,
+    mutant: Mutant,
+    progress: bool,
+) -> (u64, Option<(u64, SeedRecord)>) {
+    let total = seeds.saturating_mul(scenarios.len() as u64);
+    let mut bar = Progress::new(progress, total, mutant.name());
+    let found = match strategy {
+        Strategy::Uniform => {
+            let items: Vec<(usize, u64)> = (0..seeds)
+                .flat_map(|seed| (0..scenarios.len()).map(move |s| (s, seed)))
+                .collect();
+            let outcomes = runner::parallel_map(
+                &items,
+                jobs,
+                |&(s, seed)| {
+                    let timed =
+                        runner::run_isolated(&scenarios[s].scenario, seed, None, Some(mutant));
+                    sweep::record(s, seed, timed, false).0
+                },
+                Some(|r: &SeedRecord| r.failure.is_some()),
+                |_, r| bar.tick(r.failure.is_some()),
+            );
+            let runs = outcomes.iter().filter(|o| o.is_some()).count() as u64;
+            let first = outcomes
+                .into_iter()
+                .enumerate()
+                .find_map(|(i, o)| o.filter(|r| r.failure.is_some()).map(|r| (i as u64 + 1, r)));
+            (runs, first)
+        }
+        Strategy::Coverage => {
+            let mut guided = search::Guided::new(scenarios, search::Budget::Shared { total });
+            let runs = search::run_guided(
+                &mut guided,
+                jobs,
+                true,
+                |c| {
+                    (
+                        search::run_candidate(scenarios, c, Some(mutant), false).0,
+                        (),
+                    )
+                },
+                |r| bar.tick(r.failure.is_some()),
+            );
+            let n = runs.len() as u64;
+            let first = runs
+                .into_iter()
+                .last()
+                .filter(|(_, r, ())| r.failure.is_some())
+                .map(|(_, r, ())| (n, r));
+            (n, first)
+        }
+    };
+    bar.finish();
+    found
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_one(
+    scenarios: &[Resolved],
+    seeds: u64,
+    jobs: usize,
+    minimize_runs: usize,
+    strategy: Strategy,
+    file_suffix: Option<Strategy>,
     report: &mut report::ReportWriter,
     progress: bool,
 ) -> Result<Vec<MutantResult>, report::ReportError> {
-    let items: Vec<(usize, u64)> = (0..seeds)
-        .flat_map(|seed| (0..scenarios.len()).map(move |s| (s, seed)))
-        .collect();
     let mut results = Vec::new();
     for mutant in Mutant::ALL {
-        let mut bar = Progress::new(progress, items.len() as u64, mutant.name());
-        let outcomes = runner::parallel_map(
-            &items,
-            jobs,
-            |&(s, seed)| {
-                let timed = runner::run_isolated(&scenarios[s].scenario, seed, None, Some(mutant));
-                sweep::record(s, seed, timed, false).0
-            },
-            Some(|r: &SeedRecord| r.failure.is_some()),
-            |_, r| bar.tick(r.failure.is_some()),
-        );
-        bar.finish();
-        let runs = outcomes.iter().filter(|o| o.is_some()).count() as u64;
-        let first = outcomes
-            .into_iter()
-            .enumerate()
-            .find_map(|(i, o)| o.filter(|r| r.failure.is_some()).map(|r| (i, r)));
+        let (runs, first) = first_failures(scenarios, seeds, jobs, strategy, mutant, progress);
         let caught = match first {
             None => None,
-            Some((i, rec)) => Some(write_caught(
+            Some((n, rec)) => Some(write_caught(
                 scenarios,
                 mutant,
-                i as u64 + 1,
+                n,
                 &rec,
+                file_suffix,
                 report,
                 jobs,
                 minimize_runs,
@@ -121,18 +207,24 @@ pub fn run(
     Ok(results)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn write_caught(
     scenarios: &[Resolved],
     mutant: Mutant,
     runs_to_failure: u64,
     rec: &SeedRecord,
+    file_suffix: Option<Strategy>,
     report: &mut report::ReportWriter,
     jobs: usize,
     minimize_runs: usize,
 ) -> Result<Caught, report::ReportError> {
     let resolved = &scenarios[rec.scenario];
     let name = &resolved.scenario.name;
-    let rel = report::failure_file_name(name, rec.seed, Some(mutant.name()));
+    let suffix = match file_suffix {
+        Some(s) => format!("{}-{}", mutant.name(), s.name()),
+        None => mutant.name().to_string(),
+    };
+    let rel = report::failure_file_name(name, rec.seed, Some(&suffix));
     let path = report.dir().join(&rel);
     let file = FailureFile::new(resolved, rec, Some(mutant), &path, report::commit());
     report.stage(&rel, &report::json_bytes(&file))?;
@@ -173,28 +265,53 @@ fn write_caught(
 }
 
 /// `mutants.md`.
+/// Seed runs to first failure of the caught mutants: (median, max).
+pub fn median_max(results: &[MutantResult]) -> (Option<u64>, Option<u64>) {
+    let mut sorted: Vec<u64> = results
+        .iter()
+        .filter_map(|r| r.caught.as_ref().map(|c| c.runs_to_failure))
+        .collect();
+    sorted.sort_unstable();
+    (
+        sorted.get(sorted.len().saturating_sub(1) / 2).copied(),
+        sorted.last().copied(),
+    )
+}
+
+/// `mutants.md`: the first strategy's full table, then, with more than one strategy, seed
+/// runs to first failure per mutant per strategy side by side.
 pub fn render(
-    results: &[MutantResult],
+    all: &[StrategyResults],
     seeds: u64,
     scenarios: &[Resolved],
     dir: &Path,
     checks: Checks,
 ) -> String {
+    let Some(first) = all.first() else {
+        return String::from("# Mutant scoreboard\n\nNo strategy ran.\n");
+    };
+    let results = &first.results;
     let caught: Vec<u64> = results
         .iter()
         .filter_map(|r| r.caught.as_ref().map(|c| c.runs_to_failure))
         .collect();
-    let mut sorted = caught.clone();
-    sorted.sort_unstable();
-    let median = sorted.get(sorted.len().saturating_sub(1) / 2).copied();
-    let max = sorted.last().copied();
+    let (median, max) = median_max(results);
     let mut md = String::from("# Mutant scoreboard\n\n");
+    let how = match first.strategy {
+        Strategy::Uniform => "interleaved (seed 0 of every scenario, then seed 1, …)".to_string(),
+        Strategy::Coverage => {
+            "by the coverage-guided search (`--strategy coverage`: fresh seeds and mutants of \
+             the plans that found new coverage; every run counts, the corpus's included)"
+                .to_string()
+        }
+    };
     let _ = writeln!(
         md,
         "Every mutant of `palisade-core` re-creates a real bug from the reviews of kandev #3636 and compozy #454. \
-         Each is swept over {} scenarios × up to {seeds} seeds, interleaved (seed 0 of every scenario, then seed 1, …), \
-         until the first failure. Generated by `palisade mutants`; commit `{}`.\n",
+         Each is swept over {} scenarios × up to {seeds} seeds, {how}, \
+         until the first failure. Generated by `palisade mutants --strategy {}`; commit `{}`.\n",
         scenarios.len(),
+        if all.len() > 1 { "all".to_string() } else { first.strategy.name().to_string() },
         report::commit()
     );
     let _ = writeln!(
@@ -329,12 +446,63 @@ pub fn render(
             let _ = writeln!(md, "- `{}`: {why}.", m.name());
         }
     }
+    if all.len() > 1 {
+        render_comparison(&mut md, all);
+    }
     let _ = writeln!(
         md,
         "\nReplay any line with `palisade replay {}/<replay file>`.",
         dir.display()
     );
     md
+}
+
+fn render_comparison(md: &mut String, all: &[StrategyResults]) {
+    let _ = writeln!(
+        md,
+        "\n## Seed runs to first failure, by search strategy\n\nThe same mutants and the same \
+         bound under every strategy (`palisade mutants --strategy all`); a guided run counts \
+         every world run, the ones spent building its corpus included. The table above is \
+         `{}`'s; the others' failure files carry the strategy in their name.\n",
+        all[0].strategy.name()
+    );
+    let mut head = String::from("| mutant |");
+    let mut rule = String::from("|---|");
+    for s in all {
+        let _ = write!(head, " {} |", s.strategy.name());
+        rule.push_str("---:|");
+    }
+    let _ = writeln!(md, "{head}\n{rule}");
+    for (i, mutant) in Mutant::ALL.iter().enumerate() {
+        let mut line = format!("| `{}` |", mutant.name());
+        for s in all {
+            let cell = match s.results.get(i) {
+                Some(MutantResult {
+                    caught: Some(c), ..
+                }) => c.runs_to_failure.to_string(),
+                Some(r) if unreachable_reason(r.mutant).is_some() => "⛔".to_string(),
+                Some(r) => format!("❌ ({} runs)", r.runs),
+                None => "–".to_string(),
+            };
+            let _ = write!(line, " {cell} |");
+        }
+        let _ = writeln!(md, "{line}");
+    }
+    for (label, pick) in [("median", 0usize), ("max", 1)] {
+        let mut line = format!("| **{label}** |");
+        for s in all {
+            let mm = median_max(&s.results);
+            let v = if pick == 0 { mm.0 } else { mm.1 };
+            let _ = write!(line, " **{}** |", v.map_or("–".into(), |v| v.to_string()));
+        }
+        let _ = writeln!(md, "{line}");
+    }
+    let mut line = String::from("| **caught** |");
+    for s in all {
+        let n = s.results.iter().filter(|r| r.caught.is_some()).count();
+        let _ = write!(line, " **{n}** |");
+    }
+    let _ = writeln!(md, "{line}");
 }
 
 /// Trace events of a minimised failure, as a fraction of the original's.

@@ -185,6 +185,8 @@ pub struct SweepConfig {
     pub check_determinism: Option<f64>,
     /// Show a progress line on stderr (only if it is a terminal).
     pub progress: bool,
+    /// How plans are chosen (a guided strategy is never sharded).
+    pub strategy: crate::search::Strategy,
 }
 
 /// Why a seed failed, with what it takes to write its failure file.
@@ -228,6 +230,12 @@ pub struct SeedRecord {
     pub stats: SeedStats,
     /// Coverage marks hit.
     pub marks: BTreeMap<String, u64>,
+    /// Edge coverage (see [`crate::world::SeedOutcome::edges`]); kept only by a guided
+    /// search, which steers by it.
+    pub edges: Vec<u16>,
+    /// The plan was made by the guided search (mutated or spliced), not drawn from the
+    /// seed: only its failure file reproduces it, not `palisade run --seed`.
+    pub guided_plan: bool,
     /// Wall-clock time of the seed's thread.
     pub wall_nanos: u64,
     /// Why it failed, if it did.
@@ -276,11 +284,13 @@ impl SweepResult {
 }
 
 /// One unit of work.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Job {
     scenario: usize,
     seed: u64,
     keep_trace: bool,
+    /// The plan a guided search made; `None`: drawn from the seed.
+    plan: Option<FaultPlan>,
 }
 
 /// Converts a run into a record; returns the trace separately when it is to be kept.
@@ -309,6 +319,8 @@ pub fn record(
                     trace_hash: Some(outcome.trace.hash),
                     stats: outcome.stats,
                     marks: outcome.marks,
+                    edges: outcome.edges,
+                    guided_plan: false,
                     wall_nanos: timed.wall_nanos,
                     failure,
                 },
@@ -322,6 +334,8 @@ pub fn record(
                 trace_hash: None,
                 stats: SeedStats::default(),
                 marks: BTreeMap::new(),
+                edges: Vec::new(),
+                guided_plan: false,
                 wall_nanos: timed.wall_nanos,
                 failure: Some(SeedFailure {
                     invariant: PANIC_INVARIANT.into(),
@@ -401,6 +415,7 @@ pub fn sweep(config: &SweepConfig) -> SweepResult {
                 scenario: i,
                 seed,
                 keep_trace,
+                plan: None,
             });
         }
     }
@@ -426,41 +441,104 @@ pub fn sweep(config: &SweepConfig) -> SweepResult {
     // The lowest failing seeds of each scenario seen so far; a failure that falls out of
     // this set drops its plan and trace at once, so memory stays bounded.
     let retained = Mutex::new(vec![BTreeSet::<u64>::new(); config.scenarios.len()]);
-    let mut progress = Progress::new(config.progress, jobs.len() as u64, "sweep");
-    let results = runner::parallel_map(
-        &jobs,
-        config.jobs,
-        |job| {
-            let scenario = &config.scenarios[job.scenario].scenario;
-            let timed = runner::run_isolated(scenario, job.seed, None, config.mutant);
-            let (mut rec, kept) = record(job.scenario, job.seed, timed, job.keep_trace);
-            if let Some(failure) = rec.failure.as_mut() {
-                let mut sets = retained.lock().expect("no thread panics holding it");
-                let set = &mut sets[job.scenario];
-                set.insert(job.seed);
-                if set.len() > MAX_FAILURE_FILES_PER_SCENARIO && set.pop_last() == Some(job.seed) {
-                    failure.drop_detail();
-                }
+    let run_job = |job: &Job| {
+        let candidate = crate::search::Candidate {
+            scenario: job.scenario,
+            seed: job.seed,
+            plan: job.plan.clone(),
+        };
+        let (mut rec, kept) = crate::search::run_candidate(
+            &config.scenarios,
+            &candidate,
+            config.mutant,
+            job.keep_trace,
+        );
+        if let Some(failure) = rec.failure.as_mut() {
+            let mut sets = retained.lock().expect("no thread panics holding it");
+            let set = &mut sets[job.scenario];
+            set.insert(job.seed);
+            if set.len() > MAX_FAILURE_FILES_PER_SCENARIO && set.pop_last() == Some(job.seed) {
+                failure.drop_detail();
             }
-            (rec, kept)
-        },
-        None::<fn(&(SeedRecord, Option<Vec<String>>)) -> bool>,
-        |_, (rec, _)| progress.tick(rec.failure.is_some()),
-    );
-    progress.finish();
+        }
+        (rec, kept)
+    };
+    let runs: Vec<(Job, SeedRecord, Option<Vec<String>>)> = match config.strategy {
+        crate::search::Strategy::Uniform => {
+            let mut progress = Progress::new(config.progress, jobs.len() as u64, "sweep");
+            let results = runner::parallel_map(
+                &jobs,
+                config.jobs,
+                run_job,
+                None::<fn(&(SeedRecord, Option<Vec<String>>)) -> bool>,
+                |_, (rec, _)| progress.tick(rec.failure.is_some()),
+            );
+            progress.finish();
+            jobs.into_iter()
+                .zip(results)
+                .map(|(job, r)| {
+                    let (rec, trace) = r.expect("nothing stops a sweep early");
+                    (job, rec, trace)
+                })
+                .collect()
+        }
+        crate::search::Strategy::Coverage => {
+            // The guided search picks each seed's plan; the seeds are the same as uniform's
+            // (every seed of every range, once), so the summary's counts are too.
+            let total = jobs.len() as u64;
+            let mut progress = Progress::new(config.progress, total, "sweep (coverage)");
+            let mut search = crate::search::Guided::new(
+                &config.scenarios,
+                crate::search::Budget::PerScenario(config.ranges.clone()),
+            );
+            let keep: BTreeSet<(usize, u64)> = jobs
+                .iter()
+                .filter(|j| j.keep_trace)
+                .map(|j| (j.scenario, j.seed))
+                .collect();
+            let mut runs: Vec<(Job, SeedRecord, Option<Vec<String>>)> = crate::search::run_guided(
+                &mut search,
+                config.jobs,
+                false,
+                |c| {
+                    run_job(&Job {
+                        scenario: c.scenario,
+                        seed: c.seed,
+                        keep_trace: keep.contains(&(c.scenario, c.seed)),
+                        plan: c.plan.clone(),
+                    })
+                },
+                |rec| progress.tick(rec.failure.is_some()),
+            )
+            .into_iter()
+            .map(|(c, rec, trace)| {
+                let job = Job {
+                    scenario: c.scenario,
+                    seed: c.seed,
+                    keep_trace: keep.contains(&(c.scenario, c.seed)),
+                    plan: c.plan,
+                };
+                (job, rec, trace)
+            })
+            .collect();
+            progress.finish();
+            // Records are ordered by scenario then seed, as a uniform sweep's are.
+            runs.sort_by_key(|(job, _, _)| (job.scenario, job.seed));
+            runs
+        }
+    };
 
     let retained = retained.into_inner().expect("no thread panics holding it");
-    let mut records = Vec::with_capacity(results.len());
+    let mut records = Vec::with_capacity(runs.len());
     let mut kept = Vec::new();
-    for (job, result) in jobs.iter().zip(results) {
-        let (mut rec, trace) = result.expect("nothing stops a sweep early");
+    for (job, mut rec, trace) in runs {
         if let Some(failure) = rec.failure.as_mut() {
             if !retained[rec.scenario].contains(&rec.seed) {
                 failure.drop_detail();
             }
         }
         if let Some(trace) = trace {
-            kept.push((*job, rec.trace_hash, trace));
+            kept.push((job, rec.trace_hash, trace));
         }
         records.push(rec);
     }
@@ -473,9 +551,12 @@ pub fn sweep(config: &SweepConfig) -> SweepResult {
             &kept,
             config.jobs,
             |(job, _, _)| {
-                let scenario = &config.scenarios[job.scenario].scenario;
-                let timed = runner::run_isolated(scenario, job.seed, None, config.mutant);
-                record(job.scenario, job.seed, timed, true)
+                let candidate = crate::search::Candidate {
+                    scenario: job.scenario,
+                    seed: job.seed,
+                    plan: job.plan.clone(),
+                };
+                crate::search::run_candidate(&config.scenarios, &candidate, config.mutant, true)
             },
             None::<fn(&(SeedRecord, Option<Vec<String>>)) -> bool>,
             |_, _| progress.tick(false),

@@ -17,6 +17,7 @@ use crate::scenario::Scenario;
 pub use oracle::MARKS;
 pub use palisade_core::mutants::Mutant;
 pub use plan::{DiskFaultClass, Fault, FaultKind, FaultPlan, LoadErrorClass, WorkloadCut};
+pub use trace::EDGE_BITS;
 
 /// Which checker found a violation. Only [`CaughtBy::GroundTruth`] and
 /// [`CaughtBy::Liveness`] judge from what the environment recorded; the core-belief
@@ -166,6 +167,9 @@ pub struct SeedOutcome {
     pub stats: SeedStats,
     /// Coverage marks hit (name → count).
     pub marks: BTreeMap<String, u64>,
+    /// Edge coverage (buckets of consecutive event-kind pairs hit, ascending): what the
+    /// guided search ([`crate::search`]) steers by. Never hashed or checked.
+    pub edges: Vec<u16>,
 }
 
 /// When set, every seed keeps its trace lines (for `run`, `replay`, determinism checks);
@@ -238,7 +242,9 @@ pub fn run_seed(
         .workload
         .active_sessions(scenario.workload.sessions)
         .len() as u32;
+    let edges = world.tracer.edge_buckets();
     SeedOutcome {
+        edges,
         plan,
         stats: SeedStats {
             events: world.tracer.len() as u64,

@@ -541,36 +541,10 @@ fn draw_u(rng: &mut ChaCha8Rng, b: Bounds<u32>) -> u32 {
     }
 }
 
-/// Draws the plan of `seed` for `scenario`.
-///
-/// Its work is sessions × slots (`fault_window_ms` / 500) × fault classes, so it is
-/// bounded by the scenario's bounds (`MAX_SESSIONS`, `MAX_FAULT_WINDOW_MS`, steps and
-/// their repeats): at most [`MAX_PLAN_FAULTS`] faults. The hang of `sessions =
-/// 4294967295` or `fault_window_ms = u64::MAX` (853 MB after 60 s here) is fixed by
-/// refusing those values when the scenario is loaded; no such scenario reaches this.
-pub fn draw(scenario: &Scenario, seed: u64) -> FaultPlan {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ PLAN_SALT);
-    let f = &scenario.faults;
-    let mut swarm = BTreeMap::new();
-    let mut p = |name: &str, b: Bounds<f64>, rng: &mut ChaCha8Rng| {
-        let v = draw_p(rng, b);
-        swarm.insert(name.to_owned(), (v * 1e6).round() / 1e6);
-        v
-    };
-    let delay = p("delay", f.delay, &mut rng);
-    let duplicate = p("duplicate", f.duplicate, &mut rng);
-    let reorder = p("reorder", f.reorder, &mut rng);
-    let cancel = p("cancel", f.cancel, &mut rng);
-    let provider_exit = p("provider_exit", f.provider_exit, &mut rng);
-    let burst = p("burst", f.burst, &mut rng);
-    let load_error = p("load_error", f.load_error, &mut rng);
-    let load_timeout = p("load_timeout", f.load_timeout, &mut rng);
-    let crash_restart = p("crash_restart", f.crash_restart, &mut rng);
-    let hang_teardown = p("hang_teardown", f.hang_teardown, &mut rng);
-    let clock_jump = p("clock_jump", f.clock_jump, &mut rng);
-    // Drawn last, so the draws of every older fault class are what they always were.
-    let caller_stall = p("caller_stall", f.caller_stall, &mut rng);
-
+/// The faults of the scenario's fixed steps, in step order: part of every plan
+/// [`draw`] makes. A guided search never moves or drops them (the scenario's expectations,
+/// such as a response count, are about them).
+pub fn step_faults(scenario: &Scenario) -> Vec<Fault> {
     let mut faults = Vec::new();
     for step in &scenario.steps {
         let kind = match step.action {
@@ -601,6 +575,41 @@ pub fn draw(scenario: &Scenario, seed: u64) -> FaultPlan {
             });
         }
     }
+
+    faults
+}
+
+/// Draws the plan of `seed` for `scenario`.
+///
+/// Its work is sessions × slots (`fault_window_ms` / 500) × fault classes, so it is
+/// bounded by the scenario's bounds (`MAX_SESSIONS`, `MAX_FAULT_WINDOW_MS`, steps and
+/// their repeats): at most [`MAX_PLAN_FAULTS`] faults. The hang of `sessions =
+/// 4294967295` or `fault_window_ms = u64::MAX` (853 MB after 60 s here) is fixed by
+/// refusing those values when the scenario is loaded; no such scenario reaches this.
+pub fn draw(scenario: &Scenario, seed: u64) -> FaultPlan {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ PLAN_SALT);
+    let f = &scenario.faults;
+    let mut swarm = BTreeMap::new();
+    let mut p = |name: &str, b: Bounds<f64>, rng: &mut ChaCha8Rng| {
+        let v = draw_p(rng, b);
+        swarm.insert(name.to_owned(), (v * 1e6).round() / 1e6);
+        v
+    };
+    let delay = p("delay", f.delay, &mut rng);
+    let duplicate = p("duplicate", f.duplicate, &mut rng);
+    let reorder = p("reorder", f.reorder, &mut rng);
+    let cancel = p("cancel", f.cancel, &mut rng);
+    let provider_exit = p("provider_exit", f.provider_exit, &mut rng);
+    let burst = p("burst", f.burst, &mut rng);
+    let load_error = p("load_error", f.load_error, &mut rng);
+    let load_timeout = p("load_timeout", f.load_timeout, &mut rng);
+    let crash_restart = p("crash_restart", f.crash_restart, &mut rng);
+    let hang_teardown = p("hang_teardown", f.hang_teardown, &mut rng);
+    let clock_jump = p("clock_jump", f.clock_jump, &mut rng);
+    // Drawn last, so the draws of every older fault class are what they always were.
+    let caller_stall = p("caller_stall", f.caller_stall, &mut rng);
+
+    let mut faults = step_faults(scenario);
 
     let window = scenario.limits.fault_window_ms;
     let slots = window.div_ceil(SLOT_MS).max(1);

@@ -52,6 +52,20 @@ impl Hasher for Mix {
     }
 }
 
+/// Bits of the edge-coverage map (a power of two): edges are pairs of consecutive event
+/// kinds, hashed into this many buckets. A seed of the swarm has a few hundred distinct
+/// edges, so collisions are rare and the map stays a few hundred bytes.
+pub const EDGE_BITS: usize = 4_096;
+const EDGE_WORDS: usize = EDGE_BITS / 64;
+const _: () = assert!(EDGE_BITS.is_power_of_two() && EDGE_BITS.is_multiple_of(64));
+
+/// The hash of an event kind, for the edge map.
+fn kind_key(parts: impl Hash) -> u64 {
+    let mut h = Mix(HASH_SEED);
+    parts.hash(&mut h);
+    h.finish()
+}
+
 /// The `tracing` target trace lines are emitted under, at debug level, when a subscriber
 /// wants them (`RUST_LOG=palisade_sim::trace=debug`). Never part of the hash.
 pub const TRACE_TARGET: &str = "palisade_sim::trace";
@@ -66,6 +80,10 @@ pub(crate) struct Tracer {
     emit: bool,
     count: u64,
     buf: Vec<u8>,
+    /// Edge coverage: which (previous kind, kind) pairs of consecutive events occurred.
+    /// Search guidance only (`crate::search`): never hashed, never checked.
+    edges: [u64; EDGE_WORDS],
+    prev_kind: u64,
 }
 
 impl Default for Tracer {
@@ -111,7 +129,30 @@ impl Tracer {
             emit,
             count: 0,
             buf: Vec::new(),
+            edges: [0; EDGE_WORDS],
+            prev_kind: 0,
         }
+    }
+
+    /// Records the edge from the previous event's kind to `kind`.
+    fn edge(&mut self, kind: u64) {
+        let bucket = (self.prev_kind.rotate_left(17) ^ kind) as usize & (EDGE_BITS - 1);
+        self.edges[bucket / 64] |= 1 << (bucket % 64);
+        self.prev_kind = kind;
+    }
+
+    /// The edge buckets hit, ascending.
+    pub(crate) fn edge_buckets(&self) -> Vec<u16> {
+        let mut out = Vec::new();
+        for (w, word) in self.edges.iter().enumerate() {
+            let mut bits = *word;
+            while bits != 0 {
+                let b = bits.trailing_zeros() as usize;
+                out.push((w * 64 + b) as u16);
+                bits &= bits - 1;
+            }
+        }
+        out
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -154,6 +195,7 @@ impl Tracer {
             self.buf.push(b'}');
             self.keep();
         }
+        self.edge(kind_key(("fault", std::mem::discriminant(&fault.kind))));
         self.event(|h| (t, "world", "fault", fault).hash(h))
     }
 
@@ -168,6 +210,7 @@ impl Tracer {
             self.buf.push(b'}');
             self.keep();
         }
+        self.edge(kind_key((actor, kind)));
         self.event(|h| (t, actor, kind, fields).hash(h))
     }
 
@@ -189,6 +232,15 @@ impl Tracer {
             self.buf.push(b'}');
             self.keep();
         }
+        let reason = match verdict {
+            Verdict::Reject(r) => Some(std::mem::discriminant(r)),
+            _ => None,
+        };
+        self.edge(kind_key((
+            input_name(input),
+            std::mem::discriminant(verdict),
+            reason,
+        )));
         self.event(|h| (t, actor, input, verdict).hash(h))
     }
 
@@ -201,6 +253,7 @@ impl Tracer {
             self.buf.push(b'}');
             self.keep();
         }
+        self.edge(kind_key(effect.name()));
         self.event(|h| (t, effect).hash(h))
     }
 }
@@ -223,6 +276,7 @@ impl Tracer {
             self.buf.push(b'}');
             self.keep();
         }
+        self.edge(kind_key((actor, kind)));
         self.event(|h| (t, actor, kind, fields).hash(h))
     }
 
@@ -262,6 +316,7 @@ impl Tracer {
             E::ConversationReady { execution, .. } => (execution.get(), 0, 0),
             E::RuntimeExited { execution, .. } => (execution.get(), 0, 0),
         };
+        self.edge(kind_key(("client", event.name())));
         self.event(|h| (t, "client", event.name(), session, key).hash(h))
     }
 }
