@@ -8,6 +8,8 @@
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use crate::jsonscan::{self, Envelope};
+
 pub use agent_client_protocol_schema::v1::RequestId;
 
 /// JSON-RPC's reserved error codes and ACP's own, as the agents send them.
@@ -250,11 +252,11 @@ impl std::fmt::Display for FrameError {
 
 impl std::error::Error for FrameError {}
 
-/// The top level of a message, borrowed from the line: each member is kept as raw JSON
-/// and parsed only if the message needs it, so a notification's (possibly large) params
-/// are scanned once and never built into a tree.
+/// The top level of a message as serde reads it, borrowed from the line: each member is
+/// kept as raw JSON and parsed only if the message needs it. The reference for
+/// [`jsonscan::envelope`], and what decides every line that scan leaves to serde.
 #[derive(serde::Deserialize)]
-struct Envelope<'a> {
+struct SerdeEnvelope<'a> {
     #[serde(borrow)]
     jsonrpc: Option<&'a RawValue>,
     #[serde(borrow)]
@@ -269,27 +271,57 @@ struct Envelope<'a> {
     error: Option<&'a RawValue>,
 }
 
-fn value(raw: &RawValue) -> Value {
-    // A member of a message that parsed is valid JSON: this cannot fail.
-    serde_json::from_str(raw.get()).unwrap_or(Value::Null)
-}
-
-/// Parses one line (without its newline) into a [`Frame`].
-pub fn parse_frame(line: &[u8]) -> Result<Frame, FrameError> {
-    let envelope: Envelope<'_> = match serde_json::from_slice(line) {
-        Ok(envelope) => envelope,
+/// The envelope of `line` as serde reads it, or why the line is not a message.
+fn serde_envelope(line: &[u8]) -> Result<Envelope<'_>, FrameError> {
+    match serde_json::from_slice::<SerdeEnvelope<'_>>(line) {
+        Ok(envelope) => Ok(Envelope {
+            jsonrpc: envelope.jsonrpc.map(RawValue::get),
+            id: envelope.id.map(RawValue::get),
+            method: envelope.method.map(RawValue::get),
+            params: envelope.params.map(RawValue::get),
+            result: envelope.result.map(RawValue::get),
+            error: envelope.error.map(RawValue::get),
+        }),
         Err(_) => {
             // Valid JSON of the wrong shape (an array, a number, a repeated member), or
             // not JSON at all?
-            return Err(
+            Err(
                 match serde_json::from_slice::<serde::de::IgnoredAny>(line) {
                     Ok(_) => FrameError::NotObject,
                     Err(_) => FrameError::NotJson,
                 },
-            );
+            )
         }
+    }
+}
+
+fn value(text: &str) -> Value {
+    // A member of a message that parsed is valid JSON: this cannot fail.
+    serde_json::from_str(text).unwrap_or(Value::Null)
+}
+
+/// Parses one line (without its newline) into a [`Frame`].
+///
+/// The line is validated once: by [`jsonscan::envelope`], which walks it with `memchr`
+/// and answers only when it is certain serde would read the same envelope, and otherwise
+/// by serde (so every error, and every unusual line, is serde's verdict).
+pub fn parse_frame(line: &[u8]) -> Result<Frame, FrameError> {
+    let envelope = match jsonscan::envelope(line) {
+        Some(envelope) => envelope,
+        None => serde_envelope(line)?,
     };
-    if envelope.jsonrpc.map(RawValue::get) != Some("\"2.0\"") {
+    frame(envelope)
+}
+
+/// [`parse_frame`] with serde's reading of the envelope only: the reference the scan is
+/// tested against.
+#[cfg(test)]
+fn parse_frame_with_serde(line: &[u8]) -> Result<Frame, FrameError> {
+    frame(serde_envelope(line)?)
+}
+
+fn frame(envelope: Envelope<'_>) -> Result<Frame, FrameError> {
+    if envelope.jsonrpc != Some("\"2.0\"") {
         return Err(FrameError::BadVersion);
     }
     let id = match envelope.id {
@@ -298,7 +330,7 @@ pub fn parse_frame(line: &[u8]) -> Result<Frame, FrameError> {
     };
     match envelope.method {
         Some(method) => {
-            let Ok(method) = serde_json::from_str::<String>(method.get()) else {
+            let Ok(method) = serde_json::from_str::<String>(method) else {
                 return Err(FrameError::BadMethod);
             };
             Ok(match id {
@@ -309,7 +341,7 @@ pub fn parse_frame(line: &[u8]) -> Result<Frame, FrameError> {
                 },
                 None => Frame::Notification {
                     method,
-                    params: envelope.params.map_or_else(RawJson::null, RawJson::from),
+                    params: envelope.params.map_or_else(RawJson::null, RawJson::valid),
                 },
             })
         }
@@ -552,5 +584,233 @@ mod tests {
             parse(json!({"jsonrpc": "2.0", "id": 1, "error": {"code": 1}})),
             Err(FrameError::BadErrorObject)
         );
+    }
+
+    #[test]
+    fn the_lines_agents_write_are_read_by_the_scan_not_serde() {
+        let lines = [
+            encode_request(
+                &RequestId::Number(3),
+                "session/prompt",
+                &json!({"sessionId": "s", "prompt": [{"type": "text", "text": "a \"b\"\n\u{e9}\u{1F600}"}]}),
+            ),
+            encode_notification(
+                "session/update",
+                &json!({"sessionId": "s", "update": {"sessionUpdate": "tool_call", "rawInput": {"n": [1, -2.5e-3, true, false, null, {}, []]}}}),
+            ),
+            encode_response(&RequestId::Str("x".into()), &Ok(json!({"sessionId": "s"}))),
+            encode_response(
+                &RequestId::Number(9),
+                &Err(RpcError::new(-32002, "Resource not found: s").with_data(json!({"uri": "s"}))),
+            ),
+        ];
+        for line in lines {
+            let line = line.trim_end().as_bytes();
+            let scanned = jsonscan::envelope(line).expect("a plain line is scanned");
+            assert_eq!(Ok(scanned), serde_envelope(line));
+            assert_eq!(parse_frame(line), parse_frame_with_serde(line));
+        }
+        // And what the scan leaves to serde, serde still decides.
+        for line in [
+            &b"{\"jsonrpc\":\"2.0\",\t\"method\":\"m\"}"[..],
+            b"{\"jsonr\\u0070c\":\"2.0\",\"method\":\"m\"}",
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"method\":\"n\"}",
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"\\ud83d\\ude00\"}",
+        ] {
+            assert_eq!(jsonscan::envelope(line), None);
+            assert_eq!(parse_frame(line), parse_frame_with_serde(line));
+        }
+    }
+
+    /// A line from a small alphabet that hits every branch of the envelope scan: the six
+    /// members and escaped spellings of them, duplicates, `null`s, ids of every kind,
+    /// strings with every escape, surrogates and non-ASCII, numbers valid and not, nesting
+    /// past serde's depth limit, every whitespace byte; then cut, or with a byte replaced
+    /// (a control character, a quote, invalid UTF-8).
+    fn hostile_line() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        let ws = prop_oneof![
+            8 => prop::sample::select(vec!["", " ", "  "]),
+            1 => prop::sample::select(vec!["\t", "\r\n", "\n"]),
+        ];
+        let names = prop::sample::select(vec![
+            r#""jsonrpc""#,
+            r#""id""#,
+            r#""method""#,
+            r#""params""#,
+            r#""result""#,
+            r#""error""#,
+            r#""jsonr\u0070c""#,
+            r#""i\u0064""#,
+            r#""code""#,
+            r#""message""#,
+            r#""data""#,
+            r#""other""#,
+            r#""o\"t""#,
+        ]);
+        let plain = prop::sample::select(vec![
+            "null",
+            "true",
+            "false",
+            r#""2.0""#,
+            r#""1.0""#,
+            r#""2\u002e0""#,
+            "0",
+            "-0",
+            "7",
+            "-32002",
+            "1.5",
+            "1e400",
+            "-1.5E+3",
+            "9223372036854775807",
+            "9223372036854775808",
+            r#""""#,
+            r#""session/update""#,
+            r#""x \"q\" \\ \/ \b\f\n\r\t y""#,
+            r#""\u00e9\u20AC""#,
+            "\"\u{e9}\u{1F600}\"",
+            r#""}]{[,:""#,
+        ]);
+        let broken = prop::sample::select(vec![
+            "nul",
+            r#""2.0 ""#,
+            "2.0",
+            "1e",
+            "01",
+            "-",
+            ".5",
+            r#""\ud83d\ude00""#,
+            r#""\ud800""#,
+            r#""\uDC00x""#,
+            r#""\x""#,
+            r#""\u12G4""#,
+            "\"a\u{1}b\"",
+            "\"a\tb\"",
+        ]);
+        let leaf = prop_oneof![6 => plain, 1 => broken].prop_map(str::to_owned);
+        let member = |names: prop::sample::Select<&'static str>,
+                      ws: BoxedStrategy<&'static str>,
+                      value: BoxedStrategy<String>| {
+            (names, ws.clone(), ws, value).prop_map(|(n, a, b, v)| format!("{n}{a}:{b}{v}"))
+        };
+        let object = |members: BoxedStrategy<String>, ws: BoxedStrategy<&'static str>| {
+            (prop::collection::vec(members, 0..7), ws)
+                .prop_map(|(ms, w)| format!("{{{w}{}{w}}}", ms.join(&format!("{w},{w}"))))
+        };
+        let ws = ws.boxed();
+        let (inner_names, inner_ws) = (names.clone(), ws.clone());
+        let value = leaf
+            .prop_recursive(4, 48, 6, move |inner| {
+                prop_oneof![
+                    4 => object(member(inner_names.clone(), inner_ws.clone(), inner.clone()).boxed(), inner_ws.clone()),
+                    2 => prop::collection::vec(inner.clone(), 0..3)
+                        .prop_map(|vs| format!("[{}]", vs.join(","))),
+                    1 => (60usize..140, inner).prop_map(|(n, v)| format!(
+                        "{}{v}{}",
+                        "[".repeat(n),
+                        "]".repeat(n)
+                    )),
+                ]
+            })
+            .boxed();
+        // Mostly an object at the top, as a message is; sometimes any value.
+        let message = object(
+            member(names.clone(), ws.clone(), value.clone()).boxed(),
+            ws.clone(),
+        );
+        // The shape of a real message, with its parts drawn from the same alphabet.
+        let id = prop::sample::select(vec![
+            "",
+            r#","id":7"#,
+            r#","id":"x""#,
+            r#","id":null"#,
+            r#","id":1.5"#,
+        ]);
+        let method = prop::sample::select(vec![
+            "",
+            r#","method":"session/update""#,
+            r#","method":"m\u00e9""#,
+            r#","method":7"#,
+        ]);
+        let payload = prop::sample::select(vec![r#","params":"#, r#","result":"#, r#","error":"#]);
+        let error = prop::sample::select(vec![
+            r#"{"code":-32002,"message":"Resource not found: s","data":{"uri":"s"}}"#,
+            r#"{"code":-32603,"message":"m","data":null}"#,
+            r#"{"code":"x","message":"m"}"#,
+        ]);
+        let shaped = (
+            id,
+            method,
+            payload,
+            prop_oneof![3 => value.clone(), 1 => error.prop_map(str::to_owned)],
+            prop::collection::vec(member(names, ws.clone(), value.clone()).boxed(), 0..2),
+            ws,
+        )
+            .prop_map(|(id, method, payload, value, extra, w)| {
+                let extra: String = extra.iter().map(|m| format!(",{w}{m}")).collect();
+                format!("{{{w}\"jsonrpc\":\"2.0\"{id}{method}{payload}{w}{value}{extra}}}")
+            });
+        let line = prop_oneof![
+            2 => message,
+            3 => shaped,
+            1 => value,
+        ];
+        let mangle = prop_oneof![
+            8 => Just(None),
+            1 => (any::<prop::sample::Index>(), prop::sample::select(vec![
+                0u8, 0x1f, b'"', b'\\', b',', b'}', 0xff, 0xc3, 0x80,
+            ])).prop_map(Some),
+        ];
+        let cut = prop_oneof![8 => Just(None), 1 => any::<prop::sample::Index>().prop_map(Some)];
+        (line, mangle, cut).prop_map(|(text, mangle, cut)| {
+            let mut line = text.into_bytes();
+            if let (Some((at, byte)), false) = (mangle, line.is_empty()) {
+                let at = at.index(line.len());
+                line[at] = byte;
+            }
+            if let Some(at) = cut {
+                line.truncate(at.index(line.len() + 1));
+            }
+            line
+        })
+    }
+
+    /// The property below is not vacuous: the scan answers for a good share of the
+    /// generated lines (and leaves the rest to serde).
+    #[test]
+    fn the_scan_answers_for_many_hostile_lines_and_not_for_all() {
+        use proptest::strategy::{Strategy, ValueTree};
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let (mut scanned, mut framed, total) = (0, 0, 5_000);
+        for _ in 0..total {
+            let line = hostile_line().new_tree(&mut runner).unwrap().current();
+            if jsonscan::envelope(&line).is_some() {
+                scanned += 1;
+                framed += usize::from(parse_frame(&line).is_ok());
+            }
+        }
+        assert!(
+            scanned * 20 > total && scanned * 10 < total * 9,
+            "{scanned} of {total} scanned"
+        );
+        assert!(
+            framed * 100 > total,
+            "{framed} of {total} scanned and framed"
+        );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(20_000))]
+
+        /// Whenever the scan reads an envelope, serde reads the same one; and the frame
+        /// (or the error) of every line is serde's.
+        #[test]
+        fn the_scanned_envelope_is_serdes_envelope(line in hostile_line()) {
+            let shown = String::from_utf8_lossy(&line).into_owned();
+            if let Some(scanned) = jsonscan::envelope(&line) {
+                proptest::prop_assert_eq!(Ok(scanned), serde_envelope(&line), "{}", shown);
+            }
+            proptest::prop_assert_eq!(parse_frame(&line), parse_frame_with_serde(&line), "{}", shown);
+        }
     }
 }

@@ -141,6 +141,217 @@ fn skip_value(b: &[u8], at: usize) -> Option<usize> {
     }
 }
 
+/// The top-level members of a JSON-RPC message, each as its value's text (`None` when
+/// absent or `null`, as serde reads an `Option`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Envelope<'a> {
+    pub(crate) jsonrpc: Option<&'a str>,
+    pub(crate) id: Option<&'a str>,
+    pub(crate) method: Option<&'a str>,
+    pub(crate) params: Option<&'a str>,
+    pub(crate) result: Option<&'a str>,
+    pub(crate) error: Option<&'a str>,
+}
+
+/// How deep the validating walk follows nested arrays and objects before it leaves the
+/// line to serde: below serde_json's own limit (128), so nothing it refuses for depth is
+/// ever accepted here.
+const MAX_DEPTH: usize = 64;
+
+/// The envelope of `line` when it is, for certain, one JSON object that serde_json accepts
+/// and reads into the same envelope; `None` when serde must decide (anything unusual:
+/// control characters or tabs anywhere, escaped member names at the top level, a
+/// top-level member given twice, a `\u` escape of a surrogate, deep nesting, invalid
+/// JSON of any kind).
+///
+/// Unlike the rest of this module it validates: every byte of the line is checked
+/// against the JSON grammar (strings are skipped with `memchr` after one pass over the
+/// whole line for control characters and one UTF-8 check), so it can stand in for serde's
+/// validating pass over a message.
+pub(crate) fn envelope(line: &[u8]) -> Option<Envelope<'_>> {
+    // A byte below 0x20 is an error inside a string and whitespace (tab, CR, LF) outside:
+    // telling the two apart is serde's job. One pass without early exit, which the
+    // compiler vectorizes.
+    if line.iter().fold(false, |any, &c| any | (c < 0x20)) {
+        return None;
+    }
+    let text = std::str::from_utf8(line).ok()?;
+    let b = text.as_bytes();
+    let mut at = skip_spaces(b, 0);
+    if b.get(at) != Some(&b'{') {
+        return None;
+    }
+    at = skip_spaces(b, at + 1);
+    let mut envelope = Envelope::default();
+    // Which members were seen, `null` ones included: serde refuses a second one.
+    let mut seen = [false; 6];
+    if b.get(at) == Some(&b'}') {
+        at += 1;
+    } else {
+        loop {
+            if b.get(at) != Some(&b'"') {
+                return None;
+            }
+            let name_end = valid_string(b, at)?;
+            let name = text.get(at + 1..name_end - 1)?;
+            at = skip_spaces(b, name_end);
+            if b.get(at) != Some(&b':') {
+                return None;
+            }
+            let start = skip_spaces(b, at + 1);
+            let end = valid_value(b, start, MAX_DEPTH)?;
+            let value = text.get(start..end)?;
+            let slot = match name {
+                "jsonrpc" => Some((0, &mut envelope.jsonrpc)),
+                "id" => Some((1, &mut envelope.id)),
+                "method" => Some((2, &mut envelope.method)),
+                "params" => Some((3, &mut envelope.params)),
+                "result" => Some((4, &mut envelope.result)),
+                "error" => Some((5, &mut envelope.error)),
+                // An escaped name may spell one of the six.
+                _ if name.contains('\\') => return None,
+                _ => None,
+            };
+            if let Some((index, slot)) = slot {
+                if std::mem::replace(&mut seen[index], true) {
+                    return None;
+                }
+                *slot = (value != "null").then_some(value);
+            }
+            at = skip_spaces(b, end);
+            match b.get(at) {
+                Some(b',') => at = skip_spaces(b, at + 1),
+                Some(b'}') => {
+                    at += 1;
+                    break;
+                }
+                _ => return None,
+            }
+        }
+    }
+    (skip_spaces(b, at) == b.len()).then_some(envelope)
+}
+
+/// Past the spaces from `at` ([`envelope`] has ruled out every other whitespace byte).
+fn skip_spaces(b: &[u8], mut at: usize) -> usize {
+    while b.get(at) == Some(&b' ') {
+        at += 1;
+    }
+    at
+}
+
+/// The index just past the valid string that starts at `at` (a `"`); `None` if it is not
+/// one, or has a surrogate's `\u` escape. serde skips those unchecked too, so leaving them
+/// to serde costs speed only on such lines; it is caution, not a fence. The caller has
+/// checked the bytes for control characters and UTF-8.
+fn valid_string(b: &[u8], at: usize) -> Option<usize> {
+    let mut from = at + 1;
+    loop {
+        let hit = from + memchr::memchr2(b'"', b'\\', b.get(from..)?)?;
+        if b[hit] == b'"' {
+            return Some(hit + 1);
+        }
+        from = match b.get(hit + 1)? {
+            b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => hit + 2,
+            b'u' => {
+                let digits = b.get(hit + 2..hit + 6)?;
+                if !digits.iter().all(u8::is_ascii_hexdigit) {
+                    return None;
+                }
+                // Surrogates (D800–DFFF) are left to serde (see above).
+                if matches!(digits[0], b'd' | b'D') && !matches!(digits[1], b'0'..=b'7') {
+                    return None;
+                }
+                hit + 6
+            }
+            _ => return None,
+        };
+    }
+}
+
+/// The index just past the valid JSON value that starts at `at`, nested at most `depth`
+/// arrays or objects deep; `None` if there is none.
+fn valid_value(b: &[u8], at: usize, depth: usize) -> Option<usize> {
+    match *b.get(at)? {
+        b'"' => valid_string(b, at),
+        b'{' => {
+            let depth = depth.checked_sub(1)?;
+            let mut at = skip_spaces(b, at + 1);
+            if b.get(at) == Some(&b'}') {
+                return Some(at + 1);
+            }
+            loop {
+                if b.get(at) != Some(&b'"') {
+                    return None;
+                }
+                at = skip_spaces(b, valid_string(b, at)?);
+                if b.get(at) != Some(&b':') {
+                    return None;
+                }
+                at = skip_spaces(b, valid_value(b, skip_spaces(b, at + 1), depth)?);
+                match b.get(at)? {
+                    b',' => at = skip_spaces(b, at + 1),
+                    b'}' => return Some(at + 1),
+                    _ => return None,
+                }
+            }
+        }
+        b'[' => {
+            let depth = depth.checked_sub(1)?;
+            let mut at = skip_spaces(b, at + 1);
+            if b.get(at) == Some(&b']') {
+                return Some(at + 1);
+            }
+            loop {
+                at = skip_spaces(b, valid_value(b, at, depth)?);
+                match b.get(at)? {
+                    b',' => at = skip_spaces(b, at + 1),
+                    b']' => return Some(at + 1),
+                    _ => return None,
+                }
+            }
+        }
+        b't' => literal(b, at, b"true"),
+        b'f' => literal(b, at, b"false"),
+        b'n' => literal(b, at, b"null"),
+        b'-' | b'0'..=b'9' => valid_number(b, at),
+        _ => None,
+    }
+}
+
+fn literal(b: &[u8], at: usize, word: &[u8]) -> Option<usize> {
+    (b.get(at..at + word.len())? == word).then_some(at + word.len())
+}
+
+/// The index just past the number at `at`: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`.
+fn valid_number(b: &[u8], mut at: usize) -> Option<usize> {
+    let digits = |b: &[u8], at: usize| {
+        let n = b.get(at..).map_or(0, |rest| {
+            rest.iter().take_while(|c| c.is_ascii_digit()).count()
+        });
+        (n > 0).then_some(at + n)
+    };
+    if b.get(at) == Some(&b'-') {
+        at += 1;
+    }
+    at = match b.get(at)? {
+        b'0' => at + 1,
+        b'1'..=b'9' => digits(b, at)?,
+        _ => return None,
+    };
+    if b.get(at) == Some(&b'.') {
+        at = digits(b, at + 1)?;
+    }
+    if matches!(b.get(at), Some(b'e' | b'E')) {
+        at += 1;
+        if matches!(b.get(at), Some(b'+' | b'-')) {
+            at += 1;
+        }
+        at = digits(b, at)?;
+    }
+    Some(at)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
