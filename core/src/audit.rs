@@ -58,6 +58,9 @@ struct TurnRec {
     exhausted: u32,
     delivered: u64,
     cancel_requested: bool,
+    /// The provider accepted it (a callback the core took): every later dispatch is a
+    /// re-prompt, after a recovery or after a restart that resumed it without one.
+    accepted: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -215,6 +218,11 @@ impl Auditor {
                 self.bindings.insert(*execution, (*attempt, *generation));
             }
             (Input::Callback(cb), Verdict::Accepted) => {
+                if let RuntimeEvent::PromptAccepted { turn } = cb.event {
+                    if let Some(t) = self.turns.get_mut(&(cb.session, turn)) {
+                        t.accepted = true;
+                    }
+                }
                 let Some(attempt) = cb.attempt else {
                     if self
                         .sessions
@@ -537,7 +545,11 @@ impl Auditor {
                             "session {session}: dispatch of ended turn {turn}"
                         );
                     }
-                    let expected_blocks = u8::from(t.recoveries > 0);
+                    // A restart resumes an accepted turn without a recovery step; its
+                    // re-prompt carries the block all the same. (A turn the restored core
+                    // never saw accepted is rolled back, never dispatched again.)
+                    let rewrapped = t.recoveries > 0 || t.accepted;
+                    let expected_blocks = u8::from(rewrapped);
                     if request.replay_blocks != expected_blocks {
                         fail!(
                             "R8-replay-once",
@@ -546,7 +558,7 @@ impl Auditor {
                             t.recoveries
                         );
                     }
-                    if t.recoveries > 0 && request.delivered_through != t.delivered {
+                    if rewrapped && request.delivered_through != t.delivered {
                         fail!("R9-partial-output", "session {session} turn {turn}: replay resumes after {} but {} were delivered", request.delivered_through, t.delivered);
                     }
                     t.dispatches += 1;

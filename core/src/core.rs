@@ -644,6 +644,14 @@ impl Core {
                     at,
                 });
             }
+            Some(RecoveryDecision::Resume { at }) => {
+                let turn = self
+                    .sess(session)
+                    .turn
+                    .map(|t| t.id)
+                    .expect("decided on a turn");
+                self.timers.insert((at, Timer::Recovery(session, turn)));
+            }
             Some(RecoveryDecision::Exhausted) => {
                 let turn = self
                     .sess(session)

@@ -616,7 +616,14 @@ impl Core {
                 }
             }
             let mut ended = None;
+            // The runtime an accepted turn is on (or the one its live attempt is starting)
+            // died with the previous incarnation: that loss is the orchestrator's, and
+            // resumes the turn without using up a recovery step.
+            let inherited = s.live.and_then(|l| l.execution);
             if let Some(t) = s.turn.as_mut() {
+                t.restart_grace = t.accepted_once
+                    && (t.execution().is_some()
+                        || (t.phase == TurnPhase::WaitingRuntime && inherited.is_some()));
                 match t.phase {
                     TurnPhase::Recovering { at } => {
                         self.timers.insert((at, Timer::Recovery(id, t.id)));

@@ -52,6 +52,12 @@ pub(crate) struct Turn {
     pub(crate) recovery_generation: u32,
     /// Events delivered to the caller (caller sequence numbers 1..=delivered).
     pub(crate) delivered: u64,
+    /// Set by a restore for an accepted turn whose runtime died with the previous
+    /// incarnation: that loss is the orchestrator's, not the provider's, so it resumes
+    /// the turn without using up a recovery step. Cleared by the turn's next loss. Not
+    /// persisted: every restore decides it afresh.
+    #[serde(skip)]
+    pub(crate) restart_grace: bool,
     /// The next runtime sequence number expected in the current dispatch.
     pub(crate) runtime_next: u64,
 }
@@ -68,6 +74,7 @@ impl Turn {
             recovery_generation: 0,
             delivered: 0,
             runtime_next: 1,
+            restart_grace: false,
         }
     }
 
@@ -123,6 +130,10 @@ pub(crate) enum RecoveryDecision {
     EndFailed,
     /// Start recovery step `step` (1-based) at `at`.
     Recover { step: u32, at: Timestamp },
+    /// The runtime died with the previous orchestrator incarnation: resume the turn now,
+    /// without a recovery step (no `recovery_started`; the re-prompt carries the replay
+    /// block as a recovery's does).
+    Resume { at: Timestamp },
     /// The schedule is used up: record exhaustion once and fail the turn.
     Exhausted,
 }
@@ -138,6 +149,10 @@ pub(crate) fn decide_recovery(
     }
     if delays_ms.is_empty() {
         return RecoveryDecision::EndFailed;
+    }
+    if std::mem::take(&mut turn.restart_grace) {
+        turn.phase = TurnPhase::Recovering { at: now };
+        return RecoveryDecision::Resume { at: now };
     }
     let started = usize::from(turn.recoveries_started);
     if let Some(&delay) = delays_ms.get(started) {
@@ -197,6 +212,45 @@ mod tests {
             RecoveryDecision::Exhausted
         );
         assert_eq!(usize::from(t.recoveries_started), delays.len());
+    }
+
+    #[test]
+    fn a_restart_resumes_the_turn_without_a_recovery_step() {
+        let mut t = accepted_turn();
+        let delays = [1000, 2000];
+        t.restart_grace = true;
+        let now = Timestamp::ZERO.plus_millis(5);
+        assert_eq!(
+            decide_recovery(&mut t, &delays, now),
+            RecoveryDecision::Resume { at: now }
+        );
+        assert_eq!(t.recoveries_started, 0);
+        assert!(!t.restart_grace, "the grace covers one loss only");
+        // The next loss is the provider's: it takes the first step of the schedule.
+        assert_eq!(
+            decide_recovery(&mut t, &delays, now),
+            RecoveryDecision::Recover {
+                step: 1,
+                at: now.plus_millis(1000)
+            }
+        );
+    }
+
+    #[test]
+    fn a_restart_does_not_resume_a_turn_when_recovery_is_disabled_or_cancelled() {
+        let mut t = accepted_turn();
+        t.restart_grace = true;
+        assert_eq!(
+            decide_recovery(&mut t, &[], Timestamp::ZERO),
+            RecoveryDecision::EndFailed
+        );
+        let mut t = accepted_turn();
+        t.restart_grace = true;
+        t.user_cancelled = true;
+        assert_eq!(
+            decide_recovery(&mut t, &[1], Timestamp::ZERO),
+            RecoveryDecision::EndCancelled
+        );
     }
 
     #[test]

@@ -1780,3 +1780,67 @@ fn a_conversation_request_no_longer_awaited_is_revoked() {
     assert!(!h.core().session_busy(s(1)));
     h.assert_clean();
 }
+
+/// Issue 11, found by the stack world (`stack-crash-restart` seed 4 before the fix): each
+/// restart of the orchestrator under an accepted turn used up one of the turn's recovery
+/// steps, so restarts alone, with no provider failure, exhausted it. A restart now resumes
+/// the turn at once with the replay block and no `recovery_started`; the schedule stays
+/// whole for the provider's own failures.
+#[test]
+fn restarts_under_an_accepted_turn_do_not_use_up_its_recovery_steps() {
+    let mut h = H::default();
+    let steps = h.core().config().recovery_delays_ms.len();
+    assert!(steps >= 1);
+    assert_eq!(h.prompt(1, 1), Verdict::Claimed);
+    let (mut a, mut g) = h.ready(1, 1);
+    h.accept(1, 1, a, g, 1);
+    let mut exec = 1;
+    for k in 0..=steps as u64 {
+        h.restart();
+        // The runtime died with the previous incarnation; the embedder reports it.
+        assert_eq!(
+            h.cb(
+                1,
+                exec,
+                Some(a),
+                g,
+                RuntimeEvent::Exited {
+                    stamp: stamp(50 + k)
+                }
+            ),
+            Verdict::Accepted
+        );
+        h.advance(1);
+        exec += 1;
+        (a, g) = h.ready(1, exec);
+        let blocks = h.last().iter().find_map(|x| match x {
+            Effect::DispatchPrompt { request, .. } => Some(request.replay_blocks),
+            _ => None,
+        });
+        assert_eq!(
+            blocks,
+            Some(1),
+            "the resumed turn's re-prompt: {:?}",
+            h.last()
+        );
+        h.accept(1, exec, a, g, 1);
+    }
+    assert_eq!(h.count(|x| matches!(x, Effect::RecoveryStarted { .. })), 0);
+    assert_eq!(h.count(|x| matches!(x, Effect::TurnEnded { .. })), 0);
+    // The provider's own failure still takes the first step of the schedule.
+    assert_eq!(
+        h.cb(
+            1,
+            exec,
+            Some(a),
+            g,
+            RuntimeEvent::Exited { stamp: stamp(99) }
+        ),
+        Verdict::Accepted
+    );
+    assert_eq!(
+        h.count(|x| matches!(x, Effect::RecoveryStarted { step: 1, .. })),
+        1
+    );
+    h.assert_clean();
+}

@@ -26,9 +26,33 @@ use crate::world::plan::DiskFaultClass;
 /// value works; deadlines only take differences.
 const UNIX_START_MS: u64 = 1_767_225_600_000;
 /// The most milliseconds between a kill and its signs (stdout EOF, the exit status).
-const DYING_MS: u64 = 20;
+pub(crate) const DYING_MS: u64 = 20;
 /// Bytes of an in-memory pipe: a real pipe's default capacity on Linux.
 const PIPE_BYTES: usize = 64 * 1024;
+/// Launcher processes (the codex npm launcher's node process) get pids from here on, apart
+/// from the agents' own, so that an agent's pid (and the behaviour drawn from it) does not
+/// depend on which agents before it had launchers.
+const LAUNCHER_PIDS: u32 = 500_000;
+
+#[cfg(test)]
+thread_local! {
+    /// Test only: the platform's signals reach only an agent tree's top process (the
+    /// launcher), never its group, and nothing takes down what is left of the tree: the
+    /// fence `process.rs` keeps with process groups, broken.
+    pub(crate) static SIGNALS_REACH_TOP_ONLY: std::cell::Cell<bool> =
+        const { std::cell::Cell::new(false) };
+}
+
+fn signals_reach_top_only() -> bool {
+    #[cfg(test)]
+    {
+        SIGNALS_REACH_TOP_ONLY.with(std::cell::Cell::get)
+    }
+    #[cfg(not(test))]
+    {
+        false
+    }
+}
 
 /// One agent process, as the environment knows it.
 #[derive(Debug, Clone)]
@@ -38,6 +62,11 @@ pub(crate) struct ProcTruth {
     pub(crate) alive: bool,
     /// Its watchdog is armed: the tree dies with the supervisor.
     pub(crate) guarded: bool,
+    /// When it died (simulated ms).
+    pub(crate) died_at_ms: Option<u64>,
+    /// It was taken down with its crashed supervisor (the watchdog), not by its own
+    /// failure or the supervisor's decision.
+    pub(crate) died_with_supervisor: bool,
 }
 
 /// A prompt an agent really received.
@@ -66,6 +95,8 @@ pub(crate) struct EnvState {
     pub(crate) next_ignores_eof: bool,
     /// The running agent exits right after it answers its next prompt.
     pub(crate) exit_after_answer: bool,
+    /// Launchers started so far.
+    launchers: u32,
     /// Kill switches of live agents.
     pub(crate) kills: BTreeMap<u32, watch::Sender<bool>>,
     pub(crate) incarnation: u32,
@@ -197,6 +228,8 @@ impl Platform for SimPlatform {
                     incarnation: self.incarnation,
                     alive: true,
                     guarded: false,
+                    died_at_ms: None,
+                    died_with_supervisor: false,
                 },
             );
             env.kills.insert(pid, kill_tx);
@@ -206,6 +239,26 @@ impl Platform for SimPlatform {
         if ignores_eof {
             behaviour.exits_on_eof = false;
         }
+        // The codex npm launcher: the supervisor's child is the launcher, which runs the
+        // real agent as its own child and passes its stdio on.
+        let top = behaviour.launcher.then(|| {
+            let mut env = lock(&self.env);
+            env.launchers += 1;
+            let launcher = LAUNCHER_PIDS + env.launchers;
+            env.procs.insert(
+                launcher,
+                ProcTruth {
+                    incarnation: self.incarnation,
+                    alive: true,
+                    guarded: false,
+                    died_at_ms: None,
+                    died_with_supervisor: false,
+                },
+            );
+            let (kill_tx, kill_rx) = watch::channel(false);
+            env.kills.insert(launcher, kill_tx);
+            (launcher, kill_rx)
+        });
         let model = AgentModel::new(
             format!("p{pid}"),
             behaviour,
@@ -223,14 +276,31 @@ impl Platform for SimPlatform {
             kill_rx,
             exit_tx,
         ));
+        let (child, exit) = match top {
+            None => (pid, exit_rx.clone()),
+            Some((launcher, kill)) => {
+                let (launcher_tx, launcher_rx) = watch::channel(None);
+                madsim::task::spawn(launcher_process(
+                    self.env.clone(),
+                    self.start,
+                    launcher,
+                    kill,
+                    exit_rx.clone(),
+                    launcher_tx,
+                ));
+                (launcher, launcher_rx)
+            }
+        };
         Ok(SpawnedAgent {
-            pid: Some(pid),
+            pid: Some(child),
             stdin: Box::new(ours_in),
             stdout: Box::new(ours_out),
             tree: Box::new(SimTree {
                 env: self.env.clone(),
-                pid,
-                exit: exit_rx,
+                child,
+                agent: pid,
+                exit,
+                agent_exit: exit_rx,
             }),
         })
     }
@@ -325,6 +395,7 @@ async fn agent_process(
         let mut e = lock(&env);
         if let Some(p) = e.procs.get_mut(&pid) {
             p.alive = false;
+            p.died_at_ms = Some(now_ms(start));
         }
         e.kills.remove(&pid);
     }
@@ -332,17 +403,54 @@ async fn agent_process(
     exit.send_replace(Some(status));
 }
 
-/// An agent's process tree: one process.
+/// A launcher: waits for the real agent, its child, and exits with its status; killed, it
+/// dies alone (its child keeps running, reparented, until something kills the group).
+async fn launcher_process(
+    env: Env,
+    start: Duration,
+    pid: u32,
+    mut kill: watch::Receiver<bool>,
+    mut agent_exit: watch::Receiver<Option<ProcessExit>>,
+    exit: watch::Sender<Option<ProcessExit>>,
+) {
+    let status = tokio::select! {
+        biased;
+        _ = kill.wait_for(|k| *k) => ProcessExit::Signal(9),
+        status = agent_exit.wait_for(Option::is_some) => {
+            status.ok().and_then(|s| *s).unwrap_or(ProcessExit::Unknown)
+        }
+    };
+    {
+        let mut e = lock(&env);
+        if let Some(p) = e.procs.get_mut(&pid) {
+            p.alive = false;
+            p.died_at_ms = Some(now_ms(start));
+        }
+        e.kills.remove(&pid);
+    }
+    exit.send_replace(Some(status));
+}
+
+/// An agent's process tree: the agent, or a launcher and the agent it runs.
 struct SimTree {
     env: Env,
-    pid: u32,
+    /// The supervisor's direct child: the launcher, or the agent itself.
+    child: u32,
+    /// The real agent.
+    agent: u32,
+    /// The direct child's exit.
     exit: watch::Receiver<Option<ProcessExit>>,
+    /// The real agent's exit.
+    agent_exit: watch::Receiver<Option<ProcessExit>>,
 }
 
 impl AgentTree for SimTree {
     fn arm(&mut self) -> BoxFuture<'_, ()> {
-        if let Some(p) = lock(&self.env).procs.get_mut(&self.pid) {
-            p.guarded = true;
+        let mut env = lock(&self.env);
+        for pid in [self.child, self.agent] {
+            if let Some(p) = env.procs.get_mut(&pid) {
+                p.guarded = true;
+            }
         }
         Box::pin(std::future::ready(()))
     }
@@ -357,16 +465,24 @@ impl AgentTree for SimTree {
     }
 
     fn signal(&mut self, _signal: TreeSignal) {
-        // The real agents die on SIGTERM as on SIGKILL.
-        lock(&self.env).kill(self.pid);
+        // The real agents (and the launcher) die on SIGTERM as on SIGKILL.
+        let mut env = lock(&self.env);
+        env.kill(self.child);
+        if !signals_reach_top_only() {
+            env.kill(self.agent);
+        }
     }
 
     fn kill_child(&mut self) {
-        lock(&self.env).kill(self.pid);
+        lock(&self.env).kill(self.child);
     }
 
     fn take_down(&mut self, _kill: bool) -> BoxFuture<'_, bool> {
-        Box::pin(std::future::ready(true))
+        if signals_reach_top_only() {
+            return Box::pin(std::future::ready(true));
+        }
+        lock(&self.env).kill(self.agent);
+        Box::pin(async move { self.agent_exit.wait_for(Option::is_some).await.is_ok() })
     }
 
     fn disarm(self: Box<Self>) -> BoxFuture<'static, ()> {

@@ -11,7 +11,9 @@
 //!
 //! Faults the environment injects: an agent's exit at any point (`provider_exit`), right
 //! after it answers a prompt (`exit_after_turn`, the next prompt may find it dying), an
-//! agent that ignores stdin EOF (`late_callback`), a caller that stops reading
+//! agent that ignores stdin EOF (`late_callback`), agents whose behaviour runs them
+//! through a launcher (the codex npm launcher: a launcher process and the agent it starts,
+//! one process tree), a caller that stops reading
 //! (`caller_stall`), disk faults, and crash-restarts of the supervisor itself: its tasks
 //! are aborted, the watchdog takes down the agents it guarded, and a new incarnation starts
 //! from whatever reached the simulated disk; the caller re-sends the prompts no incarnation
@@ -87,7 +89,11 @@ impl Console for SimConsole {
             let now = env::now_ms(self.start);
             let agent_prompts = lock(&self.env).prompts.len();
             let line = lock_watch(&self.watch).tracer.client(now, event);
-            oracle::lock(&self.log).event(self.incarnation, agent_prompts, event.clone(), line);
+            let mut log = oracle::lock(&self.log);
+            if let SessionEvent::TurnEnded { turn, .. } = event {
+                log.ended_at.entry(*turn).or_insert(now);
+            }
+            log.event(self.incarnation, agent_prompts, event.clone(), line);
         })
     }
 
@@ -315,6 +321,9 @@ pub(crate) async fn run(
                 .map(|(pid, _)| *pid)
                 .collect();
             for pid in guarded {
+                if let Some(p) = e.procs.get_mut(&pid) {
+                    p.died_with_supervisor = true;
+                }
                 e.kill(pid);
             }
         }
@@ -337,7 +346,8 @@ pub(crate) async fn run(
         let idx = lock_watch(&watch).tracer.note(now, "oracle", "judge", &[]);
         let e = lock(&env);
         let l = oracle::lock(&log);
-        violation = oracle::judge(&e, &l, &prompts, finished, idx).err();
+        let schedule = config.core.recovery_delays_ms.len();
+        violation = oracle::judge(&e, &l, &prompts, schedule, finished, idx).err();
     }
     if let Some(v) = &violation {
         let now = env::now_ms(start);
@@ -400,4 +410,56 @@ fn apply(env: &Env, log: &Arc<Mutex<CallerLog>>, f: &Fault, now: u64) -> bool {
         | FaultKind::Jitter { .. } => {}
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::scenario::Scenario;
+    use crate::world::run_seed;
+
+    /// Seeds of `stack-basic` tried: about one in five ends with a launcher whose agent
+    /// ignores stdin EOF.
+    const SEEDS: u64 = 40;
+
+    fn stack_basic() -> Scenario {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/stack-basic.toml");
+        Scenario::load(&path).expect("the shipped scenario loads")
+    }
+
+    /// The seeds of `stack-basic` that fail `invariant`, each on a fresh thread (as the
+    /// runner runs them), with the platform's group signals broken or not.
+    fn failing(invariant: &str, signals_reach_top_only: bool) -> Vec<u64> {
+        let scenario = stack_basic();
+        (1..=SEEDS)
+            .filter(|&seed| {
+                let scenario = scenario.clone();
+                let outcome = std::thread::spawn(move || {
+                    super::env::SIGNALS_REACH_TOP_ONLY.with(|b| b.set(signals_reach_top_only));
+                    run_seed(&scenario, seed, None, None)
+                })
+                .join()
+                .expect("a seed's thread does not panic");
+                outcome.violation.is_some_and(|v| v.invariant == invariant)
+            })
+            .collect()
+    }
+
+    /// `S-agent-outlives-supervisor` can fail: when the platform's signals reach only the
+    /// top of an agent's tree (the codex npm launcher) and nothing takes down the rest,
+    /// the agent the launcher runs (one that ignores stdin EOF) outlives the supervisor.
+    #[test]
+    fn an_agent_outlives_a_supervisor_whose_signals_reach_only_the_launcher() {
+        let caught = failing("S-agent-outlives-supervisor", true);
+        assert!(
+            !caught.is_empty(),
+            "no seed of 1..={SEEDS} caught the broken group signals"
+        );
+        let fenced = failing("S-agent-outlives-supervisor", false);
+        assert!(
+            fenced.is_empty(),
+            "with the process-group fence in place, seeds {fenced:?} still left an agent running"
+        );
+    }
 }

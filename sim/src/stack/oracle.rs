@@ -13,6 +13,11 @@
 //!   marked it delivered was not; the caller drops it by its seq.)
 //! - `S-persist-failure-hidden`: an incarnation whose state-file writes failed tells its
 //!   caller (a message) and does not exit 0.
+//! - `S-restart-spends-recovery`: a turn the caller saw end `Failed` had more of its
+//!   runtimes fail than the recovery schedule has steps (with a non-empty schedule),
+//!   counting the agent processes that died while it was in flight and not
+//!   the ones taken down with a crashed supervisor: a supervisor restart resumes an
+//!   in-flight turn without using up one of its recovery steps (issue 11, third bug).
 //! - `S-agent-outlives-supervisor`: no agent process runs once its supervisor exited.
 //! - `S-exit-0-unfinished`: exit 0 only when every claimed turn completed.
 //! - `S-no-exit`: the supervise loop exits within the run (its caller closed stdin).
@@ -45,6 +50,8 @@ pub(crate) struct CallerLog {
     pub(crate) claimed_at: Vec<u64>,
     /// The trace line (`caller claimed`) of each of `claimed`.
     pub(crate) claimed_lines: Vec<u64>,
+    /// When the caller got each turn's (first) end (simulated ms).
+    pub(crate) ended_at: BTreeMap<TurnId, u64>,
     /// Exits: incarnation, code, agents still alive at the exit.
     pub(crate) exits: Vec<(u32, u8, Vec<u32>)>,
     /// The trace line (`world supervisor_exited`) of each of `exits`.
@@ -110,6 +117,7 @@ pub(crate) fn judge(
     env: &EnvState,
     log: &CallerLog,
     _prompts: &[String],
+    schedule: usize,
     finished: bool,
     idx: u64,
 ) -> Result<(), Violation> {
@@ -181,6 +189,39 @@ pub(crate) fn judge(
                     *line,
                 ));
             }
+        }
+    }
+    for ((incarnation, turn, text), claimed_at) in log.claimed.iter().zip(&log.claimed_at) {
+        // An empty schedule disables recovery: the turn fails at its first loss, whatever
+        // it was (and says so).
+        if schedule == 0 || !matches!(ended.get(turn), Some((TurnOutcome::Failed, _, _, _))) {
+            continue;
+        }
+        let ended_line = ended.get(turn).map_or(idx, |e| e.3);
+        let ended_at = log.ended_at.get(turn).copied().unwrap_or(u64::MAX);
+        // A runtime killed just before the claim may be the one the turn was sent to.
+        let from = claimed_at.saturating_sub(super::env::DYING_MS);
+        let failed = env
+            .procs
+            .values()
+            .filter(|p| !p.died_with_supervisor)
+            .filter(|p| p.died_at_ms.is_some_and(|at| at >= from && at <= ended_at))
+            .count();
+        let restarts = env
+            .procs
+            .values()
+            .filter(|p| p.died_with_supervisor)
+            .filter(|p| p.died_at_ms.is_some_and(|at| at >= from && at <= ended_at))
+            .count();
+        if failed <= schedule {
+            return Err(v(
+                "S-restart-spends-recovery",
+                format!(
+                    "turn {} ({text:?}, claimed by incarnation {incarnation}) ended Failed with a recovery schedule of {schedule} step(s), but only {failed} of its runtimes failed ({restarts} went down with a crashed supervisor)",
+                    turn.get()
+                ),
+                ended_line,
+            ));
         }
     }
     for (i, (incarnation, code, alive)) in log.exits.iter().enumerate() {
@@ -266,12 +307,141 @@ pub(crate) fn judge(
 
 #[cfg(test)]
 mod tests {
-    use palisade_core::{ExecutionId, SessionId};
+    //! The checker fed recorded histories: each invariant fails on a history that breaks
+    //! it and holds on the same history without the break.
 
+    use palisade_core::{ExecutionId, SessionId};
+    use palisade_embed::FailureCause;
+
+    use super::super::env::{ProcTruth, Received};
     use super::*;
 
     fn turn(n: u64) -> TurnId {
-        TurnId::new(n).expect("non-zero")
+        TurnId::new(n).expect("not zero")
+    }
+
+    fn ended(n: u64, outcome: TurnOutcome, cause: Option<FailureCause>) -> SessionEvent {
+        SessionEvent::TurnEnded {
+            session: SessionId::new(1).expect("not zero"),
+            turn: turn(n),
+            outcome,
+            stop_reason: None,
+            cause,
+        }
+    }
+
+    /// One turn, claimed at 10 ms by incarnation 1, whose end the caller got at 900 ms
+    /// after the agents had received `prompts_before_end` prompts; the supervisor exited 0
+    /// with nothing running.
+    fn history(event: SessionEvent, prompts_before_end: usize) -> CallerLog {
+        let mut log = CallerLog::default();
+        log.claimed.push((1, turn(1), "prompt-1".into()));
+        log.claimed_at.push(10);
+        log.ended_at.insert(turn(1), 900);
+        log.event(1, prompts_before_end, event, 3);
+        log.exits.push((1, 0, Vec::new()));
+        log
+    }
+
+    fn received(at_ms: u64) -> Received {
+        Received {
+            at_ms,
+            text: "prompt-1".into(),
+        }
+    }
+
+    /// The agent received the prompt at 20 ms; the environment's last disruption came
+    /// when it was claimed.
+    fn environment() -> EnvState {
+        let mut env = EnvState::default();
+        env.prompts.push(received(20));
+        env.last_disruption_ms = 10;
+        env
+    }
+
+    fn dead(at_ms: u64, with_supervisor: bool) -> ProcTruth {
+        ProcTruth {
+            incarnation: 1,
+            alive: false,
+            guarded: true,
+            died_at_ms: Some(at_ms),
+            died_with_supervisor: with_supervisor,
+        }
+    }
+
+    fn caught(env: &EnvState, log: &CallerLog, schedule: usize) -> Option<String> {
+        judge(env, log, &[], schedule, true, 0)
+            .err()
+            .map(|v| v.invariant)
+    }
+
+    #[test]
+    fn a_completed_turn_an_agent_receives_again_is_caught() {
+        let log = history(ended(1, TurnOutcome::Completed, None), 1);
+        let mut env = environment();
+        assert_eq!(caught(&env, &log, 3), None);
+        env.prompts.push(received(1500));
+        assert_eq!(
+            caught(&env, &log, 3).as_deref(),
+            Some("S-completed-turn-rerun")
+        );
+    }
+
+    #[test]
+    fn a_turn_that_ends_without_completing_and_without_a_cause_is_caught() {
+        let env = environment();
+        let told = history(
+            ended(1, TurnOutcome::RolledBack, Some(FailureCause::CoreDeadline)),
+            1,
+        );
+        assert_eq!(caught(&env, &told, 3), None);
+        let untold = history(ended(1, TurnOutcome::RolledBack, None), 1);
+        assert_eq!(
+            caught(&env, &untold, 3).as_deref(),
+            Some("S-end-without-cause")
+        );
+    }
+
+    #[test]
+    fn a_turn_failed_by_supervisor_restarts_alone_is_caught() {
+        let cause = Some(FailureCause::SupervisorRestarted);
+        let log = history(ended(1, TurnOutcome::Failed, cause), 1);
+        let mut env = environment();
+        // Three restarts and one agent failure under it: a schedule of two steps was
+        // not used up by the agents.
+        for (pid, at) in [(1001, 100), (1002, 300), (1003, 500)] {
+            env.procs.insert(pid, dead(at, true));
+        }
+        env.procs.insert(1004, dead(700, false));
+        assert_eq!(
+            caught(&env, &log, 2).as_deref(),
+            Some("S-restart-spends-recovery")
+        );
+        // Two more agent failures use it up: the turn may fail.
+        env.procs.insert(1005, dead(800, false));
+        env.procs.insert(1006, dead(850, false));
+        assert_eq!(caught(&env, &log, 2), None);
+        // Deaths outside the turn do not count.
+        env.procs.remove(&1006);
+        env.procs.insert(1007, dead(2000, false));
+        assert_eq!(
+            caught(&env, &log, 2).as_deref(),
+            Some("S-restart-spends-recovery")
+        );
+        // An empty schedule fails the turn at its first loss, whatever it was.
+        assert_eq!(caught(&env, &log, 0), None);
+    }
+
+    #[test]
+    fn an_agent_running_when_its_supervisor_exited_is_caught() {
+        let mut log = history(ended(1, TurnOutcome::Completed, None), 1);
+        let env = environment();
+        assert_eq!(caught(&env, &log, 3), None);
+        log.exits[0].2.push(1001);
+        assert_eq!(
+            caught(&env, &log, 3).as_deref(),
+            Some("S-agent-outlives-supervisor")
+        );
     }
 
     /// A caller log with one claimed prompt (on trace line 5) that never ended.
@@ -289,7 +459,7 @@ mod tests {
         let mut log = unfinished_log();
         log.exits.push((1, 0, Vec::new()));
         log.exit_lines.push(9);
-        let v = judge(&EnvState::default(), &log, &[], true, 40).unwrap_err();
+        let v = judge(&EnvState::default(), &log, &[], 3, true, 40).unwrap_err();
         assert_eq!(v.invariant, "S-exit-0-unfinished");
         assert_eq!(v.events, vec![5]);
     }
@@ -303,11 +473,11 @@ mod tests {
             conversation: "sess-1".into(),
         };
         log.event(1, 0, loading, 7);
-        let v = judge(&EnvState::default(), &log, &[], false, 40).unwrap_err();
+        let v = judge(&EnvState::default(), &log, &[], 3, false, 40).unwrap_err();
         assert_eq!(v.invariant, "S-no-exit");
         assert_eq!(v.events, vec![7]);
         // With nothing to point at, the judgement's own line.
-        let v = judge(&EnvState::default(), &unfinished_log(), &[], false, 40).unwrap_err();
+        let v = judge(&EnvState::default(), &unfinished_log(), &[], 3, false, 40).unwrap_err();
         assert_eq!(v.events, vec![40]);
     }
 }
