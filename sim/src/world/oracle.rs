@@ -68,6 +68,8 @@ pub(crate) struct ProcTruth {
 /// One prompt as an agent received it.
 #[derive(Debug, Clone)]
 pub(crate) struct PromptTruth {
+    /// The agent process that received it.
+    pub(crate) exec: ExecutionId,
     /// The client text it carried (replay blocks stripped).
     pub(crate) original: String,
     /// Events written, in order.
@@ -105,6 +107,9 @@ pub(crate) struct SentTurn {
     /// `turn_ended` the client got for it.
     pub(crate) sent_line: u64,
     pub(crate) ended_line: Option<u64>,
+    /// The prompt whose answer completed the turn (see [`Oracle::completer`]), fixed when
+    /// the client saw the turn complete.
+    pub(crate) completed_by: Option<String>,
 }
 
 /// Per session, what its client got.
@@ -316,6 +321,7 @@ impl Oracle {
                 self.prompts.insert(
                     tag.clone(),
                     PromptTruth {
+                        exec,
                         original: original.clone(),
                         events: Vec::new(),
                         answered: None,
@@ -545,6 +551,10 @@ impl Oracle {
             SessionEvent::TurnEnded { turn, outcome, .. } => {
                 *self.responses.entry(session).or_insert(0) += 1;
                 self.clients.entry(session).or_default().last_response_line = Some(idx);
+                let completer = match (outcome, self.turns.get(&(session, *turn))) {
+                    (TurnOutcome::Completed, Some(t)) => self.completer(session, &t.text),
+                    _ => None,
+                };
                 let Some(t) = self.turns.get_mut(&(session, *turn)) else {
                     return self.check(
                         false,
@@ -555,6 +565,9 @@ impl Oracle {
                 };
                 let again = t.ended.replace(*outcome);
                 t.ended_line.get_or_insert(idx);
+                if again.is_none() {
+                    t.completed_by = completer;
+                }
                 let (outputs, explained) = (t.outputs, t.explained);
                 self.check(
                     again.is_none(),
@@ -662,6 +675,35 @@ impl Oracle {
                 Ok(())
             }
         }
+    }
+
+    /// The prompt that completed a turn with `text`, judged when the client sees the turn
+    /// complete: of the prompts carrying that text that an agent had already answered
+    /// (`end_turn` or cancelled), the last one the execution serving the client's
+    /// conversation received, else the last one any agent received. A prompt an agent
+    /// received or answered only after that (a dispatch to a runtime the core had already
+    /// given up on, delayed on its way) cannot have completed the turn, and neither can
+    /// an earlier prompt on a runtime the client no longer talks to when the serving one
+    /// answered too.
+    fn completer(&self, session: u32, text: &str) -> Option<String> {
+        let serving = self
+            .clients
+            .get(&session)
+            .and_then(|c| c.conversation.as_ref())
+            .map(|(_, exec)| *exec);
+        let answered: Vec<(&String, &PromptTruth)> = self
+            .dispatched
+            .get(text)?
+            .iter()
+            .filter_map(|tag| self.prompts.get(tag).map(|p| (tag, p)))
+            .filter(|(_, p)| p.answered == Some(true))
+            .collect();
+        answered
+            .iter()
+            .rev()
+            .find(|(_, p)| Some(p.exec) == serving)
+            .or_else(|| answered.last())
+            .map(|(tag, _)| (*tag).clone())
     }
 
     /// Rule 6 on ground truth: the client's conversation is replaced (a ready conversation
@@ -892,12 +934,11 @@ impl Oracle {
             }
             if t.ended == Some(TurnOutcome::Completed) && self.enabled {
                 // Every event of the prompt that completed it reached the client.
-                let last = self
-                    .dispatched
-                    .get(&t.text)
-                    .and_then(|tags| tags.last())
+                let completer = t
+                    .completed_by
+                    .as_ref()
                     .and_then(|tag| self.prompts.get(tag).map(|p| (tag, p)));
-                if let Some((tag, p)) = last.filter(|(_, p)| p.answered == Some(true)) {
+                if let Some((tag, p)) = completer {
                     let got = t.marks_seen.get(tag).copied().unwrap_or(0) as usize;
                     if got != p.events.len() {
                         return Err(v(
@@ -1019,4 +1060,177 @@ pub(crate) fn marker(update: &palisade_embed::jsonrpc::RawJson) -> Option<(&str,
     let head = &rest[..rest.find([' ', '"'])?];
     let (tag, k) = head.rsplit_once('#')?;
     Some((tag, k.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use palisade_core::delivery::EventKind;
+    use palisade_core::SessionId;
+    use palisade_embed::jsonrpc::RawJson;
+    use palisade_embed::ConversationOrigin;
+
+    const TEXT: &str = "turn 9 of session 7";
+
+    fn oracle() -> Oracle {
+        let scenario = crate::scenario::resolve_one("swarm")
+            .expect("shipped")
+            .scenario;
+        let config = super::super::setup::RunConfig::fixed(&scenario).engine();
+        let mut o = Oracle::new(&config, &scenario);
+        o.enabled = true;
+        o.client_sent(7, turn(), TEXT);
+        o
+    }
+
+    fn turn() -> TurnId {
+        TurnId::new(9).expect("9")
+    }
+
+    fn exec(n: u64) -> ExecutionId {
+        ExecutionId::new(n).expect("nonzero")
+    }
+
+    /// Agent `n` receives the turn's prompt (tag `n.1`; a re-prompt with its replay block
+    /// when an agent received the text before), writes `events` events and answers
+    /// `end_turn`.
+    fn prompt(o: &mut Oracle, n: u64, events: u32) {
+        let tag = format!("{n}.1");
+        let text = if o.dispatched.contains_key(TEXT) {
+            format!("{REPLAY_BLOCK_TAG}>earlier output</palisade-resume>\n\n{TEXT}")
+        } else {
+            TEXT.to_owned()
+        };
+        o.agent_received(
+            exec(n),
+            Seen::Prompt {
+                tag: tag.clone(),
+                session: "sess-6".into(),
+                text,
+            },
+            0,
+        )
+        .expect("a prompt the client sent");
+        for k in 1..=events {
+            o.agent_wrote(
+                exec(n),
+                Seen::Event {
+                    tag: tag.clone(),
+                    event: StreamEvent {
+                        marker: format!("{tag}#{k}"),
+                        index: k,
+                        wire_bytes: 100,
+                        tool_call: false,
+                    },
+                },
+            );
+        }
+        o.agent_wrote(
+            exec(n),
+            Seen::PromptAnswered {
+                tag,
+                answer: Ok("end_turn".into()),
+            },
+        );
+    }
+
+    fn ready(o: &mut Oracle, n: u64) {
+        let event = SessionEvent::ConversationReady {
+            session: SessionId::new(7).expect("7"),
+            execution: exec(n),
+            conversation: "sess-6".into(),
+            origin: ConversationOrigin::Loaded,
+        };
+        o.client_got(&event, 0).expect("the same conversation");
+    }
+
+    fn output(o: &mut Oracle, seq: u64, marker: &str) {
+        let update = serde_json::json!({
+            "sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": format!("{marker} xxxx")},
+        });
+        let event = SessionEvent::Output {
+            session: SessionId::new(7).expect("7"),
+            turn: turn(),
+            events: vec![OutputEvent {
+                seq,
+                kind: EventKind::Text,
+                update: RawJson::from_value(&update),
+            }],
+        };
+        o.client_got(&event, 0).expect("in order");
+    }
+
+    fn completed(o: &mut Oracle) {
+        let event = SessionEvent::TurnEnded {
+            session: SessionId::new(7).expect("7"),
+            turn: turn(),
+            outcome: TurnOutcome::Completed,
+            stop_reason: Some("end_turn".into()),
+            cause: None,
+        };
+        o.client_got(&event, 0).expect("ends once");
+    }
+
+    /// swarm seed 3088 (a guided plan): the core dispatched the turn's re-prompt to
+    /// runtime 33, gave up on it (its start deadline passed before the agent accepted)
+    /// and completed the turn on runtime 39; the jittered prompt reached runtime 33's
+    /// agent only after the turn had completed, and it answered before its teardown. The
+    /// client rightly never saw those events; the prompt that completed the turn is 39's.
+    #[test]
+    fn r9_complete_ignores_a_prompt_that_reached_an_abandoned_runtime_after_the_turn_ended() {
+        let mut o = oracle();
+        ready(&mut o, 39);
+        prompt(&mut o, 39, 1);
+        output(&mut o, 1, "39.1#1");
+        completed(&mut o);
+        prompt(&mut o, 33, 1);
+        assert_eq!(o.liveness(8, 0).map_err(|v| v.message), Ok(()));
+    }
+
+    /// A stale prompt on a runtime the client no longer talks to that answers before the
+    /// turn completes (after the serving runtime received its own) did not complete it.
+    #[test]
+    fn r9_complete_judges_the_prompt_of_the_serving_runtime() {
+        let mut o = oracle();
+        ready(&mut o, 39);
+        prompt(&mut o, 39, 2);
+        output(&mut o, 1, "39.1#1");
+        output(&mut o, 2, "39.1#2");
+        prompt(&mut o, 33, 1);
+        completed(&mut o);
+        assert_eq!(o.liveness(8, 0).map_err(|v| v.message), Ok(()));
+    }
+
+    /// A true loss is still caught: the prompt that completed the turn wrote two events and
+    /// the client got one.
+    #[test]
+    fn r9_complete_still_catches_a_lost_event_of_the_completing_prompt() {
+        let mut o = oracle();
+        ready(&mut o, 39);
+        prompt(&mut o, 39, 2);
+        output(&mut o, 1, "39.1#1");
+        completed(&mut o);
+        let err = o.liveness(8, 0).expect_err("an event was lost");
+        assert_eq!(err.invariant, "R9-complete");
+        assert!(
+            err.message.contains("got 1 of the 2 events"),
+            "{}",
+            err.message
+        );
+        // And with a late stale prompt in the picture too.
+        let mut o = oracle();
+        ready(&mut o, 39);
+        prompt(&mut o, 39, 2);
+        completed(&mut o);
+        prompt(&mut o, 33, 1);
+        let err = o.liveness(8, 0).expect_err("both events were lost");
+        assert_eq!(err.invariant, "R9-complete");
+        assert!(
+            err.message
+                .contains("got 0 of the 2 events its agent wrote for prompt 39.1"),
+            "{}",
+            err.message
+        );
+    }
 }
