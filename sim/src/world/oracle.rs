@@ -1079,7 +1079,7 @@ mod tests {
         let config = super::super::setup::RunConfig::fixed(&scenario).engine();
         let mut o = Oracle::new(&config, &scenario);
         o.enabled = true;
-        o.client_sent(7, turn(), TEXT);
+        o.client_sent(7, turn(), TEXT, 1);
         o
     }
 
