@@ -1300,6 +1300,13 @@ impl Core {
     /// runtime to act on) or by a mutant.
     fn apply_unfenced(&mut self, now: Timestamp, cb: &Callback) -> Verdict {
         let session = cb.session;
+        // kandev's legacy path (the callback with no attempt identity that an evicted
+        // tombstone falls back to) looked the session's runtime up by the session, never by
+        // the callback's own execution: any ready callback readied the session's current
+        // runtime and sent it the waiting prompt ("a delayed provider callback mutates a
+        // replacement execution"). The stale ready callback of a cancelled attempt acted on
+        // its own execution.
+        let by_session = mutant_on!(self.mutant, TombstoneEvictionReopens);
         let waiting = self
             .sessions
             .get(&session)
@@ -1309,16 +1316,22 @@ impl Core {
             .sessions
             .get(&session)
             .and_then(|s| s.live.map(|l| l.id).or(s.owner));
-        if let (true, Some(attempt), true) = (
-            waiting,
-            attempt,
-            matches!(
-                cb.event,
-                RuntimeEvent::ConversationLoaded | RuntimeEvent::ConversationCreated { .. }
-            ),
-        ) {
-            if let Some(generation) = self.executions.get(&cb.execution).map(|e| e.generation) {
-                self.dispatch(now, session, attempt, cb.execution, generation);
+        let ready = match cb.event {
+            RuntimeEvent::ConversationLoaded | RuntimeEvent::ConversationCreated { .. } => true,
+            RuntimeEvent::AgentReady { .. } => by_session,
+            _ => false,
+        };
+        if let (true, Some(attempt), true) = (waiting, attempt, ready) {
+            let target = if by_session {
+                self.sessions
+                    .get(&session)
+                    .and_then(|s| s.live.and_then(|l| l.execution).or(s.runtime))
+                    .unwrap_or(cb.execution)
+            } else {
+                cb.execution
+            };
+            if let Some(generation) = self.executions.get(&target).map(|e| e.generation) {
+                self.dispatch(now, session, attempt, target, generation);
             }
         }
         Verdict::Accepted

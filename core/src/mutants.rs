@@ -12,7 +12,10 @@ use serde::{Deserialize, Serialize};
 #[cfg(feature = "mutants")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Mutant {
-    /// A very late callback of an evicted cancelled attempt is accepted as legacy traffic.
+    /// A very late callback of an evicted cancelled attempt is accepted as legacy traffic,
+    /// and the legacy path acts on the session's current runtime: a ready callback of the
+    /// evicted attempt dispatches the waiting turn to the replacement's runtime before that
+    /// runtime is ready (kandev #3636: a delayed callback mutates the replacement execution).
     TombstoneEvictionReopens,
     /// A replacement startup slips between a callback's validation and its effects.
     ToctouGeneration,

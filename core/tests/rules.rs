@@ -184,6 +184,61 @@ fn very_late_callback_after_tombstone_eviction_fails_closed() {
     assert_eq!(case_evicted_attempt_fails_closed(H::default()), Ok(()));
 }
 
+/// The very late ready callback of an evicted attempt (its agent ignored the EOF of its
+/// teardown and its stdout stalled) arrives while a prompt waits for the replacement's
+/// runtime, still starting: it must not send the prompt anywhere (kandev's legacy path sent
+/// it to the session's current runtime, before that runtime was ready).
+fn case_evicted_ready_callback_leaves_the_waiting_turn(mut h: H) -> R {
+    h.resume(1);
+    let first = h.started(1);
+    let g = match h.bind(1, first, 1) {
+        Verdict::Bound { generation } => generation,
+        v => return Err(format!("bind: {v:?}")),
+    };
+    h.cancel(1);
+    for _ in 0..(TOMBSTONES_PER_SESSION + 1) {
+        h.resume(1);
+        h.cancel(1);
+    }
+    h.resume(1);
+    let last = h.started(1);
+    if !matches!(h.bind(1, last, 99), Verdict::Bound { .. }) {
+        return Err("the replacement did not bind".into());
+    }
+    check!(
+        h.prompt(1, 1) == Verdict::Claimed,
+        "the prompt waits for the replacement"
+    );
+    let dispatches = |h: &H| h.count(|e| matches!(e, Effect::DispatchPrompt { .. }));
+    let before = dispatches(&h);
+    let v = h.cb(
+        1,
+        1,
+        Some(first),
+        g,
+        RuntimeEvent::AgentReady {
+            load_capability: Some(true),
+        },
+    );
+    check!(
+        v == Verdict::Reject(RejectReason::AttemptEvicted),
+        "very late ready callback of an evicted attempt: {v:?}"
+    );
+    check!(
+        dispatches(&h) == before,
+        "the evicted attempt's ready callback dispatched the waiting turn"
+    );
+    clean(&h)
+}
+
+#[test]
+fn very_late_ready_callback_after_tombstone_eviction_dispatches_nothing() {
+    assert_eq!(
+        case_evicted_ready_callback_leaves_the_waiting_turn(H::default()),
+        Ok(())
+    );
+}
+
 #[test]
 fn callback_without_attempt_is_accepted_only_before_the_first_attempt() {
     let mut h = H::default();
@@ -1454,6 +1509,13 @@ mod mutants {
         caught(
             Mutant::TombstoneEvictionReopens,
             case_evicted_attempt_fails_closed,
+        );
+    }
+    #[test]
+    fn tombstone_eviction_reopens_dispatches_to_the_replacement() {
+        caught(
+            Mutant::TombstoneEvictionReopens,
+            case_evicted_ready_callback_leaves_the_waiting_turn,
         );
     }
     #[test]

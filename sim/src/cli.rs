@@ -181,6 +181,9 @@ struct MutantsArgs {
     /// write their seed runs to first failure side by side.
     #[arg(long, default_value = search::DEFAULT_STRATEGY.name(), value_parser = parse_strategies)]
     strategy: Strategies,
+    /// Only this mutant (a check of one mutant; its `mutants.md` is no scoreboard).
+    #[arg(long, value_parser = parse_mutant)]
+    mutant: Option<Mutant>,
 }
 
 /// The strategies `palisade mutants` runs, the first one's table in full.
@@ -701,8 +704,13 @@ fn cmd_mutants(args: MutantsArgs) -> Result<u8, Fail> {
     prepare_report_dir(&args.report_dir, &[name.as_str()])?;
     let jobs = args.jobs.unwrap_or_else(default_jobs);
     let mut staged = report::ReportWriter::new(&args.report_dir).map_err(report_error)?;
+    let mutants: Vec<Mutant> = match args.mutant {
+        Some(m) => vec![m],
+        None => Mutant::ALL.to_vec(),
+    };
     let all = scoreboard::run(
         &scenarios,
+        &mutants,
         args.seeds,
         jobs,
         args.minimize_runs,

@@ -76,15 +76,18 @@ pub struct MutantResult {
 pub struct StrategyResults {
     /// The strategy.
     pub strategy: Strategy,
-    /// One line per mutant, in [`Mutant::ALL`] order.
+    /// One line per mutant run, in [`Mutant::ALL`] order.
     pub results: Vec<MutantResult>,
 }
 
-/// Runs the scoreboard under each of `strategies` and stages the failure files in
-/// `report`; `mutants.md` is staged by the caller from [`render`], and the caller commits
-/// the whole report.
+/// Runs the scoreboard of `mutants` (in [`Mutant::ALL`] order; every one for the
+/// scoreboard proper) under each of `strategies` and stages the failure files in `report`;
+/// `mutants.md` is staged by the caller from [`render`], and the caller commits the whole
+/// report.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     scenarios: &[Resolved],
+    mutants: &[Mutant],
     seeds: u64,
     jobs: usize,
     minimize_runs: usize,
@@ -96,6 +99,7 @@ pub fn run(
     for &strategy in strategies {
         let results = run_one(
             scenarios,
+            mutants,
             seeds,
             jobs,
             minimize_runs,
@@ -174,6 +178,7 @@ fn first_failures(
 #[allow(clippy::too_many_arguments)]
 fn run_one(
     scenarios: &[Resolved],
+    mutants: &[Mutant],
     seeds: u64,
     jobs: usize,
     minimize_runs: usize,
@@ -183,7 +188,7 @@ fn run_one(
     progress: bool,
 ) -> Result<Vec<MutantResult>, report::ReportError> {
     let mut results = Vec::new();
-    for mutant in Mutant::ALL {
+    for &mutant in mutants {
         let (runs, first) = first_failures(scenarios, seeds, jobs, strategy, mutant, progress);
         let caught = match first {
             None => None,
@@ -473,10 +478,10 @@ fn render_comparison(md: &mut String, all: &[StrategyResults]) {
         rule.push_str("---:|");
     }
     let _ = writeln!(md, "{head}\n{rule}");
-    for (i, mutant) in Mutant::ALL.iter().enumerate() {
+    for mutant in &Mutant::ALL {
         let mut line = format!("| `{}` |", mutant.name());
         for s in all {
-            let cell = match s.results.get(i) {
+            let cell = match s.results.iter().find(|r| r.mutant == *mutant) {
                 Some(MutantResult {
                     caught: Some(c), ..
                 }) => c.runs_to_failure.to_string(),

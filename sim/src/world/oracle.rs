@@ -14,7 +14,8 @@ use palisade_core::{AttemptId, AttemptOutcome, ExecutionId, TurnId, TurnOutcome}
 use palisade_embed::agent_model::{Behaviour, LoadCapability, Seen, StreamEvent};
 use palisade_embed::jsonrpc::RpcError;
 use palisade_embed::replay::REPLAY_BLOCK_TAG;
-use palisade_embed::{OutputEvent, SessionEvent, SupervisorConfig};
+use palisade_embed::rpc::{CloseReason, RpcFailure};
+use palisade_embed::{FailureCause, OutputEvent, SessionEvent, SupervisorConfig};
 use palisade_reference::rule6;
 
 use super::Violation;
@@ -60,6 +61,8 @@ pub(crate) struct ProcTruth {
     pub(crate) prompting: Option<(String, bool)>,
     /// Orphaned by an orchestrator crash (killed with it).
     pub(crate) orphaned: bool,
+    /// It died on its own: before the engine asked to stop or kill it.
+    pub(crate) died_unasked: bool,
     /// The trace line of its spawn, and of the first request to stop it.
     pub(crate) spawn_line: u64,
     pub(crate) stop_line: Option<u64>,
@@ -215,6 +218,7 @@ impl Oracle {
                 cancelled_accepted: None,
                 prompting: None,
                 orphaned: false,
+                died_unasked: false,
                 spawn_line: line,
                 stop_line: None,
             },
@@ -223,6 +227,7 @@ impl Oracle {
 
     pub(crate) fn died(&mut self, exec: ExecutionId) {
         if let Some(p) = self.procs.get_mut(&exec) {
+            p.died_unasked |= p.alive && p.stop_asked_at.is_none();
             p.alive = false;
             p.prompting = None;
             p.cancelled_accepted = None;
@@ -633,7 +638,35 @@ impl Oracle {
                     idx,
                 )
             }
-            SessionEvent::FailureReported { failure, .. } => {
+            SessionEvent::FailureReported { failure, cause, .. } => {
+                // Rule 10 on ground truth: a failure that blames the agent's connection
+                // (its process exited, its stdout closed) names a process that really did
+                // die on its own, before the engine asked to stop or kill it. A runtime the
+                // engine tore down itself, healthy and answering, is no agent's failure.
+                if let Some(exec) = failure.execution.filter(|_| blames_agent_exit(cause)) {
+                    if let Some(p) = self.procs.get(&exec) {
+                        let (alive, asked) = (p.alive, p.stop_asked_at);
+                        self.check(
+                            p.died_unasked,
+                            "R10-failure-cause",
+                            || {
+                                format!(
+                                    "session {session}: attempt {} failed with \"{cause}\", but \
+                                     {exec} {}",
+                                    failure.attempt,
+                                    match (alive, asked) {
+                                        (true, _) => "is still running".to_owned(),
+                                        (false, Some(t)) => format!(
+                                            "ran until the engine itself tore it down at {t} ms"
+                                        ),
+                                        (false, None) => "never died".to_owned(),
+                                    }
+                                )
+                            },
+                            idx,
+                        )?;
+                    }
+                }
                 let c = self.clients.entry(session).or_default();
                 c.reported_attempts.insert(failure.attempt);
                 for t in self.turns.values_mut() {
@@ -1023,6 +1056,28 @@ fn p_alive(procs: &BTreeMap<ExecutionId, ProcTruth>, exec: ExecutionId) -> bool 
     procs.get(&exec).is_some_and(|p| p.alive)
 }
 
+/// Whether a failure's cause says the agent's side of the connection ended: its process
+/// exited or its stdout closed while a request (or nothing) was in flight.
+fn blames_agent_exit(cause: &FailureCause) -> bool {
+    let ended = |f: &RpcFailure| {
+        matches!(
+            f,
+            RpcFailure::TransportClosed | RpcFailure::ProcessExited { .. }
+        )
+    };
+    match cause {
+        FailureCause::Initialize(f)
+        | FailureCause::NewSession(f)
+        | FailureCause::Load(f)
+        | FailureCause::Prompt(f) => ended(f),
+        FailureCause::Connection(r) => matches!(
+            r,
+            CloseReason::ProcessExited(_) | CloseReason::StdoutClosed | CloseReason::ReadFailed(_)
+        ),
+        _ => false,
+    }
+}
+
 /// Whether a turn's end names its cause.
 fn cause_given(event: &SessionEvent) -> bool {
     matches!(event, SessionEvent::TurnEnded { cause: Some(_), .. })
@@ -1170,6 +1225,59 @@ mod tests {
             cause: None,
         };
         o.client_got(&event, 0).expect("ends once");
+    }
+
+    fn failure_shown(o: &mut Oracle, n: u64, cause: FailureCause) -> Result<(), String> {
+        let event = SessionEvent::FailureReported {
+            session: SessionId::new(7).expect("7"),
+            failure: palisade_core::RecoveryFailure {
+                attempt: AttemptId::new(palisade_core::Epoch::FIRST, n).expect("seq"),
+                execution: Some(exec(n)),
+                stamp: palisade_core::ErrorStamp::new(1).expect("1"),
+            },
+            cause,
+        };
+        o.client_got(&event, 0).map_err(|v| v.invariant)
+    }
+
+    fn agent(o: &mut Oracle, n: u64) {
+        o.spawned(exec(n), 7, Behaviour::default(), 0);
+    }
+
+    const TRANSPORT_CLOSED: FailureCause = FailureCause::Prompt(RpcFailure::TransportClosed);
+
+    /// Rule 10 on ground truth: "the agent's transport closed" is true of an agent that
+    /// died on its own, before anyone asked it to stop.
+    #[test]
+    fn r10_failure_cause_holds_for_an_agent_that_died_on_its_own() {
+        let mut o = oracle();
+        agent(&mut o, 3);
+        o.died(exec(3));
+        o.kill_asked(exec(3), 10);
+        assert_eq!(failure_shown(&mut o, 3, TRANSPORT_CLOSED), Ok(()));
+    }
+
+    /// A healthy agent the engine tore down itself (tombstone-eviction-reopens: a turn
+    /// dispatched to a runtime whose conversation did not exist yet) is no agent failure,
+    /// whether it is still running when the client hears of it or not.
+    #[test]
+    fn r10_failure_cause_refutes_a_transport_failure_of_an_agent_the_engine_killed() {
+        let mut o = oracle();
+        agent(&mut o, 3);
+        assert_eq!(
+            failure_shown(&mut o, 3, TRANSPORT_CLOSED),
+            Err("R10-failure-cause".to_owned())
+        );
+        let mut o = oracle();
+        agent(&mut o, 4);
+        o.kill_asked(exec(4), 10);
+        o.died(exec(4));
+        assert_eq!(
+            failure_shown(&mut o, 4, TRANSPORT_CLOSED),
+            Err("R10-failure-cause".to_owned())
+        );
+        // A cause that blames no exit (a deadline the core enforces) says nothing of it.
+        assert_eq!(failure_shown(&mut o, 4, FailureCause::CoreDeadline), Ok(()));
     }
 
     /// swarm seed 3088 (a guided plan): the core dispatched the turn's re-prompt to
