@@ -69,6 +69,19 @@ pub(crate) struct ProcTruth {
     pub(crate) died_with_supervisor: bool,
 }
 
+impl ProcTruth {
+    /// A process `incarnation` just started: alive, its watchdog not yet armed.
+    fn started(incarnation: u32) -> ProcTruth {
+        ProcTruth {
+            incarnation,
+            alive: true,
+            guarded: false,
+            died_at_ms: None,
+            died_with_supervisor: false,
+        }
+    }
+}
+
 /// A prompt an agent really received.
 #[derive(Debug, Clone)]
 pub(crate) struct Received {
@@ -222,16 +235,7 @@ impl Platform for SimPlatform {
             let mut env = lock(&self.env);
             env.next_pid += 1;
             let pid = 1000 + env.next_pid;
-            env.procs.insert(
-                pid,
-                ProcTruth {
-                    incarnation: self.incarnation,
-                    alive: true,
-                    guarded: false,
-                    died_at_ms: None,
-                    died_with_supervisor: false,
-                },
-            );
+            env.procs.insert(pid, ProcTruth::started(self.incarnation));
             env.kills.insert(pid, kill_tx);
             (pid, std::mem::take(&mut env.next_ignores_eof))
         };
@@ -245,16 +249,8 @@ impl Platform for SimPlatform {
             let mut env = lock(&self.env);
             env.launchers += 1;
             let launcher = LAUNCHER_PIDS + env.launchers;
-            env.procs.insert(
-                launcher,
-                ProcTruth {
-                    incarnation: self.incarnation,
-                    alive: true,
-                    guarded: false,
-                    died_at_ms: None,
-                    died_with_supervisor: false,
-                },
-            );
+            env.procs
+                .insert(launcher, ProcTruth::started(self.incarnation));
             let (kill_tx, kill_rx) = watch::channel(false);
             env.kills.insert(launcher, kill_tx);
             (launcher, kill_rx)
