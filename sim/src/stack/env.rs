@@ -67,6 +67,13 @@ pub(crate) struct ProcTruth {
     /// It was taken down with its crashed supervisor (the watchdog), not by its own
     /// failure or the supervisor's decision.
     pub(crate) died_with_supervisor: bool,
+    /// When the supervisor first asked its tree to go (closed its stdin, signalled it,
+    /// killed it), simulated ms.
+    pub(crate) asked_at_ms: Option<u64>,
+    /// It died on its own: neither asked to go by the supervisor nor taken down with it.
+    pub(crate) died_unasked: bool,
+    /// A launcher's agent: the real agent it runs as its child.
+    pub(crate) agent: Option<u32>,
 }
 
 impl ProcTruth {
@@ -78,6 +85,9 @@ impl ProcTruth {
             guarded: false,
             died_at_ms: None,
             died_with_supervisor: false,
+            asked_at_ms: None,
+            died_unasked: false,
+            agent: None,
         }
     }
 }
@@ -133,6 +143,24 @@ impl EnvState {
         if let Some(kill) = self.kills.get(&pid) {
             kill.send_replace(true);
         }
+    }
+
+    /// The supervisor asked process `pid` to go (the first time counts).
+    fn asked(&mut self, pid: u32, now: u64) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.asked_at_ms.get_or_insert(now);
+        }
+    }
+
+    /// Process `pid` died at `now`: on its own unless the supervisor asked it to go or
+    /// took it down with itself.
+    fn died(&mut self, pid: u32, now: u64) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.died_unasked |= p.alive && p.asked_at_ms.is_none() && !p.died_with_supervisor;
+            p.alive = false;
+            p.died_at_ms = Some(now);
+        }
+        self.kills.remove(&pid);
     }
 
     /// Live agents, ascending.
@@ -249,8 +277,13 @@ impl Platform for SimPlatform {
             let mut env = lock(&self.env);
             env.launchers += 1;
             let launcher = LAUNCHER_PIDS + env.launchers;
-            env.procs
-                .insert(launcher, ProcTruth::started(self.incarnation));
+            env.procs.insert(
+                launcher,
+                ProcTruth {
+                    agent: Some(pid),
+                    ..ProcTruth::started(self.incarnation)
+                },
+            );
             let (kill_tx, kill_rx) = watch::channel(false);
             env.kills.insert(launcher, kill_tx);
             (launcher, kill_rx)
@@ -293,6 +326,7 @@ impl Platform for SimPlatform {
             stdout: Box::new(ours_out),
             tree: Box::new(SimTree {
                 env: self.env.clone(),
+                start: self.start,
                 child,
                 agent: pid,
                 exit,
@@ -375,8 +409,11 @@ async fn agent_process(
                     model.on_line(now_ms(start), line.as_bytes(), &mut e.store);
                 }
                 _ => {
+                    // The supervisor closed its end: its way of asking an agent to go.
                     stdin_open = false;
-                    model.on_stdin_closed(now_ms(start));
+                    let now = now_ms(start);
+                    lock(&env).asked(pid, now);
+                    model.on_stdin_closed(now);
                 }
             },
             () = async { nap.expect("guarded by is_some").await }, if nap.is_some() => {
@@ -387,14 +424,7 @@ async fn agent_process(
         }
     };
     model.kill();
-    {
-        let mut e = lock(&env);
-        if let Some(p) = e.procs.get_mut(&pid) {
-            p.alive = false;
-            p.died_at_ms = Some(now_ms(start));
-        }
-        e.kills.remove(&pid);
-    }
+    lock(&env).died(pid, now_ms(start));
     drop(stdout);
     exit.send_replace(Some(status));
 }
@@ -416,20 +446,15 @@ async fn launcher_process(
             status.ok().and_then(|s| *s).unwrap_or(ProcessExit::Unknown)
         }
     };
-    {
-        let mut e = lock(&env);
-        if let Some(p) = e.procs.get_mut(&pid) {
-            p.alive = false;
-            p.died_at_ms = Some(now_ms(start));
-        }
-        e.kills.remove(&pid);
-    }
+    lock(&env).died(pid, now_ms(start));
     exit.send_replace(Some(status));
 }
 
 /// An agent's process tree: the agent, or a launcher and the agent it runs.
 struct SimTree {
     env: Env,
+    /// madsim's elapsed time at the world's start.
+    start: Duration,
     /// The supervisor's direct child: the launcher, or the agent itself.
     child: u32,
     /// The real agent.
@@ -438,6 +463,15 @@ struct SimTree {
     exit: watch::Receiver<Option<ProcessExit>>,
     /// The real agent's exit.
     agent_exit: watch::Receiver<Option<ProcessExit>>,
+}
+
+impl SimTree {
+    /// Records that the supervisor asked the whole tree to go.
+    fn ask(&self, env: &mut EnvState) {
+        let now = now_ms(self.start);
+        env.asked(self.child, now);
+        env.asked(self.agent, now);
+    }
 }
 
 impl AgentTree for SimTree {
@@ -463,6 +497,7 @@ impl AgentTree for SimTree {
     fn signal(&mut self, _signal: TreeSignal) {
         // The real agents (and the launcher) die on SIGTERM as on SIGKILL.
         let mut env = lock(&self.env);
+        self.ask(&mut env);
         env.kill(self.child);
         if !signals_reach_top_only() {
             env.kill(self.agent);
@@ -470,14 +505,19 @@ impl AgentTree for SimTree {
     }
 
     fn kill_child(&mut self) {
-        lock(&self.env).kill(self.child);
+        let mut env = lock(&self.env);
+        self.ask(&mut env);
+        env.kill(self.child);
     }
 
     fn take_down(&mut self, _kill: bool) -> BoxFuture<'_, bool> {
+        let mut env = lock(&self.env);
+        self.ask(&mut env);
         if signals_reach_top_only() {
             return Box::pin(std::future::ready(true));
         }
-        lock(&self.env).kill(self.agent);
+        env.kill(self.agent);
+        drop(env);
         Box::pin(async move { self.agent_exit.wait_for(Option::is_some).await.is_ok() })
     }
 

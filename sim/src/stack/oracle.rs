@@ -19,6 +19,11 @@
 //!   the ones taken down with a crashed supervisor: a supervisor restart resumes an
 //!   in-flight turn without using up one of its recovery steps (issue 11, third bug).
 //! - `S-agent-outlives-supervisor`: no agent process runs once its supervisor exited.
+//! - `R10-failure-cause`: a failure the caller is shown that blames the agent's exit (its
+//!   process exited, its stdout closed) names a process tree in which a process really
+//!   died on its own: not one the supervisor asked to go (closed its stdin, signalled,
+//!   killed) nor one taken down with a crashed supervisor. The world's rule of the same
+//!   name, judged from this environment's process records.
 //! - `S-exit-0-unfinished`: exit 0 only when every claimed turn completed.
 //! - `S-no-exit`: the supervise loop exits within the run (its caller closed stdin).
 //! - `S-prompt-not-run`: a prompt first sent after the environment's last disruption (an
@@ -28,11 +33,11 @@
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
-use palisade_core::{TurnId, TurnOutcome};
+use palisade_core::{ExecutionId, TurnId, TurnOutcome};
 use palisade_embed::SessionEvent;
 
-use super::env::EnvState;
-use crate::world::oracle::strip_blocks;
+use super::env::{EnvState, ProcTruth};
+use crate::world::oracle::{blames_agent_exit, strip_blocks};
 use crate::world::{CaughtBy, Violation};
 
 /// What the caller of `palisade-supervise` got, over every incarnation.
@@ -125,9 +130,55 @@ pub(crate) fn judge(
     // Every turn's end, as the caller got it (the first one), with its trace line.
     let mut ended: BTreeMap<TurnId, (TurnOutcome, bool, usize, u64)> = BTreeMap::new();
     let mut seqs: BTreeMap<(TurnId, u64), &str> = BTreeMap::new();
-    for (i, (_, agent_prompts, event)) in log.events.iter().enumerate() {
+    // The process the caller was told runs each execution, per incarnation (a restart
+    // from a lagging state file may hand an execution id out again).
+    let mut pids: BTreeMap<(u32, ExecutionId), u32> = BTreeMap::new();
+    for (i, (incarnation, agent_prompts, event)) in log.events.iter().enumerate() {
         let line = line_of(&log.event_lines, i);
         match event {
+            SessionEvent::RuntimeStarted {
+                execution,
+                pid: Some(pid),
+                ..
+            } => {
+                pids.insert((*incarnation, *execution), *pid);
+            }
+            SessionEvent::FailureReported { failure, cause, .. } => {
+                let pid = failure
+                    .execution
+                    .filter(|_| blames_agent_exit(cause))
+                    .and_then(|exec| pids.get(&(*incarnation, exec)));
+                if let Some(&pid) = pid {
+                    let agent = env.procs.get(&pid).and_then(|p| p.agent);
+                    let tree = [Some(pid), agent];
+                    let on_its_own = tree
+                        .iter()
+                        .flatten()
+                        .filter_map(|p| env.procs.get(p))
+                        .any(|p| p.died_unasked);
+                    if !on_its_own {
+                        let how = match env.procs.get(&pid) {
+                            Some(p) if p.alive => "is still running".to_owned(),
+                            Some(p) if p.died_with_supervisor => {
+                                "was taken down with its crashed supervisor".to_owned()
+                            }
+                            Some(ProcTruth {
+                                asked_at_ms: Some(t),
+                                ..
+                            }) => format!("was asked to go by the supervisor at {t} ms"),
+                            _ => "never died on its own".to_owned(),
+                        };
+                        return Err(v(
+                            "R10-failure-cause",
+                            format!(
+                                "attempt {} failed with \"{cause}\", but process {pid} (incarnation {incarnation}) {how}",
+                                failure.attempt
+                            ),
+                            line,
+                        ));
+                    }
+                }
+            }
             SessionEvent::TurnEnded {
                 turn,
                 outcome,
@@ -366,6 +417,9 @@ mod tests {
             guarded: true,
             died_at_ms: Some(at_ms),
             died_with_supervisor: with_supervisor,
+            asked_at_ms: None,
+            died_unasked: !with_supervisor,
+            agent: None,
         }
     }
 
@@ -442,6 +496,82 @@ mod tests {
             caught(&env, &log, 3).as_deref(),
             Some("S-agent-outlives-supervisor")
         );
+    }
+
+    /// A completed turn, then incarnation 1 was told execution 1 runs as process 1001 and
+    /// that its attempt failed because the agent's transport closed.
+    fn transport_failure_history() -> CallerLog {
+        let session = SessionId::new(1).expect("non-zero");
+        let execution = ExecutionId::new(1).expect("non-zero");
+        let attempt = palisade_core::AttemptId::new(palisade_core::Epoch::FIRST, 1).expect("seq");
+        let mut log = history(ended(1, TurnOutcome::Completed, None), 1);
+        let started = SessionEvent::RuntimeStarted {
+            session,
+            execution,
+            attempt,
+            generation: palisade_core::Generation::new(1).expect("non-zero"),
+            pid: Some(1001),
+        };
+        log.event(1, 1, started, 4);
+        let failed = SessionEvent::FailureReported {
+            session,
+            failure: palisade_core::RecoveryFailure {
+                attempt,
+                execution: Some(execution),
+                stamp: palisade_core::ErrorStamp::new(1).expect("non-zero"),
+            },
+            cause: FailureCause::Prompt(palisade_embed::RpcFailure::TransportClosed),
+        };
+        log.event(1, 1, failed, 6);
+        log
+    }
+
+    /// Rule 10 on the stack's ground truth: "the agent's transport closed" must name a
+    /// process tree in which something died on its own.
+    #[test]
+    fn a_transport_failure_of_an_agent_the_supervisor_stopped_is_caught() {
+        let log = transport_failure_history();
+        let mut env = environment();
+        // It died on its own (the environment killed it): the failure is true.
+        env.procs.insert(1001, dead(500, false));
+        assert_eq!(caught(&env, &log, 3), None);
+        // The supervisor closed its stdin first, and it went: no agent failure.
+        let asked = ProcTruth {
+            asked_at_ms: Some(450),
+            died_unasked: false,
+            ..dead(500, false)
+        };
+        env.procs.insert(1001, asked.clone());
+        let v = judge(&env, &log, &[], 3, true, 0).unwrap_err();
+        assert_eq!(v.invariant, "R10-failure-cause");
+        assert_eq!(v.events, vec![6], "named on the failure's line");
+        // Still running, or taken down with a crashed supervisor: no agent failure either.
+        env.procs.insert(
+            1001,
+            ProcTruth {
+                alive: true,
+                died_at_ms: None,
+                died_unasked: false,
+                ..dead(500, false)
+            },
+        );
+        assert_eq!(caught(&env, &log, 3).as_deref(), Some("R10-failure-cause"));
+        env.procs.insert(1001, dead(500, true));
+        assert_eq!(caught(&env, &log, 3).as_deref(), Some("R10-failure-cause"));
+        // A launcher asked to go whose agent had died on its own first: true.
+        env.procs.insert(
+            1001,
+            ProcTruth {
+                agent: Some(1002),
+                ..asked
+            },
+        );
+        env.procs.insert(1002, dead(400, false));
+        assert_eq!(caught(&env, &log, 3), None);
+        // The same failure told by another incarnation names another process.
+        let mut other = transport_failure_history();
+        other.events[1].0 = 2;
+        assert_eq!(caught(&env, &other, 3), None);
     }
 
     /// A caller log with one claimed prompt (on trace line 5) that never ended.

@@ -1058,7 +1058,7 @@ fn p_alive(procs: &BTreeMap<ExecutionId, ProcTruth>, exec: ExecutionId) -> bool 
 
 /// Whether a failure's cause says the agent's side of the connection ended: its process
 /// exited or its stdout closed while a request (or nothing) was in flight.
-fn blames_agent_exit(cause: &FailureCause) -> bool {
+pub(crate) fn blames_agent_exit(cause: &FailureCause) -> bool {
     let ended = |f: &RpcFailure| {
         matches!(
             f,
