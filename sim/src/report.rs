@@ -208,6 +208,10 @@ pub struct Summary {
     pub commit: String,
     /// The mutant switched on, by name.
     pub mutant: Option<String>,
+    /// How the sweep chose its plans (`--strategy`). Summaries written before the field
+    /// existed were all `uniform`.
+    #[serde(default = "uniform_strategy")]
+    pub strategy: String,
     /// The shard this summary covers; absent for a whole sweep or a merge.
     pub shard: Option<Shard>,
     /// Seeds run.
@@ -230,6 +234,10 @@ pub struct Summary {
     pub marks: BTreeMap<String, u64>,
     /// Machine-dependent figures.
     pub timing: Timing,
+}
+
+fn uniform_strategy() -> String {
+    crate::search::Strategy::Uniform.name().into()
 }
 
 impl Summary {
@@ -356,6 +364,7 @@ pub fn summarize(
         format: SUMMARY_FORMAT.into(),
         commit: commit().into(),
         mutant: config.mutant.map(|m| m.name().to_string()),
+        strategy: config.strategy.name().into(),
         shard: config.shard,
         seeds: 0,
         failed: 0,
@@ -491,6 +500,9 @@ pub fn validate_summary(summary: &Summary) -> Result<(), String> {
         if crate::world::Mutant::from_name(m).is_none() {
             return Err(format!("mutant: unknown mutant {m:?}"));
         }
+    }
+    if crate::search::Strategy::from_name(&summary.strategy).is_none() {
+        return Err(format!("strategy: unknown strategy {:?}", summary.strategy));
     }
     let mut totals = [0u64; 4];
     let mut names: BTreeMap<&str, usize> = BTreeMap::new();
@@ -724,6 +736,15 @@ pub fn merge(parts: &[(PathBuf, Summary)]) -> Result<Summary, String> {
                 first.mutant
             ));
         }
+        if part.strategy != first.strategy {
+            return Err(format!(
+                "{} chose its plans by {:?} but {} by {:?}",
+                shown(path),
+                part.strategy,
+                shown(first_path),
+                first.strategy
+            ));
+        }
         if part.commit != first.commit {
             return Err(format!(
                 "{} measured commit {} but {} measured {}",
@@ -860,10 +881,11 @@ pub fn render_markdown(
     let rate = summary.seeds as f64 / summary.timing.wall_seconds.max(1e-9);
     let _ = writeln!(
         md,
-        "{} seeds over {} scenarios · mutant: {} · commit `{}`{} · {:.0} seeds/s · {} events · {:.1} simulated s",
+        "{} seeds over {} scenarios · mutant: {} · strategy: {} · commit `{}`{} · {:.0} seeds/s · {} events · {:.1} simulated s",
         summary.seeds,
         summary.scenarios.len(),
         summary.mutant.as_deref().unwrap_or("none"),
+        summary.strategy,
         summary.commit,
         summary
             .shard

@@ -271,6 +271,7 @@ fn sweep_writes_reports_and_ends_with_one_sweep_line() {
     assert_eq!(summary["seeds"], 10);
     assert_eq!(summary["failed"], 1);
     assert_eq!(summary["mutant"], MUTANT);
+    assert_eq!(summary["strategy"], "uniform");
     assert_eq!(summary["failures"][0]["seed"], MUTANT_SEED);
     assert_eq!(summary["failures"][0]["invariant"], MUTANT_INVARIANT);
     assert_eq!(

@@ -143,6 +143,29 @@ fn merge_refuses_shards_that_no_sweep_wrote() {
         ],
     );
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    // Summaries written before `strategy` existed were uniform sweeps, and merge as such.
+    let (mut a, mut b) = (s0.clone(), s1.clone());
+    for s in [&mut a, &mut b] {
+        s.as_object_mut().expect("summary").remove("strategy");
+    }
+    write_json(&dir.path("s0/summary.json"), &a);
+    write_json(&dir.path("s1/summary.json"), &b);
+    let out = timed(
+        &dir.0,
+        &[
+            "merge",
+            "s0/summary.json",
+            "s1/summary.json",
+            "--report-dir",
+            "m-old",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let merged: Value = serde_json::from_slice(
+        &std::fs::read(dir.path("m-old/summary.json")).expect("merged summary"),
+    )
+    .expect("json");
+    assert_eq!(merged["strategy"], "uniform");
 
     type Edit = fn(&mut Value, &mut Value);
     let cases: &[(&str, Edit, &[&str])] = &[
@@ -219,6 +242,16 @@ fn merge_refuses_shards_that_no_sweep_wrote() {
                 }]);
             },
             &["failures[0].seed", "shard 0/2"],
+        ),
+        (
+            "an unknown strategy",
+            |a, _| a["strategy"] = json!("telepathy"),
+            &["strategy", "telepathy"],
+        ),
+        (
+            "shards of two strategies",
+            |a, _| a["strategy"] = json!("coverage"),
+            &["\"coverage\"", "\"uniform\""],
         ),
     ];
     std::fs::write(dir.path("secret.txt"), "do not copy me").expect("write");

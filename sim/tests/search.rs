@@ -69,6 +69,7 @@ fn guided_sweep_is_the_same_at_any_jobs_and_its_failures_replay_alone() {
     }
     // Same seeds, same plans, same hashes, same failures at 1 and 2 jobs.
     assert_eq!(summaries[0], summaries[1]);
+    assert_eq!(summaries[0]["strategy"], "coverage", "the summary says how");
 
     // Some failures ran on plans the search made (their repro is the replay of their
     // file, since no seed draws them); each replays alone, to the same hash.
