@@ -131,17 +131,18 @@ fn two_shards(dir: &Scratch, mutant: Option<&str>) -> (Value, Value) {
 fn merge_refuses_shards_that_no_sweep_wrote() {
     let dir = Scratch::new("hostile-merge");
     let (s0, s1) = two_shards(&dir, None);
-    // Sanity: the real shards merge.
-    let out = timed(
-        &dir.0,
-        &[
+    let merge = |out: &str| {
+        let args = [
             "merge",
             "s0/summary.json",
             "s1/summary.json",
             "--report-dir",
-            "m",
-        ],
-    );
+            out,
+        ];
+        timed(&dir.0, &args)
+    };
+    // Sanity: the real shards merge.
+    let out = merge("m");
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     // Summaries written before `strategy` existed were uniform sweeps, and merge as such.
     let (mut a, mut b) = (s0.clone(), s1.clone());
@@ -150,16 +151,7 @@ fn merge_refuses_shards_that_no_sweep_wrote() {
     }
     write_json(&dir.path("s0/summary.json"), &a);
     write_json(&dir.path("s1/summary.json"), &b);
-    let out = timed(
-        &dir.0,
-        &[
-            "merge",
-            "s0/summary.json",
-            "s1/summary.json",
-            "--report-dir",
-            "m-old",
-        ],
-    );
+    let out = merge("m-old");
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let merged: Value = serde_json::from_slice(
         &std::fs::read(dir.path("m-old/summary.json")).expect("merged summary"),
@@ -262,16 +254,7 @@ fn merge_refuses_shards_that_no_sweep_wrote() {
         write_json(&dir.path("s1/summary.json"), &b);
         let report = dir.path("out");
         let _ = std::fs::remove_dir_all(&report);
-        let out = timed(
-            &dir.0,
-            &[
-                "merge",
-                "s0/summary.json",
-                "s1/summary.json",
-                "--report-dir",
-                "out",
-            ],
-        );
+        let out = merge("out");
         refused(&out, what, needles);
         assert!(
             !report.join("summary.json").exists(),
