@@ -6,7 +6,8 @@
 //! this very loop.
 //!
 //! Each prompt waits for the previous turn to end. Exit code: 0 when every turn completed,
-//! 1 when one did not (or the supervisor could not run), 2 on bad usage or an unusable
+//! 1 when one did not (or the supervisor could not run, or an event could not be written
+//! to stdout: the caller is gone, so every agent is stopped at once), 2 on bad usage or an unusable
 //! state file, 130 / 143 after SIGINT / SIGTERM (the agents were stopped first).
 
 use std::path::PathBuf;
@@ -46,7 +47,8 @@ options:
                              each agent's stderr lines are logged in its execution's span
   --help                     this text
 
-exit: 0 every turn completed, 1 a turn did not (or the agent could not run), 2 bad usage,
+exit: 0 every turn completed, 1 a turn did not (or the agent could not run, or events could
+      not be written to stdout: every agent is stopped then), 2 bad usage,
       130/143 stopped by SIGINT/SIGTERM (every agent process is stopped first)";
 
 /// A turn the session was busy with is waited for at most this many times before a
@@ -246,8 +248,9 @@ pub fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
 /// for the operator on stderr.
 pub trait Console: Send {
     /// One session event. It may wait: a reader that stops reading stdout holds the loop
-    /// up, and with it, through the supervisor's bounded channels, the agents.
-    fn event<'a>(&'a mut self, event: &'a SessionEvent) -> BoxFuture<'a, ()>;
+    /// up, and with it, through the supervisor's bounded channels, the agents. `Err` when
+    /// it could not be written (the reader went away: a broken pipe; a full disk).
+    fn event<'a>(&'a mut self, event: &'a SessionEvent) -> BoxFuture<'a, std::io::Result<()>>;
     /// One line for the operator, without the program's name.
     fn message(&mut self, text: &str);
     /// The supervisor claimed `text` as `turn` (its answer to the prompt); not printed.
@@ -285,9 +288,9 @@ async fn wait_turn(
     events: &mut SessionEvents,
     session: SessionId,
     turn: Option<TurnId>,
-) -> TurnOutcome {
+) -> std::io::Result<TurnOutcome> {
     while let Some(event) = events.recv().await {
-        console.event(&event).await;
+        console.event(&event).await?;
         if let SessionEvent::TurnEnded {
             session: s,
             turn: t,
@@ -312,11 +315,11 @@ async fn wait_turn(
                 if outcome != TurnOutcome::Completed {
                     console.message(&turn_message(t, outcome, cause.as_ref()));
                 }
-                return outcome;
+                return Ok(outcome);
             }
         }
     }
-    TurnOutcome::Failed
+    Ok(TurnOutcome::Failed)
 }
 
 /// The most characters of a turn's cause printed (an agent's error data can be long).
@@ -347,9 +350,9 @@ async fn next_prompt(
     listed: &mut std::vec::IntoIter<String>,
     stdin: &mut Option<mpsc::Receiver<String>>,
     events: &mut SessionEvents,
-) -> Option<String> {
+) -> std::io::Result<Option<String>> {
     let Some(lines) = stdin.as_mut() else {
-        return listed.next();
+        return Ok(listed.next());
     };
     loop {
         let wake = tokio::select! {
@@ -358,9 +361,9 @@ async fn next_prompt(
             event = events.recv() => Err(event),
         };
         match wake {
-            Ok(line) => return line,
-            Err(Some(event)) => console.event(&event).await,
-            Err(None) => return None,
+            Ok(line) => return Ok(line),
+            Err(Some(event)) => console.event(&event).await?,
+            Err(None) => return Ok(None),
         }
     }
 }
@@ -448,6 +451,7 @@ async fn supervise(
     let session = options.session;
     let mut all_completed = true;
     let mut stopped_by = None;
+    let mut caller_gone = None;
     {
         let work = prompt_all(
             supervisor.restored_turns().to_vec(),
@@ -462,13 +466,29 @@ async fn supervise(
         tokio::select! {
             biased;
             signal = stop => stopped_by = signal,
-            () = work => {}
+            done = work => caller_gone = done.err(),
         }
+    }
+    if let Some(error) = &caller_gone {
+        // Running turns for a caller that cannot hear of them would spend the agents'
+        // work on nobody and claim success at the end: stop now, and say why.
+        console.message(&format!(
+            "events cannot be written to stdout ({error}): the caller is gone; stopping \
+             every agent"
+        ));
     }
     // Stdin EOF, the grace, SIGTERM, SIGKILL for every agent tree, then the last events.
     supervisor.shutdown().await;
     while let Some(event) = events.try_recv() {
-        console.event(&event).await;
+        if caller_gone.is_some() {
+            continue;
+        }
+        if let Err(error) = console.event(&event).await {
+            console.message(&format!(
+                "the last events cannot be written to stdout ({error}): the caller is gone"
+            ));
+            caller_gone = Some(error);
+        }
     }
     if let Some(error) = supervisor.fatal_error() {
         return Err((
@@ -477,6 +497,14 @@ async fn supervise(
                 "stopped: the state file could not be written ({error}); every agent was \
                  stopped, and a new start resumes from the last state written"
             ),
+        ));
+    }
+    if caller_gone.is_some() {
+        return Err((
+            1,
+            "stopped: the caller stopped reading its events; every agent was stopped, and \
+             the events it did not get are not sent again"
+                .into(),
         ));
     }
     match stopped_by {
@@ -497,15 +525,16 @@ async fn prompt_all(
     listed: &mut std::vec::IntoIter<String>,
     stdin: &mut Option<mpsc::Receiver<String>>,
     all_completed: &mut bool,
-) {
+) -> std::io::Result<()> {
     // A restored turn is the caller's too: the run is not over before it ended.
     for (s, turn) in restored {
-        *all_completed &= wait_turn(console, events, s, Some(turn)).await == TurnOutcome::Completed;
+        *all_completed &=
+            wait_turn(console, events, s, Some(turn)).await? == TurnOutcome::Completed;
     }
-    while let Some(text) = next_prompt(console, listed, stdin, events).await {
+    while let Some(text) = next_prompt(console, listed, stdin, events).await? {
         let mut resends = 0;
         loop {
-            match send_prompt(supervisor, events, console, session, &text).await {
+            match send_prompt(supervisor, events, console, session, &text).await? {
                 Some(TurnOutcome::RolledBack) if resends < ROLLED_BACK_RESENDS => {
                     // It never reached an agent (its runtime died first): send it again.
                     resends += 1;
@@ -522,38 +551,39 @@ async fn prompt_all(
             }
         }
     }
+    Ok(())
 }
 
-/// Sends one prompt and waits for its turn; `None` if it was not claimed.
+/// Sends one prompt and waits for its turn; `None` if it was not claimed, `Err` if the
+/// caller cannot be written to.
 async fn send_prompt(
     supervisor: &Supervisor,
     events: &mut SessionEvents,
     console: &mut dyn Console,
     session: SessionId,
     text: &str,
-) -> Option<TurnOutcome> {
-    {
-        let mut busy = 0;
-        let turn = loop {
-            match supervisor.prompt(session, text).await {
-                Ok(turn) => break Some(turn),
-                Err(SupervisorError::Prompt(PromptError::Rejected(RejectReason::SessionBusy)))
-                    if busy < BUSY_RETRIES =>
-                {
-                    // A restored turn is still running: let it end first.
-                    busy += 1;
-                    wait_turn(console, events, session, None).await;
-                }
-                Err(error) => {
-                    console.message(&format!("prompt not sent: {error}"));
-                    break None;
-                }
+) -> std::io::Result<Option<TurnOutcome>> {
+    let mut busy = 0;
+    let turn = loop {
+        match supervisor.prompt(session, text).await {
+            Ok(turn) => break turn,
+            Err(SupervisorError::Prompt(PromptError::Rejected(RejectReason::SessionBusy)))
+                if busy < BUSY_RETRIES =>
+            {
+                // A restored turn is still running: let it end first.
+                busy += 1;
+                wait_turn(console, events, session, None).await?;
             }
-        };
-        let turn = turn?;
-        console.prompt_claimed(session, turn, text);
-        Some(wait_turn(console, events, session, Some(turn)).await)
-    }
+            Err(error) => {
+                console.message(&format!("prompt not sent: {error}"));
+                return Ok(None);
+            }
+        }
+    };
+    console.prompt_claimed(session, turn, text);
+    wait_turn(console, events, session, Some(turn))
+        .await
+        .map(Some)
 }
 
 /// The real world: stdout and stderr, a stdin reader thread, SIGINT and SIGTERM.
@@ -571,11 +601,10 @@ pub mod real {
     pub struct StdConsole;
 
     impl Console for StdConsole {
-        fn event<'a>(&'a mut self, event: &'a SessionEvent) -> BoxFuture<'a, ()> {
+        fn event<'a>(&'a mut self, event: &'a SessionEvent) -> BoxFuture<'a, std::io::Result<()>> {
             let mut out = std::io::stdout().lock();
-            // A closed stdout (the reader went away) is not worth dying over mid-turn.
-            let _ = writeln!(out, "{}", event.to_json()).and_then(|()| out.flush());
-            Box::pin(std::future::ready(()))
+            let written = writeln!(out, "{}", event.to_json()).and_then(|()| out.flush());
+            Box::pin(std::future::ready(written))
         }
 
         fn message(&mut self, text: &str) {

@@ -1180,6 +1180,49 @@ fn the_built_palisade_supervise_runs_on_real_time_with_real_processes() {
     let _ = std::fs::remove_file(&state);
 }
 
+/// Found outside the sweep, then by `stack-caller-gone` (regression
+/// `caller-gone-is-surfaced`): with its caller gone (`palisade-supervise … | head -1`,
+/// stdout on a full disk), the loop swallowed every failed write, ran every prompt for
+/// nobody and exited 0. Now the first event it cannot write stops every agent, it says so
+/// on stderr, and it exits 1.
+#[test]
+fn palisade_supervise_stops_when_its_stdout_is_gone() {
+    let log = temp_path("stdout-gone", "log");
+    let agent = format!(
+        "{} --chunks 4 --chunk-delay-ms 250 --log {}",
+        env!("CARGO_BIN_EXE_palisade-test-agent"),
+        log.display()
+    );
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_palisade-supervise"))
+        .args(["--agent-cmd", &agent])
+        .args(["--prompt", "one", "--prompt", "two", "--prompt", "three"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("palisade-supervise starts");
+    // The reader goes away before the first event: every write is a broken pipe.
+    drop(child.stdout.take());
+    let output = child.wait_with_output().expect("palisade-supervise exits");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("stdout"), "says why: {stderr}");
+    // It stopped at once: not every prompt reached the agent, and no agent runs on.
+    let entries = read_log(&log);
+    assert!(
+        prompts_received(&entries).len() < 3,
+        "the prompts kept running for nobody: {entries:?}"
+    );
+    let pids: Vec<u32> = entries
+        .iter()
+        .filter(|l| l["event"] == "start")
+        .filter_map(|l| l["pid"].as_u64())
+        .map(|pid| u32::try_from(pid).expect("a pid"))
+        .collect();
+    assert!(!pids.is_empty(), "an agent started: {entries:?}");
+    assert!(pids.iter().all(|&pid| process_gone(pid)), "{pids:?}");
+    let _ = std::fs::remove_file(&log);
+}
+
 #[test]
 fn palisade_supervise_prints_why_a_prompt_failed() {
     // Issue 13, item 2: an agent that answers `session/prompt` with a JSON-RPC error (as

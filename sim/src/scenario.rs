@@ -215,6 +215,9 @@ pub struct WorldSpec {
     /// Stack world only: per 500 ms slot, the probability that the next state-file write
     /// fails (ENOSPC, EIO) or is cut short by a crash (between write and rename, torn).
     pub disk_fault: Bounds<f64>,
+    /// Stack world only: the probability that the caller of `palisade-supervise` goes away
+    /// for good at some point of the fault window (its pipes close).
+    pub caller_gone: Bounds<f64>,
 }
 
 fn default_version() -> u32 {
@@ -861,24 +864,33 @@ impl Scenario {
             )?;
         }
 
-        {
-            let path = [Field("world"), Field("disk_fault")];
-            let range = self.world.disk_fault;
+        for (name, range, why) in [
+            (
+                "disk_fault",
+                self.world.disk_fault,
+                "disk faults need the stack world (`kind = \"stack\"`): the engine world has no state file",
+            ),
+            (
+                "caller_gone",
+                self.world.caller_gone,
+                "a caller that goes away needs the stack world (`kind = \"stack\"`): the engine world has no palisade-supervise caller",
+            ),
+        ] {
+            let path = [Field("world"), Field(name)];
             for value in [range.lo, range.hi] {
                 if !(0.0..=1.0).contains(&value) {
                     return Err(invalid(
                         &path,
-                        format!("probability {value} of `disk_fault` is outside [0, 1]"),
+                        format!("probability {value} of `{name}` is outside [0, 1]"),
                     ));
                 }
             }
             check_range(&path, range)?;
             if self.world.kind == WorldKind::Engine && range.hi > 0.0 {
-                return Err(invalid(
-                    &path,
-                    "disk faults need the stack world (`kind = \"stack\"`): the engine world has no state file".into(),
-                ));
+                return Err(invalid(&path, why.into()));
             }
+        }
+        {
             if self.world.kind == WorldKind::Stack && self.workload.sessions != 1 {
                 return Err(invalid(
                     &[Field("workload"), Field("sessions")],

@@ -11,6 +11,7 @@ const STACK: &[&str] = &[
     "stack-exit-between-turns",
     "stack-disk-faults",
     "stack-crash-restart",
+    "stack-caller-gone",
 ];
 
 /// A seed's trace hash from `palisade run`'s last line (`held: … trace <hash>, …` or

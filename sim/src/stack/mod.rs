@@ -79,9 +79,23 @@ struct SimConsole {
 }
 
 impl Console for SimConsole {
-    fn event<'a>(&'a mut self, event: &'a SessionEvent) -> BoxFuture<'a, ()> {
+    fn event<'a>(&'a mut self, event: &'a SessionEvent) -> BoxFuture<'a, std::io::Result<()>> {
         Box::pin(async move {
             let now = env::now_ms(self.start);
+            if oracle::lock(&self.log).gone_at.is_some() {
+                // Nobody reads the other end of stdout any more: EPIPE.
+                let line = lock_watch(&self.watch).tracer.note(
+                    now,
+                    "caller",
+                    "write_failed",
+                    &[("incarnation", u64::from(self.incarnation))],
+                );
+                oracle::lock(&self.log)
+                    .write_failed
+                    .entry(self.incarnation)
+                    .or_insert(line);
+                return Err(std::io::ErrorKind::BrokenPipe.into());
+            }
             let stall_until = oracle::lock(&self.log).stall_until;
             if stall_until > now {
                 madsim::time::sleep(Duration::from_millis(stall_until - now)).await;
@@ -94,6 +108,7 @@ impl Console for SimConsole {
                 log.ended_at.entry(*turn).or_insert(now);
             }
             log.event(self.incarnation, agent_prompts, event.clone(), line);
+            Ok(())
         })
     }
 
@@ -219,7 +234,9 @@ pub(crate) async fn run(
                 .collect()
         };
         let think = scenario.workload.think_ms;
+        let caller = log.clone();
         let feeder = async move {
+            let gone = || oracle::lock(&caller).gone_at.is_some();
             for (k, text) in unclaimed.into_iter().enumerate() {
                 let pause = pick(
                     mix(seed, u64::from(incarnation), k as u64, 0x7417),
@@ -227,7 +244,8 @@ pub(crate) async fn run(
                     think.hi,
                 );
                 madsim::time::sleep(Duration::from_millis(pause.max(1))).await;
-                if stdin_tx.send(text).await.is_err() {
+                // A caller that went away sends nothing more: its end of stdin closes.
+                if gone() || stdin_tx.send(text).await.is_err() {
                     return;
                 }
             }
@@ -277,8 +295,8 @@ pub(crate) async fn run(
                     l.exits.push((incarnation, code, alive));
                     l.exit_lines.push(line);
                     // A service manager starts a failed supervisor again while its caller
-                    // still waits for a turn.
-                    if code != 0 && l.unfinished() {
+                    // still waits for a turn (a caller that went away waits for nothing).
+                    if code != 0 && l.unfinished() && l.gone_at.is_none() {
                         break true;
                     }
                     finished = true;
@@ -396,6 +414,10 @@ fn apply(env: &Env, log: &Arc<Mutex<CallerLog>>, f: &Fault, now: u64) -> bool {
         FaultKind::CrashRestart => {
             oracle::lock(log).crash_now = true;
             return true;
+        }
+        FaultKind::CallerGone => {
+            e.last_disruption_ms = now;
+            oracle::lock(log).gone_at.get_or_insert(now);
         }
         // The caller of palisade-supervise only pipes prompts; the agents' load answers
         // and the message network are the engine world's.

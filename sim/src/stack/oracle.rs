@@ -19,6 +19,11 @@
 //!   the ones taken down with a crashed supervisor: a supervisor restart resumes an
 //!   in-flight turn without using up one of its recovery steps (issue 11, third bug).
 //! - `S-agent-outlives-supervisor`: no agent process runs once its supervisor exited.
+//! - `S-caller-gone-hidden`: an incarnation that could not write an event to its caller
+//!   (the caller went away: a broken pipe) says so on stderr (a message naming stdout)
+//!   and does not exit 0. A caller that went away can be told nothing more, so the checks
+//!   that the caller saw every claimed turn end (`S-prompt-lost`, `S-exit-0-unfinished`,
+//!   `S-prompt-not-run`) do not apply once it left.
 //! - `R10-failure-cause`: a failure the caller is shown that blames the agent's exit (its
 //!   process exited, its stdout closed) names a process tree in which a process really
 //!   died on its own: not one the supervisor asked to go (closed its stdin, signalled,
@@ -65,6 +70,10 @@ pub(crate) struct CallerLog {
     pub(crate) stall_until: u64,
     /// A crash-restart fault fired.
     pub(crate) crash_now: bool,
+    /// When the caller went away for good (its pipes closed), simulated ms.
+    pub(crate) gone_at: Option<u64>,
+    /// Per incarnation, the trace line of its first event write that failed.
+    pub(crate) write_failed: BTreeMap<u32, u64>,
 }
 
 pub(crate) fn lock(log: &Mutex<CallerLog>) -> MutexGuard<'_, CallerLog> {
@@ -284,6 +293,22 @@ pub(crate) fn judge(
                 line,
             ));
         }
+        if let Some(&failed) = log.write_failed.get(incarnation) {
+            let told = log
+                .messages
+                .iter()
+                .any(|(i, text)| i == incarnation && text.contains("stdout"));
+            if *code == 0 || !told {
+                return Err(v(
+                    "S-caller-gone-hidden",
+                    format!(
+                        "incarnation {incarnation} could not write an event to its caller (a broken pipe) and exited {code}{}",
+                        if told { "" } else { " without saying so" }
+                    ),
+                    if *code == 0 { line } else { failed },
+                ));
+            }
+        }
         let failures = env.write_failures.get(incarnation).copied().unwrap_or(0);
         let told = log
             .messages
@@ -319,6 +344,10 @@ pub(crate) fn judge(
             .or_insert((*at, *turn, line_of(&log.claimed_lines, i)));
         *completed.entry(text).or_insert(false) |=
             matches!(ended.get(turn), Some((TurnOutcome::Completed, _, _, _)));
+    }
+    if log.gone_at.is_some() {
+        // Nobody is left to see the claimed turns end.
+        return Ok(());
     }
     if finished {
         for (text, (at, turn, line)) in &first_claim {
@@ -572,6 +601,35 @@ mod tests {
         let mut other = transport_failure_history();
         other.events[1].0 = 2;
         assert_eq!(caught(&env, &other, 3), None);
+    }
+
+    /// The caller went away mid-turn: the incarnation's event write failed (line 8).
+    #[test]
+    fn a_supervisor_that_hides_a_gone_caller_is_caught() {
+        let env = environment();
+        let mut log = unfinished_log();
+        log.gone_at = Some(100);
+        log.write_failed.insert(1, 8);
+        log.exits.push((1, 0, Vec::new()));
+        log.exit_lines.push(9);
+        // Exit 0, nothing said: caught, on the exit's line.
+        let v = judge(&env, &log, &[], 3, true, 40).unwrap_err();
+        assert_eq!(v.invariant, "S-caller-gone-hidden");
+        assert_eq!(v.events, vec![9]);
+        // Exit 1 without a word: caught, on the failed write's line.
+        log.exits[0].1 = 1;
+        let v = judge(&env, &log, &[], 3, true, 40).unwrap_err();
+        assert_eq!(v.invariant, "S-caller-gone-hidden");
+        assert_eq!(v.events, vec![8]);
+        // Exit 1, and the operator was told: it holds, and the turn the caller can no
+        // longer see end is nobody's loss.
+        log.messages
+            .push((1, "events cannot be written to stdout (Broken pipe)".into()));
+        assert_eq!(caught(&env, &log, 3), None);
+        // With the caller still there, the same unfinished turn is lost.
+        log.gone_at = None;
+        log.write_failed.clear();
+        assert_eq!(caught(&env, &log, 3).as_deref(), Some("S-prompt-lost"));
     }
 
     /// A caller log with one claimed prompt (on trace line 5) that never ended.

@@ -129,6 +129,10 @@ pub enum FaultKind {
         /// Consecutive writes that fail.
         count: u32,
     },
+    /// Stack world: the caller of `palisade-supervise` goes away for good. It closes both
+    /// ends of its pipes: every later event write fails (a broken pipe), its stdin reaches
+    /// EOF, and nobody restarts the supervisor for it.
+    CallerGone,
     /// The orchestrator's clock jumps by `ms` (negative: backwards).
     ClockJump {
         /// Milliseconds.
@@ -169,6 +173,7 @@ impl std::hash::Hash for FaultKind {
             FaultKind::ClockJump { ms } => (11u8, ms).hash(h),
             FaultKind::CallerStall { ms } => (13u8, ms).hash(h),
             FaultKind::DiskFault { class, count } => (15u8, class, count).hash(h),
+            FaultKind::CallerGone => 16u8.hash(h),
             FaultKind::Jitter {
                 until_ms,
                 delay_p,
@@ -209,6 +214,7 @@ impl Fault {
             FaultKind::CrashRestart
                 | FaultKind::ClockJump { .. }
                 | FaultKind::CallerStall { .. }
+                | FaultKind::CallerGone
                 | FaultKind::DiskFault { .. }
         )
     }
@@ -461,6 +467,14 @@ impl FaultPlan {
                 | FaultKind::HangTeardown
                 | FaultKind::LoadError { .. }
                 | FaultKind::LoadTimeout => {}
+                FaultKind::CallerGone => {
+                    if scenario.world.kind != crate::scenario::WorldKind::Stack {
+                        return bad(
+                            at("fault"),
+                            "a caller that goes away needs a stack-world scenario (the engine world's clients are not palisade-supervise's callers)".into(),
+                        );
+                    }
+                }
                 FaultKind::DiskFault { count, .. } => {
                     if scenario.world.kind != crate::scenario::WorldKind::Stack {
                         return bad(
@@ -738,6 +752,17 @@ pub fn draw(scenario: &Scenario, seed: u64) -> FaultPlan {
                     at_ms: slot * SLOT_MS + rng.gen_range(0..SLOT_MS),
                     session: 1,
                     kind: FaultKind::DiskFault { class, count },
+                });
+            }
+        }
+        // Drawn only where a scenario asks for it, so no older stack plan changes.
+        if scenario.world.caller_gone.hi > 0.0 {
+            let gone = p("caller_gone", scenario.world.caller_gone, &mut rng);
+            if rng.gen_bool(gone.clamp(0.0, 1.0)) {
+                faults.push(Fault {
+                    at_ms: rng.gen_range(0..window.max(1)),
+                    session: 1,
+                    kind: FaultKind::CallerGone,
                 });
             }
         }

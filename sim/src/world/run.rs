@@ -1144,8 +1144,9 @@ impl World {
                 self.arms.entry(s).or_default().load = Some(class);
             }
             FaultKind::LoadTimeout => self.arms.entry(s).or_default().load_hang = true,
-            // The engine world has no state file (plans refuse it there).
-            FaultKind::DiskFault { .. } => {}
+            // The engine world has no state file and no palisade-supervise caller (plans
+            // refuse both there).
+            FaultKind::DiskFault { .. } | FaultKind::CallerGone => {}
             FaultKind::ClockJump { ms } => {
                 self.skew_ms = self.skew_ms.saturating_add(ms);
                 self.mono();
