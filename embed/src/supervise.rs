@@ -259,15 +259,20 @@ pub trait Console: Send {
     }
 }
 
+/// One line of stdin as read: its bytes (without the newline), or the read error that
+/// ended the input.
+pub type StdinLine = Result<Vec<u8>, String>;
+
 /// Everything the loop runs on besides its options.
 pub struct Io {
     /// The supervisor's platform and state file.
     pub embedding: Embedding,
     /// Where events and messages go.
     pub console: Box<dyn Console>,
-    /// Prompts from stdin, one per line (used when `--prompt` gave none); the channel
-    /// closes at end of input.
-    pub stdin: Option<mpsc::Receiver<String>>,
+    /// Stdin's lines, as read (used when `--prompt` gave none): each one's bytes without
+    /// its newline, or why reading failed; the channel closes at end of input. The loop
+    /// decides what a line is (blank: skipped; not UTF-8: refused with a message).
+    pub stdin: Option<mpsc::Receiver<StdinLine>>,
     /// Resolves with the exit code (128 + signal) when the program is told to stop.
     pub stop: BoxFuture<'static, Option<u8>>,
 }
@@ -344,15 +349,37 @@ pub fn turn_message(turn: TurnId, outcome: TurnOutcome, cause: Option<&FailureCa
     }
 }
 
-/// The next prompt: from the list, or from stdin (printing events while waiting).
+/// Stdin as the loop reads it: its lines, and how many it has read.
+#[derive(Debug)]
+struct Prompts<'a> {
+    listed: &'a mut std::vec::IntoIter<String>,
+    stdin: &'a mut Option<mpsc::Receiver<StdinLine>>,
+    read: u64,
+}
+
+/// What one line of stdin is: a prompt, nothing (blank), or refused with the reason.
+fn stdin_prompt(number: u64, line: &[u8]) -> Result<Option<String>, String> {
+    match std::str::from_utf8(line) {
+        Ok(text) => {
+            let text = text.trim();
+            Ok((!text.is_empty()).then(|| text.to_owned()))
+        }
+        Err(error) => Err(format!(
+            "stdin line {number} is not UTF-8 text ({error}); it is not sent"
+        )),
+    }
+}
+
+/// The next prompt: from the list, or from stdin (printing events while waiting). A line
+/// that is not a prompt is refused with a message, and the run does not exit 0.
 async fn next_prompt(
     console: &mut dyn Console,
-    listed: &mut std::vec::IntoIter<String>,
-    stdin: &mut Option<mpsc::Receiver<String>>,
+    prompts: &mut Prompts<'_>,
     events: &mut SessionEvents,
+    all_completed: &mut bool,
 ) -> std::io::Result<Option<String>> {
-    let Some(lines) = stdin.as_mut() else {
-        return Ok(listed.next());
+    let Some(lines) = prompts.stdin.as_mut() else {
+        return Ok(prompts.listed.next());
     };
     loop {
         let wake = tokio::select! {
@@ -361,7 +388,26 @@ async fn next_prompt(
             event = events.recv() => Err(event),
         };
         match wake {
-            Ok(line) => return Ok(line),
+            Ok(None) => return Ok(None),
+            Ok(Some(Err(error))) => {
+                console.message(&format!(
+                    "stdin could not be read after line {} ({error}); no more prompts",
+                    prompts.read
+                ));
+                *all_completed = false;
+                return Ok(None);
+            }
+            Ok(Some(Ok(line))) => {
+                prompts.read += 1;
+                match stdin_prompt(prompts.read, &line) {
+                    Ok(Some(text)) => return Ok(Some(text)),
+                    Ok(None) => {}
+                    Err(refused) => {
+                        console.message(&refused);
+                        *all_completed = false;
+                    }
+                }
+            }
             Err(Some(event)) => console.event(&event).await?,
             Err(None) => return Ok(None),
         }
@@ -417,7 +463,7 @@ async fn supervise(
     config: SupervisorConfig,
     embedding: Embedding,
     console: &mut dyn Console,
-    stdin: &mut Option<mpsc::Receiver<String>>,
+    stdin: &mut Option<mpsc::Receiver<StdinLine>>,
     stop: BoxFuture<'static, Option<u8>>,
 ) -> Result<bool, (u8, String)> {
     let mut words = options.agent.iter();
@@ -523,15 +569,20 @@ async fn prompt_all(
     console: &mut dyn Console,
     session: SessionId,
     listed: &mut std::vec::IntoIter<String>,
-    stdin: &mut Option<mpsc::Receiver<String>>,
+    stdin: &mut Option<mpsc::Receiver<StdinLine>>,
     all_completed: &mut bool,
 ) -> std::io::Result<()> {
+    let mut prompts = Prompts {
+        listed,
+        stdin,
+        read: 0,
+    };
     // A restored turn is the caller's too: the run is not over before it ended.
     for (s, turn) in restored {
         *all_completed &=
             wait_turn(console, events, s, Some(turn)).await? == TurnOutcome::Completed;
     }
-    while let Some(text) = next_prompt(console, listed, stdin, events).await? {
+    while let Some(text) = next_prompt(console, &mut prompts, events, all_completed).await? {
         let mut resends = 0;
         loop {
             match send_prompt(supervisor, events, console, session, &text).await? {
@@ -592,7 +643,7 @@ pub mod real {
 
     use tokio::sync::mpsc;
 
-    use super::{Console, Io, Options, STDIN_PROMPTS_QUEUED};
+    use super::{Console, Io, Options, StdinLine, STDIN_PROMPTS_QUEUED};
     use crate::platform::BoxFuture;
     use crate::{Embedding, SessionEvent};
 
@@ -612,15 +663,16 @@ pub mod real {
         }
     }
 
-    /// Lines of stdin (trimmed, empty ones skipped), read on a thread of their own.
+    /// Stdin's lines as bytes (the loop decides what each is), read on a thread of their
+    /// own; a read error is passed on and ends the input.
     #[must_use]
-    pub fn stdin_prompts() -> mpsc::Receiver<String> {
+    pub fn stdin_prompts() -> mpsc::Receiver<StdinLine> {
         let (tx, rx) = mpsc::channel(STDIN_PROMPTS_QUEUED);
         std::thread::spawn(move || {
-            for line in std::io::stdin().lock().lines() {
-                let Ok(line) = line else { break };
-                let line = line.trim().to_owned();
-                if !line.is_empty() && tx.blocking_send(line).is_err() {
+            for line in std::io::stdin().lock().split(b'\n') {
+                let line = line.map_err(|error| error.to_string());
+                let last = line.is_err();
+                if tx.blocking_send(line).is_err() || last {
                     break;
                 }
             }
@@ -663,6 +715,19 @@ mod tests {
 
     fn args(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_stdin_line_is_a_prompt_nothing_or_refused() {
+        assert_eq!(stdin_prompt(1, b"  fix it \r"), Ok(Some("fix it".into())));
+        assert_eq!(
+            stdin_prompt(2, b"\xc3\xa9t\xc3\xa9"),
+            Ok(Some("été".into()))
+        );
+        assert_eq!(stdin_prompt(3, b" \t\r"), Ok(None));
+        assert_eq!(stdin_prompt(4, "\u{a0}".as_bytes()), Ok(None));
+        let refused = stdin_prompt(5, b"one \xff\xfe two").unwrap_err();
+        assert!(refused.contains("stdin line 5 is not UTF-8"), "{refused}");
     }
 
     #[test]

@@ -1223,6 +1223,42 @@ fn palisade_supervise_stops_when_its_stdout_is_gone() {
     let _ = std::fs::remove_file(&log);
 }
 
+/// Found outside the sweep: a stdin line that is not UTF-8 ended the input in silence,
+/// so every prompt after it was dropped and the run exited 0. Now that line is refused
+/// with a message naming it, the prompts after it run, and the run does not exit 0.
+#[test]
+fn palisade_supervise_refuses_a_stdin_line_that_is_not_utf8_and_runs_the_rest() {
+    use std::io::Write as _;
+    let log = temp_path("stdin-not-utf8", "log");
+    let agent = format!(
+        "{} --chunks 1 --log {}",
+        env!("CARGO_BIN_EXE_palisade-test-agent"),
+        log.display()
+    );
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_palisade-supervise"))
+        .args(["--agent-cmd", &agent])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("palisade-supervise starts");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"one\n\xff\xfe not text\n\ntwo\n")
+        .expect("the prompts are written");
+    let output = child.wait_with_output().expect("palisade-supervise exits");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("stdin line 2 is not UTF-8"),
+        "names the line: {stderr}"
+    );
+    assert_eq!(prompts_received(&read_log(&log)), ["one", "two"]);
+    let _ = std::fs::remove_file(&log);
+}
+
 #[test]
 fn palisade_supervise_prints_why_a_prompt_failed() {
     // Issue 13, item 2: an agent that answers `session/prompt` with a JSON-RPC error (as

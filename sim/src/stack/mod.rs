@@ -245,7 +245,7 @@ pub(crate) async fn run(
                 );
                 madsim::time::sleep(Duration::from_millis(pause.max(1))).await;
                 // A caller that went away sends nothing more: its end of stdin closes.
-                if gone() || stdin_tx.send(text).await.is_err() {
+                if gone() || stdin_tx.send(Ok(text.into_bytes())).await.is_err() {
                     return;
                 }
             }
