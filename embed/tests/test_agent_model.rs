@@ -122,8 +122,10 @@ fn run_model(
     script: &Script,
     mut store: ScriptStore,
     steps: &[Step],
+    seed: u64,
 ) -> Wire {
-    let mut model = AgentModel::new("agent", behaviour.clone(), 0, 0).with_script(script.clone());
+    let mut model =
+        AgentModel::new("agent", behaviour.clone(), seed, 0).with_script(script.clone());
     let mut now = 0;
     let mut wire = Wire {
         lines: Vec::new(),
@@ -295,6 +297,8 @@ struct Exchange {
     script: Script,
     store: ScriptStore,
     steps: Vec<Step>,
+    /// The model's seed (`--seed`).
+    seed: u64,
     /// Whether the schema crate must accept every line (not for a malformed capability).
     schema: bool,
 }
@@ -308,6 +312,7 @@ impl Exchange {
             script,
             store: ScriptStore::new(true, None),
             steps,
+            seed: 0,
             schema: true,
         }
     }
@@ -318,6 +323,7 @@ impl Exchange {
             &self.script,
             self.store.clone(),
             &self.steps,
+            self.seed,
         );
         let binary = run_binary(&self.args, &self.steps);
         assert_eq!(
@@ -540,4 +546,52 @@ fn exits_agree() {
     let mut between = Exchange::new(&["--exit-after-prompts", "1"], steps);
     between.script.exit_after_prompts = Some(1);
     assert_eq!(between.check().exit, Some(0));
+}
+
+#[test]
+fn a_hung_prompt_and_seeded_resume_flakes_agree() {
+    // A hung prompt ignores the cancel; stdin EOF still ends the agent.
+    let mut hung = Exchange::new(
+        &["--prompt-mode", "hang", "--chunks", "1"],
+        vec![
+            initialize(),
+            Step::Read(1),
+            new_session(2),
+            Step::Read(1),
+            prompt(3, "test-session-1"),
+            Step::Read(1),
+            cancel("test-session-1"),
+            prompt(4, "test-session-1"),
+            Step::Read(1),
+        ],
+    );
+    hung.script.prompt_end = PromptEnd::Hang;
+    hung.script.chunks = Some(PlainChunks {
+        count: 1,
+        bytes: 0,
+        delay_ms: 0,
+    });
+    let wire = hung.check();
+    assert!(!wire.lines.iter().any(|l| l.contains("stopReason")));
+    assert_eq!(wire.exit, Some(0));
+    // Loads of sessions it has, answered "not found" per mille, drawn from the seed.
+    let mut steps = vec![initialize(), Step::Read(1)];
+    for k in 0..12 {
+        steps.extend([load(10 + k, &format!("s-{k}")), Step::Read(1)]);
+    }
+    let mut flaky = Exchange::new(&["--resume-flake-per-mille", "500", "--seed", "11"], steps);
+    flaky.behaviour.resume_flake_per_mille = 500;
+    flaky.seed = 11;
+    let wire = flaky.check();
+    let flakes = wire.lines.iter().filter(|l| l.contains("-32002")).count();
+    assert!(flakes > 0 && flakes < 12, "{flakes} of 12");
+    // The seed is the binary's own: another seed draws other flakes.
+    let other = run_model(
+        &flaky.behaviour,
+        &flaky.script,
+        flaky.store.clone(),
+        &flaky.steps,
+        0,
+    );
+    assert_ne!(wire, other, "seeds 11 and 0 draw the same flakes");
 }
