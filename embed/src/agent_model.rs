@@ -1518,7 +1518,7 @@ impl AgentModel {
         };
         let outcome = answer.map(|stop| json!({ "stopReason": stop }));
         self.answer_noted(now, &p.id, outcome, Some(note));
-        self.answered += 1;
+        self.answered = self.answered.saturating_add(1);
         if self.script.exit_after_prompts == Some(self.answered) {
             self.exit_at(now, 0);
         }
