@@ -1,7 +1,9 @@
 //! The behaviour table of real ACP agents, as a sans-IO model of one agent process: lines
 //! in (what the client writes to its stdin), lines out with the time to write them (its
 //! stdout), and its exit. No clock, no I/O: the simulator drives it in simulated time, and
-//! `palisade-test-agent` takes its answers from the same table.
+//! `palisade-test-agent` runs it on the real clock and real stdio (its options set a
+//! [`Behaviour`] and, for exact test exchanges, a [`Script`]; `tests/test_agent_model.rs`
+//! checks the binary writes what the model writes).
 //!
 //! Each behaviour is what a real agent was seen (or read in its source) to do; see the
 //! README's table of real agents' answers and [`UnknownSession`]:
@@ -776,6 +778,105 @@ struct Prompting {
     asked: bool,
 }
 
+/// How a scripted prompt ends once its chunks are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PromptEnd {
+    /// Answered `end_turn` (or `cancelled` if a `session/cancel` came first).
+    #[default]
+    Answer,
+    /// Never answered, and `session/cancel` is ignored (a hung agent).
+    Hang,
+    /// Answered `cancelled` when the `session/cancel` comes, never before.
+    Hold,
+}
+
+/// Plain, counted prompt output in place of drawn, marked events: exactly `count` text
+/// chunks `chunk <i>` (0-based), each padded with `.` to `bytes`, `delay_ms` apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PlainChunks {
+    /// Chunks per prompt.
+    pub count: u32,
+    /// Minimum text bytes of a chunk.
+    pub bytes: usize,
+    /// Milliseconds before each chunk.
+    pub delay_ms: u64,
+}
+
+/// Exact, scripted knobs for an agent a test drives (`palisade-test-agent`'s options that
+/// are no [`Behaviour`] of a real agent). The default changes nothing: the simulator's
+/// agents run with it, and draw exactly what they drew before it existed.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Script {
+    /// `agentCapabilities.loadSession` is the string `"yes"`, whatever
+    /// [`Behaviour::load_capability`] says (a malformed capability).
+    pub malformed_load_capability: bool,
+    /// Milliseconds before answering `session/load`, in place of
+    /// [`Behaviour::answer_delay_ms`].
+    pub load_delay_ms: Option<u64>,
+    /// History chunks (`history <i>`, user and agent in turn) streamed before a successful
+    /// `session/load` answer.
+    pub load_replay: u32,
+    /// Plain, counted prompt output in place of drawn, marked events.
+    pub chunks: Option<PlainChunks>,
+    /// Exits with [`Script::exit_code`] mid-prompt, after this many chunks.
+    pub exit_after_chunks: Option<u32>,
+    /// The code of an [`Script::exit_after_chunks`] exit.
+    pub exit_code: i32,
+    /// Exits with code 0 right after answering this many prompts (an agent that goes away
+    /// between turns).
+    pub exit_after_prompts: Option<u64>,
+    /// How a prompt ends once its chunks are written.
+    pub prompt_end: PromptEnd,
+}
+
+/// A [`ConversationStore`] for an agent a test drives: `session/new` creates
+/// `test-session-<n>` (or always the same fixed id), and `session/load` finds every id
+/// (`holds_every_id`, a test agent resumes anything) or only the ones it created (so every
+/// other load gets [`Behaviour::unknown_session`]'s answer).
+#[derive(Debug, Clone, Default)]
+pub struct ScriptStore {
+    /// Whether every id exists.
+    pub holds_every_id: bool,
+    /// The id every `session/new` returns, if fixed.
+    pub fixed_id: Option<String>,
+    created: Vec<String>,
+}
+
+impl ScriptStore {
+    /// A store that finds every id (`holds_every_id`) or only its own, and creates
+    /// `fixed_id` (if given) or `test-session-<n>`.
+    #[must_use]
+    pub fn new(holds_every_id: bool, fixed_id: Option<String>) -> ScriptStore {
+        ScriptStore {
+            holds_every_id,
+            fixed_id,
+            created: Vec::new(),
+        }
+    }
+}
+
+impl ConversationStore for ScriptStore {
+    fn exists(&self, id: &str) -> bool {
+        self.holds_every_id || self.created.iter().any(|c| c == id)
+    }
+
+    fn create(&mut self) -> String {
+        let id = self
+            .fixed_id
+            .clone()
+            .unwrap_or_else(|| format!("test-session-{}", self.created.len() + 1));
+        self.created.push(id.clone());
+        id
+    }
+
+    fn list(&self) -> Vec<String> {
+        let mut ids = self.created.clone();
+        ids.dedup();
+        ids
+    }
+}
+
 /// One agent process's behaviour. Feed it with [`AgentModel::on_line`],
 /// [`AgentModel::on_stdin_closed`] and [`AgentModel::on_wake`]; drain
 /// [`AgentModel::poll_out`] (lines to write, in order, with their times) and
@@ -798,6 +899,9 @@ pub struct AgentModel {
     last_at: u64,
     wake: Option<u64>,
     exited: bool,
+    script: Script,
+    /// Prompts answered with a stop reason (for [`Script::exit_after_prompts`]).
+    answered: u64,
 }
 
 /// An event's text is padded to its drawn size with ASCII (no escaping: the line's size is
@@ -833,6 +937,8 @@ impl AgentModel {
             last_at: now,
             wake: None,
             exited: false,
+            script: Script::default(),
+            answered: 0,
         };
         if model.behaviour.stderr_noise {
             model.emit(now, Out::Stderr("[agent] starting up\n".into()));
@@ -848,6 +954,19 @@ impl AgentModel {
     #[must_use]
     pub fn behaviour(&self) -> &Behaviour {
         &self.behaviour
+    }
+
+    /// The same process, run with `script`'s exact knobs (a test's agent).
+    #[must_use]
+    pub fn with_script(mut self, script: Script) -> AgentModel {
+        self.script = script;
+        self
+    }
+
+    /// Its script.
+    #[must_use]
+    pub fn script(&self) -> &Script {
+        &self.script
     }
 
     /// Whether it exited (it then does nothing more).
@@ -951,7 +1070,12 @@ impl AgentModel {
                     self.seen.push(Seen::Cancel {
                         session: session.clone(),
                     });
-                    if let Some(p) = self.prompt.as_mut().filter(|p| p.session == session) {
+                    let hangs = self.script.prompt_end == PromptEnd::Hang;
+                    if let Some(p) = self
+                        .prompt
+                        .as_mut()
+                        .filter(|p| p.session == session && !hangs)
+                    {
                         p.cancelled = true;
                         self.wake = Some(now + 1);
                     }
@@ -997,6 +1121,9 @@ impl AgentModel {
                 if self.behaviour.lists_sessions {
                     caps.insert("sessionCapabilities".into(), json!({"list": {}}));
                 }
+                if self.script.malformed_load_capability {
+                    caps.insert("loadSession".into(), json!("yes"));
+                }
                 self.answer(
                     at,
                     &id,
@@ -1035,6 +1162,7 @@ impl AgentModel {
                 }
             }
             "session/load" if self.behaviour.unknown_session.loads() => {
+                let at = self.script.load_delay_ms.map_or(at, |ms| now + ms);
                 let session = session_param();
                 let existed = store.exists(&session);
                 match self.next_load.take() {
@@ -1082,6 +1210,7 @@ impl AgentModel {
                 };
                 if answer.is_ok() {
                     self.held.insert(session.clone());
+                    self.replay_history(at, &session);
                 }
                 let note = Seen::Load {
                     id: session,
@@ -1162,15 +1291,27 @@ impl AgentModel {
             self.answer_noted(at, &id, Err(error), Some(note));
             return;
         }
-        let (lo, hi) = self.behaviour.events_per_prompt;
-        let drawn = self.pick((u64::from(lo), u64::from(hi))) as u32;
-        let think_ms = self.pick(self.behaviour.think_ms);
-        let (total, think_ms) = match self.burst.take() {
-            Some(count) => (count, 0),
-            None => (
-                self.events_cap.map_or(drawn, |cap| cap.min(drawn)),
-                think_ms,
-            ),
+        let (total, think_ms) = if let Some(plain) = self.script.chunks {
+            // Exact: no draw, the chunks `delay_ms` apart.
+            (
+                plain.count,
+                plain.delay_ms.saturating_mul(u64::from(plain.count)),
+            )
+        } else {
+            let (lo, hi) = self.behaviour.events_per_prompt;
+            let drawn = self.pick((u64::from(lo), u64::from(hi))) as u32;
+            let think_ms = self.pick(self.behaviour.think_ms);
+            match self.burst.take() {
+                Some(count) => (count, 0),
+                None => (
+                    self.events_cap.map_or(drawn, |cap| cap.min(drawn)),
+                    think_ms,
+                ),
+            }
+        };
+        let first = match self.script.chunks {
+            Some(plain) => plain.delay_ms.max(1),
+            None => 1,
         };
         self.prompt = Some(Prompting {
             id,
@@ -1182,7 +1323,37 @@ impl AgentModel {
             cancelled: false,
             asked: false,
         });
-        self.wake = Some(now + 1);
+        self.wake = Some(now + first);
+    }
+
+    /// Streams [`Script::load_replay`] history chunks of `session` at `at`.
+    fn replay_history(&mut self, at: u64, session: &str) {
+        for i in 0..self.script.load_replay {
+            let kind = if i % 2 == 0 {
+                "user_message_chunk"
+            } else {
+                "agent_message_chunk"
+            };
+            let line = crate::jsonrpc::encode_notification(
+                crate::acp::SESSION_UPDATE,
+                &json!({
+                    "sessionId": session,
+                    "update": {
+                        "sessionUpdate": kind,
+                        "content": {"type": "text", "text": format!("history {i}")},
+                    },
+                }),
+            );
+            self.emit(at, Out::Line(line));
+        }
+    }
+
+    /// Writes the exit with `code` at `now`; the model does nothing more.
+    fn exit_at(&mut self, now: u64, code: i32) {
+        self.emit(now, Out::Exit(code));
+        self.prompt = None;
+        self.wake = None;
+        self.exited = true;
     }
 
     /// The next `session/load` goes this way.
@@ -1216,8 +1387,17 @@ impl AgentModel {
         // Everything due by now, at the pace the think time allows.
         let pace = p.think_ms / u64::from(p.total.max(1));
         loop {
+            if self.script.exit_after_chunks == Some(p.sent) {
+                self.exit_at(now, self.script.exit_code);
+                return;
+            }
             if p.sent >= p.total {
-                self.finish(now, p, Ok("end_turn".into()));
+                if self.script.prompt_end == PromptEnd::Answer {
+                    self.finish(now, p, Ok("end_turn".into()));
+                } else {
+                    // Hang or hold: only a cancel (under hold) ends it.
+                    self.prompt = Some(p);
+                }
                 return;
             }
             if self.behaviour.asks_permission && !p.asked && p.sent * 2 >= p.total {
@@ -1234,7 +1414,10 @@ impl AgentModel {
                 self.emit(now, Out::Line(request));
             }
             p.sent += 1;
-            self.stream_event(now, &p);
+            match self.script.chunks {
+                Some(plain) => self.plain_chunk(now, &p, plain.bytes),
+                None => self.stream_event(now, &p),
+            }
             if pace > 0 {
                 self.wake = Some(now + pace);
                 self.prompt = Some(p);
@@ -1298,6 +1481,36 @@ impl AgentModel {
         self.emit_noted(now, Out::Line(line), Some(note));
     }
 
+    /// The `p.sent`-th chunk of a scripted prompt: `chunk <i>` (0-based), padded with `.`
+    /// to `bytes`.
+    fn plain_chunk(&mut self, now: u64, p: &Prompting, bytes: usize) {
+        let index = p.sent - 1;
+        let mut text = format!("chunk {index}");
+        if text.len() < bytes {
+            text.push_str(&".".repeat(bytes - text.len()));
+        }
+        let line = crate::jsonrpc::encode_notification(
+            crate::acp::SESSION_UPDATE,
+            &json!({
+                "sessionId": p.session,
+                "update": {
+                    "sessionUpdate": "agent_message_chunk",
+                    "content": {"type": "text", "text": text},
+                },
+            }),
+        );
+        let note = Seen::Event {
+            tag: p.tag.clone(),
+            event: StreamEvent {
+                marker: format!("{}#{}", p.tag, p.sent),
+                index: p.sent,
+                wire_bytes: line.len(),
+                tool_call: false,
+            },
+        };
+        self.emit_noted(now, Out::Line(line), Some(note));
+    }
+
     fn finish(&mut self, now: u64, p: Prompting, answer: Result<String, RpcError>) {
         let note = Seen::PromptAnswered {
             tag: p.tag.clone(),
@@ -1305,6 +1518,10 @@ impl AgentModel {
         };
         let outcome = answer.map(|stop| json!({ "stopReason": stop }));
         self.answer_noted(now, &p.id, outcome, Some(note));
+        self.answered = self.answered.saturating_add(1);
+        if self.script.exit_after_prompts == Some(self.answered) {
+            self.exit_at(now, 0);
+        }
     }
 
     /// Its stdin closed: an agent that exits on EOF does so.

@@ -1,81 +1,110 @@
 //! `palisade-test-agent`: a real ACP v1 agent over stdio, scripted by arguments.
 //!
-//! It speaks newline-delimited JSON-RPC 2.0 on stdin/stdout and answers `initialize`,
-//! `session/new`, `session/load`, `session/prompt` and the `session/cancel` notification
-//! the way real agents do, and it misbehaves on demand. Its replies are built with the
-//! official schema crate's envelopes (`JsonRpcMessage`, `Response`, `Notification`), not
-//! with palisade-embed's framing, so the client's framing is tested against an
-//! independent encoder.
+//! Everything ACP it does is the simulator's agent: it runs
+//! [`palisade_embed::agent_model::AgentModel`] — the behaviour table of real agents the
+//! sweep's simulated agents run — in a thin real-time, real-stdio shell. Each stdin line
+//! goes to [`AgentModel::on_line`], each line the model writes goes to stdout at its due
+//! time on the real clock (milliseconds since start), a timer calls
+//! [`AgentModel::on_wake`] at [`AgentModel::next_wake`], stdin EOF calls
+//! [`AgentModel::on_stdin_closed`], and the model's exit is the process's exit code. So the
+//! binary cannot answer anything the model would not: `tests/test_agent_model.rs` feeds
+//! the same lines to both and compares what they write, and parses every line the binary
+//! writes with the official schema crate's types (an encoder independent of ours).
+//!
+//! What the shell adds is only process-level: launcher trees (`launcher`), `setsid`,
+//! `ignore-sigterm`, the `log` of what it received and how it exited, and the `misbehave`
+//! modes (a broken process, not an agent's answer: garbage, a closed stdout, unknown ids,
+//! silence, an exit instead of an answer).
 //!
 //! Every option is `--name value` (or `--name=value`), or the environment variable
-//! `PALISADE_TEST_AGENT_<NAME>` (upper case, `-` as `_`); the argument wins.
+//! `PALISADE_TEST_AGENT_<NAME>` (upper case, `-` as `_`); the argument wins. The column
+//! "model" names the [`Behaviour`] field or the [`Script`] knob it sets; "shell" marks
+//! process-level behaviour.
 //!
-//! | option | values (default) | effect |
-//! |---|---|---|
-//! | `load-session` | `true` `false` `absent` `malformed` (`true`) | `agentCapabilities.loadSession` in the `initialize` answer |
-//! | `session-id` | text (`test-session-<n>`) | the id `session/new` returns |
-//! | `load-delay-ms` | ms (0) | delay before answering `session/load` |
-//! | `load-error` | see below (none) | answer every `session/load` with a real agent's error |
-//! | `load-replay` | count (0) | history notifications streamed before a successful load answer |
-//! | `chunks` | count (3) | `agent_message_chunk` notifications per prompt, text `chunk <i>` |
-//! | `chunk-bytes` | bytes (0) | pad each chunk's text with `.` to at least this length |
-//! | `chunk-delay-ms` | ms (0) | pause before each chunk |
-//! | `exit-after-chunks` | count (never) | exit mid-prompt after this many chunks |
-//! | `exit-code` | code (3) | exit code for `exit-after-chunks` and `misbehave exit` |
-//! | `exit-after-prompts` | count (never) | exit with code 0 right after answering this many prompts (an agent that goes away between turns) |
-//! | `prompt-error` | `none` `auth-required` `internal` (`none`) | answer every `session/prompt` with a real agent's error, from the behaviour table the simulator's agents share (`palisade_embed::agent_model::RequestFailure`): −32000 `Authentication required` (claude-agent-acp without credentials), −32603 `Internal error` with `data.details` (codex-acp) |
-//! | `prompt-mode` | `answer` `hang` `hold` (`answer`) | after the chunks: answer `end_turn`; never answer (cancel ignored); or wait for `session/cancel` |
-//! | `misbehave` | `none` `garbage` `close-stdout` `unknown-ids` `never-answer` `exit` (`none`) | instead of answering a request: write a garbage line; close stdout and stay alive; answer with an id we never got; stay silent; exit |
-//! | `misbehave-on` | method or `*` (`*`) | which requests `misbehave` applies to |
-//! | `log` | path (none) | append one JSON line per received message and per exit, for ground truth |
-//! | `launcher` | `none` `spawn` `double-fork` `setsid` (`none`) | run as a launcher that starts the real agent (itself, with the same options) and passes its stdio on: as its child, waiting for it (like codex-acp's npm launcher); or through an intermediate that exits at once, so the agent is reparented (`double-fork`), and also calls `setsid` (`setsid`), while the launcher stays alive |
-//! | `on-eof` | `exit` `stay` (`exit`) | at stdin EOF: exit 0, or keep running (as every real agent measured does) |
-//! | `ignore-sigterm` | `false` `true` (`false`) | catch SIGTERM and keep running (only SIGKILL ends it) |
+//! | option | values (default) | model | effect |
+//! |---|---|---|---|
+//! | `load-session` | `true` `false` `absent` `malformed` (`true`) | `Behaviour::load_capability`; `Script::malformed_load_capability` | `agentCapabilities.loadSession` in the `initialize` answer (`malformed`: the string `"yes"`) |
+//! | `load-error` | an [`UnknownSession`] name (none) | `Behaviour::unknown_session` | the agent holds no conversation but the ones it created, and answers `session/load` of any other id as that real agent does (table below) |
+//! | `resume-flake-per-mille` | 0..=1000 (0) | `Behaviour::resume_flake_per_mille` | loads of a session it has answered as claude-agent-acp 0.23 does when its subprocess closed early |
+//! | `session-id` | text (`test-session-<n>`) | the store | the id `session/new` returns |
+//! | `new-error` | `none` `auth-required` `internal` (`none`) | `Behaviour::new_fails` | answer every `session/new` with a real agent's error |
+//! | `prompt-error` | `none` `auth-required` `internal` (`none`) | `Behaviour::prompt_failure`, `prompt_fail_per_mille` = 1000 | answer every `session/prompt` with a real agent's error: −32000 `Authentication required` (claude-agent-acp without credentials), −32603 `Internal error` with `data.details` (codex-acp) |
+//! | `list-sessions` | `false` `true` (`false`) | `Behaviour::lists_sessions` | advertise and answer `session/list` |
+//! | `unprompted-updates` | `false` `true` (`false`) | `Behaviour::unprompted_updates` | an `available_commands_update` right after `session/new` |
+//! | `ask-permission` | `false` `true` (`false`) | `Behaviour::asks_permission` | a `session/request_permission` in the middle of each prompt |
+//! | `stderr-noise` | `false` `true` (`false`) | `Behaviour::stderr_noise` | two lines of noise on stderr at start |
+//! | `on-eof` | `exit` `stay` (`exit`) | `Behaviour::exits_on_eof` | at stdin EOF: exit 0, or keep running (as every real agent measured does) |
+//! | `seed` | number (0) | `AgentModel::new` | the model's own choices (only `resume-flake-per-mille` draws) |
+//! | `load-delay-ms` | ms (0) | `Script::load_delay_ms` | delay before answering `session/load` (other answers are immediate) |
+//! | `load-replay` | count (0) | `Script::load_replay` | history notifications (`history <i>`) streamed before a successful load answer |
+//! | `chunks` | count (3) | `Script::chunks` | `agent_message_chunk` notifications per prompt, text `chunk <i>` |
+//! | `chunk-bytes` | bytes (0) | `Script::chunks` | pad each chunk's text with `.` to at least this length |
+//! | `chunk-delay-ms` | ms (0) | `Script::chunks` | pause before each chunk |
+//! | `exit-after-chunks` | count (never) | `Script::exit_after_chunks` | exit mid-prompt after this many chunks |
+//! | `exit-code` | code (3) | `Script::exit_code`; shell | exit code for `exit-after-chunks` and `misbehave exit` |
+//! | `exit-after-prompts` | count (never) | `Script::exit_after_prompts` | exit with code 0 right after answering this many prompts (an agent that goes away between turns) |
+//! | `prompt-mode` | `answer` `hang` `hold` (`answer`) | `Script::prompt_end` | after the chunks: answer `end_turn`; never answer (cancel ignored); or wait for `session/cancel` |
+//! | `misbehave` | `none` `garbage` `close-stdout` `unknown-ids` `never-answer` `exit` (`none`) | shell | instead of answering a request: write a garbage line; close stdout and stay alive; answer with an id we never got; stay silent; exit (the model never sees the request) |
+//! | `misbehave-on` | method or `*` (`*`) | shell | which requests `misbehave` applies to |
+//! | `log` | path (none) | shell | append one JSON line per received message, per answered prompt and per exit, for ground truth |
+//! | `launcher` | `none` `spawn` `double-fork` `setsid` (`none`) | shell (the simulator's `Behaviour::launcher` is `spawn`) | run as a launcher that starts the real agent (itself, with the same options) and passes its stdio on: as its child, waiting for it (like codex-acp's npm launcher); or through an intermediate that exits at once, so the agent is reparented (`double-fork`), and also calls `setsid` (`setsid`), while the launcher stays alive |
+//! | `ignore-sigterm` | `false` `true` (`false`) | shell | catch SIGTERM and keep running (only SIGKILL ends it) |
 //!
-//! `load-error` values and the answer each real agent gives for an unknown session:
-//!
-//! | value | code | message / data |
-//! |---|---|---|
-//! | `claude-agent-acp` | −32002 | `Resource not found: <id>` |
-//! | `claude-code-acp` | −32603 | `Internal error`, data `{"details":"Session not found"}` |
-//! | `codex-acp` | −32002 | `Resource not found`, no data |
-//! | `codex-ts` | −32603 | `no rollout found for thread id <id>` |
-//! | `gemini` | −32603 | `Invalid session identifier <id>` |
-//! | `goose` | −32602 | `Session not found: <id>` (representative message) |
-//! | `opencode` | −32603 | `Internal error`, data `{"details":"session <id> not found"}` (representative) |
-//! | `method-not-found` | −32601 | `Method not found` (an agent without `session/load`) |
+//! `load-error` values are [`UnknownSession`]'s names, and the answer is
+//! [`UnknownSession::error`] for the requested id (README, "Real agents' answers to an
+//! unknown session"): `claude-agent-acp` (−32002 `Resource not found: <id>`, `data.uri`),
+//! `claude-code-acp`, `claude-agent-acp019`, `codex-acp`, `codex-acp-ts`, `gemini`,
+//! `goose-old` (−32602), `goose` (−32002, data `"Session not found: <id>"`), `opencode`,
+//! `ts-method-not-found`, `rust-method-not-found` (−32601) and `python-any-id` (answers
+//! `{}` whatever the id).
 //!
 //! A `session/cancel` ends the in-flight prompt of that session with `stopReason:
-//! "cancelled"` (in `answer` mode between chunks, in `hold` mode at once). Stdin EOF
-//! ends the agent with exit code 0 unless `on-eof stay`.
+//! "cancelled"` (in `answer` mode between chunks, in `hold` mode at once). One prompt runs
+//! at a time, on a session the process created or loaded; any other prompt gets the
+//! model's −32603 `Internal error` (`data.details` `Session not found: <id>`).
 //!
 //! Every process (launcher, intermediate, agent) logs a `start` line with its pid and
 //! role, so a test knows every process of the tree.
+//!
+//! [`AgentModel::on_line`]: palisade_embed::agent_model::AgentModel::on_line
+//! [`AgentModel::on_wake`]: palisade_embed::agent_model::AgentModel::on_wake
+//! [`AgentModel::next_wake`]: palisade_embed::agent_model::AgentModel::next_wake
+//! [`AgentModel::on_stdin_closed`]: palisade_embed::agent_model::AgentModel::on_stdin_closed
+//! [`Behaviour`]: palisade_embed::agent_model::Behaviour
+//! [`Script`]: palisade_embed::agent_model::Script
+//! [`UnknownSession`]: palisade_embed::agent_model::UnknownSession
+//! [`UnknownSession::error`]: palisade_embed::agent_model::UnknownSession::error
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, TryRecvError};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use agent_client_protocol_schema::v1::{
-    AgentCapabilities, ContentChunk, Error as AcpError, InitializeResponse, JsonRpcMessage,
-    LoadSessionResponse, NewSessionResponse, Notification, PromptResponse, RequestId, Response,
-    SessionNotification, SessionUpdate, StopReason,
+use palisade_embed::agent_model::{
+    AgentModel, Behaviour, LoadCapability, Out, PlainChunks, PromptEnd, RequestFailure, Script,
+    ScriptStore, Seen, UnknownSession,
 };
-use agent_client_protocol_schema::ProtocolVersion;
+use palisade_embed::jsonrpc::{encode_response, RequestId};
 use serde_json::{json, Value};
 
 /// Every option the agent knows, as written on the command line.
 const OPTIONS: &[&str] = &[
     "load-session",
-    "session-id",
-    "load-delay-ms",
     "load-error",
+    "resume-flake-per-mille",
+    "session-id",
+    "new-error",
+    "prompt-error",
+    "list-sessions",
+    "unprompted-updates",
+    "ask-permission",
+    "stderr-noise",
+    "on-eof",
+    "seed",
+    "load-delay-ms",
     "load-replay",
     "chunks",
     "chunk-bytes",
@@ -83,13 +112,11 @@ const OPTIONS: &[&str] = &[
     "exit-after-chunks",
     "exit-code",
     "exit-after-prompts",
-    "prompt-error",
     "prompt-mode",
     "misbehave",
     "misbehave-on",
     "log",
     "launcher",
-    "on-eof",
     "ignore-sigterm",
     "setsid",
 ];
@@ -103,20 +130,8 @@ const SLEEP_MODE: &str = "--internal-stdout-closed";
 /// Offset added to a request id by `misbehave unknown-ids`.
 const UNKNOWN_ID_OFFSET: i64 = 1_000_000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LoadSessionCapability {
-    True,
-    False,
-    Absent,
-    Malformed,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum PromptMode {
-    Answer,
-    Hang,
-    Hold,
-}
+/// The model's name: the prefix of its prompts' tags (not on the wire with plain chunks).
+const MODEL_NAME: &str = "agent";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Misbehave {
@@ -136,83 +151,34 @@ enum Launcher {
     Setsid,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LoadError {
-    ClaudeAgentAcp,
-    ClaudeCodeAcp,
-    CodexAcp,
-    CodexTs,
-    Gemini,
-    Goose,
-    Opencode,
-    MethodNotFound,
-}
-
-impl LoadError {
-    fn parse(value: &str) -> Option<Self> {
-        Some(match value {
-            "claude-agent-acp" => LoadError::ClaudeAgentAcp,
-            "claude-code-acp" => LoadError::ClaudeCodeAcp,
-            "codex-acp" => LoadError::CodexAcp,
-            "codex-ts" => LoadError::CodexTs,
-            "gemini" => LoadError::Gemini,
-            "goose" => LoadError::Goose,
-            "opencode" => LoadError::Opencode,
-            "method-not-found" => LoadError::MethodNotFound,
-            _ => return None,
-        })
-    }
-
-    /// The error this agent answers an unknown session with.
-    fn error(self, session_id: &str) -> AcpError {
-        match self {
-            LoadError::ClaudeAgentAcp => {
-                AcpError::new(-32002, format!("Resource not found: {session_id}"))
-            }
-            LoadError::ClaudeCodeAcp => AcpError::new(-32603, "Internal error")
-                .data(json!({"details": "Session not found"})),
-            LoadError::CodexAcp => AcpError::new(-32002, "Resource not found"),
-            LoadError::CodexTs => AcpError::new(
-                -32603,
-                format!("no rollout found for thread id {session_id}"),
-            ),
-            LoadError::Gemini => {
-                AcpError::new(-32603, format!("Invalid session identifier {session_id}"))
-            }
-            LoadError::Goose => AcpError::new(-32602, format!("Session not found: {session_id}")),
-            LoadError::Opencode => AcpError::new(-32603, "Internal error")
-                .data(json!({"details": format!("session {session_id} not found")})),
-            LoadError::MethodNotFound => AcpError::new(-32601, "Method not found"),
-        }
-    }
-}
-
+/// What the options say: the model's behaviour, script and store, and the shell's part.
 #[derive(Debug, Clone)]
-struct Script {
-    load_session: LoadSessionCapability,
-    session_id: Option<String>,
-    load_delay: Duration,
-    load_error: Option<LoadError>,
-    load_replay: u64,
-    chunks: u64,
-    chunk_bytes: usize,
-    chunk_delay: Duration,
-    exit_after_chunks: Option<u64>,
+struct Options {
+    behaviour: Behaviour,
+    script: Script,
+    store: ScriptStore,
+    seed: u64,
     exit_code: u8,
-    exit_after_prompts: Option<u64>,
-    prompt_error: Option<palisade_embed::agent_model::RequestFailure>,
-    prompt_mode: PromptMode,
     misbehave: Misbehave,
     misbehave_on: String,
     log: Option<String>,
     launcher: Launcher,
-    stay_after_eof: bool,
     ignore_sigterm: bool,
     /// Internal (set by a `setsid` launcher): call `setsid` first.
     setsid: bool,
 }
 
-fn parse_script(args: &[String]) -> Result<Script, String> {
+/// The behaviour `palisade-test-agent` runs with no options: the model's default with
+/// immediate answers (a test decides its delays) and no drawn tool calls.
+fn base_behaviour() -> Behaviour {
+    Behaviour {
+        answer_delay_ms: (0, 0),
+        tool_call_per_mille: 0,
+        ..Behaviour::default()
+    }
+}
+
+fn parse_options(args: &[String]) -> Result<Options, String> {
     let mut values: HashMap<&str, String> = HashMap::new();
     for name in OPTIONS {
         let key = format!(
@@ -252,53 +218,98 @@ fn parse_script(args: &[String]) -> Result<Script, String> {
                 .map_err(|_| format!("--{name}: not a number: {v:?}"))
         })
     };
+    let optional = |name: &str| -> Result<Option<u64>, String> {
+        match values.contains_key(name) {
+            true => number(name, 0).map(Some),
+            false => Ok(None),
+        }
+    };
     let text = |name: &str| values.get(name).cloned();
-    Ok(Script {
-        load_session: match text("load-session").as_deref() {
-            None | Some("true") => LoadSessionCapability::True,
-            Some("false") => LoadSessionCapability::False,
-            Some("absent") => LoadSessionCapability::Absent,
-            Some("malformed") => LoadSessionCapability::Malformed,
-            Some(other) => return Err(format!("--load-session: unknown value {other:?}")),
-        },
-        session_id: text("session-id"),
-        load_delay: Duration::from_millis(number("load-delay-ms", 0)?),
-        load_error: match text("load-error").as_deref() {
-            None | Some("none") => None,
-            Some(other) => Some(
-                LoadError::parse(other)
-                    .ok_or_else(|| format!("--load-error: unknown agent {other:?}"))?,
-            ),
-        },
-        load_replay: number("load-replay", 0)?,
-        chunks: number("chunks", 3)?,
-        chunk_bytes: usize::try_from(number("chunk-bytes", 0)?)
+    let failure = |name: &str| -> Result<Option<RequestFailure>, String> {
+        match text(name).as_deref() {
+            None | Some("none") => Ok(None),
+            Some("auth-required") => Ok(Some(RequestFailure::AuthRequired)),
+            Some("internal") => Ok(Some(RequestFailure::Internal)),
+            Some(other) => Err(format!("--{name}: unknown value {other:?}")),
+        }
+    };
+    let mut behaviour = base_behaviour();
+    let mut script = Script::default();
+    let mut holds_every_id = true;
+
+    match text("load-session").as_deref() {
+        None | Some("true") => behaviour.load_capability = LoadCapability::True,
+        Some("false") => behaviour.load_capability = LoadCapability::False,
+        Some("absent") => behaviour.load_capability = LoadCapability::Absent,
+        Some("malformed") => script.malformed_load_capability = true,
+        Some(other) => return Err(format!("--load-session: unknown value {other:?}")),
+    }
+    match text("load-error").as_deref() {
+        None | Some("none") => {}
+        Some(name) => {
+            behaviour.unknown_session = serde_json::from_value::<UnknownSession>(json!(name))
+                .map_err(|_| {
+                    format!(
+                        "--load-error: unknown agent {name:?} (one of: {})",
+                        UnknownSession::ALL
+                            .iter()
+                            .map(|u| json!(u).as_str().unwrap_or_default().to_owned())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                })?;
+            holds_every_id = false;
+        }
+    }
+    behaviour.resume_flake_per_mille = u16::try_from(number("resume-flake-per-mille", 0)?)
+        .ok()
+        .filter(|n| *n <= 1000)
+        .ok_or_else(|| "--resume-flake-per-mille: must be 0..=1000".to_owned())?;
+    behaviour.new_fails = failure("new-error")?;
+    if let Some(prompt_failure) = failure("prompt-error")? {
+        behaviour.prompt_failure = prompt_failure;
+        behaviour.prompt_fail_per_mille = 1000;
+    }
+    behaviour.lists_sessions = flag(text("list-sessions"), "list-sessions")?;
+    behaviour.unprompted_updates = flag(text("unprompted-updates"), "unprompted-updates")?;
+    behaviour.asks_permission = flag(text("ask-permission"), "ask-permission")?;
+    behaviour.stderr_noise = flag(text("stderr-noise"), "stderr-noise")?;
+    behaviour.exits_on_eof = match text("on-eof").as_deref() {
+        None | Some("exit") => true,
+        Some("stay") => false,
+        Some(other) => return Err(format!("--on-eof: unknown value {other:?}")),
+    };
+
+    let exit_code = u8::try_from(number("exit-code", 3)?)
+        .map_err(|_| "--exit-code: must be 0..=255".to_owned())?;
+    let count =
+        |name: &str, value: u64| u32::try_from(value).map_err(|_| format!("--{name}: too large"));
+    script.load_delay_ms = Some(number("load-delay-ms", 0)?);
+    script.load_replay = count("load-replay", number("load-replay", 0)?)?;
+    script.chunks = Some(PlainChunks {
+        count: count("chunks", number("chunks", 3)?)?,
+        bytes: usize::try_from(number("chunk-bytes", 0)?)
             .map_err(|_| "--chunk-bytes: too large".to_owned())?,
-        chunk_delay: Duration::from_millis(number("chunk-delay-ms", 0)?),
-        exit_after_chunks: match text("exit-after-chunks") {
-            None => None,
-            Some(_) => Some(number("exit-after-chunks", 0)?),
-        },
-        exit_code: u8::try_from(number("exit-code", 3)?)
-            .map_err(|_| "--exit-code: must be 0..=255".to_owned())?,
-        prompt_error: match text("prompt-error").as_deref() {
-            None | Some("none") => None,
-            Some("auth-required") => {
-                Some(palisade_embed::agent_model::RequestFailure::AuthRequired)
-            }
-            Some("internal") => Some(palisade_embed::agent_model::RequestFailure::Internal),
-            Some(other) => return Err(format!("--prompt-error: unknown value {other:?}")),
-        },
-        exit_after_prompts: match text("exit-after-prompts") {
-            None => None,
-            Some(_) => Some(number("exit-after-prompts", 0)?),
-        },
-        prompt_mode: match text("prompt-mode").as_deref() {
-            None | Some("answer") => PromptMode::Answer,
-            Some("hang") => PromptMode::Hang,
-            Some("hold") => PromptMode::Hold,
-            Some(other) => return Err(format!("--prompt-mode: unknown value {other:?}")),
-        },
+        delay_ms: number("chunk-delay-ms", 0)?,
+    });
+    script.exit_after_chunks = optional("exit-after-chunks")?
+        .map(|n| count("exit-after-chunks", n))
+        .transpose()?;
+    script.exit_code = i32::from(exit_code);
+    script.exit_after_prompts = optional("exit-after-prompts")?;
+    script.prompt_end = match text("prompt-mode").as_deref() {
+        None | Some("answer") => PromptEnd::Answer,
+        Some("hang") => PromptEnd::Hang,
+        Some("hold") => PromptEnd::Hold,
+        Some(other) => return Err(format!("--prompt-mode: unknown value {other:?}")),
+    };
+
+    Ok(Options {
+        behaviour,
+        script,
+        store: ScriptStore::new(holds_every_id, text("session-id")),
+        seed: number("seed", 0)?,
+        exit_code,
         misbehave: match text("misbehave").as_deref() {
             None | Some("none") => Misbehave::None,
             Some("garbage") => Misbehave::Garbage,
@@ -316,11 +327,6 @@ fn parse_script(args: &[String]) -> Result<Script, String> {
             Some("double-fork") => Launcher::DoubleFork,
             Some("setsid") => Launcher::Setsid,
             Some(other) => return Err(format!("--launcher: unknown value {other:?}")),
-        },
-        stay_after_eof: match text("on-eof").as_deref() {
-            None | Some("exit") => false,
-            Some("stay") => true,
-            Some(other) => return Err(format!("--on-eof: unknown value {other:?}")),
         },
         ignore_sigterm: flag(text("ignore-sigterm"), "ignore-sigterm")?,
         setsid: flag(text("setsid"), "setsid")?,
@@ -347,7 +353,7 @@ fn log_line(path: Option<&str>, entry: &Value) {
 
 /// Runs as a launcher: starts the agent (this program, `--launcher none`) with this
 /// process's stdio, as a child it waits for, or through an intermediate that exits at once.
-fn launch(script: &Script, args: &[String]) -> ExitCode {
+fn launch(script: &Options, args: &[String]) -> ExitCode {
     log_line(
         script.log.as_deref(),
         &json!({"event": "start", "role": "launcher", "pid": std::process::id()}),
@@ -387,7 +393,7 @@ fn launch(script: &Script, args: &[String]) -> ExitCode {
 
 /// The intermediate of a double fork: starts the agent and exits at once.
 fn fork_mode(args: &[String]) -> ExitCode {
-    let log = parse_script(args).ok().and_then(|script| script.log);
+    let log = parse_options(args).ok().and_then(|options| options.log);
     log_line(
         log.as_deref(),
         &json!({"event": "start", "role": "intermediate", "pid": std::process::id()}),
@@ -426,51 +432,31 @@ fn ignore_sigterm(log: Option<String>) {
     let _ = ready.recv();
 }
 
-/// The agent's shared state: output, ground-truth log, in-flight prompts.
-struct Agent {
-    script: Script,
-    log: Option<Mutex<File>>,
-    /// Per session, the channel that cancels its in-flight prompt.
-    in_flight: Mutex<HashMap<String, mpsc::Sender<()>>>,
-    sessions_created: AtomicU64,
-    prompts_answered: AtomicU64,
+/// What the stdin reader hands the shell.
+enum Input {
+    /// One line, without its newline.
+    Line(Vec<u8>),
+    /// Stdin ended (EOF or a read error, logged).
+    Closed,
 }
 
-impl Agent {
-    /// Writes one message as one line. A closed stdout means the client is gone: exit.
-    fn send(&self, message: &impl serde::Serialize) {
-        let mut line = serde_json::to_string(message)
-            .expect("envelopes of Values and schema structs always serialize");
-        line.push('\n');
-        self.write_raw(&line);
+/// The agent process: the model, its store, and the shell's process-level part.
+struct Shell {
+    model: AgentModel,
+    store: ScriptStore,
+    options: Options,
+    log: Option<File>,
+    started: Instant,
+}
+
+impl Shell {
+    /// Milliseconds since start: the model's clock.
+    fn now(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    fn write_raw(&self, line: &str) {
-        let mut out = std::io::stdout().lock();
-        if out
-            .write_all(line.as_bytes())
-            .and_then(|()| out.flush())
-            .is_err()
-        {
-            self.record(json!({"event": "stdout_broken"}));
-            std::process::exit(0);
-        }
-    }
-
-    fn respond(&self, id: RequestId, outcome: Result<Value, AcpError>) {
-        self.send(&JsonRpcMessage::wrap(Response::new(id, outcome)));
-    }
-
-    fn notify(&self, method: &str, params: Value) {
-        self.send(&JsonRpcMessage::wrap(Notification {
-            method: method.into(),
-            params: Some(params),
-        }));
-    }
-
-    fn record(&self, entry: Value) {
-        if let Some(log) = &self.log {
-            let mut file = log.lock().unwrap_or_else(PoisonError::into_inner);
+    fn record(&mut self, entry: &Value) {
+        if let Some(file) = &mut self.log {
             // One write per line: several agents (a stopping one and its replacement) may
             // append to the same log, and O_APPEND keeps a single write whole, where
             // `writeln!` may split a line into several writes that interleave.
@@ -480,266 +466,192 @@ impl Agent {
         }
     }
 
-    fn exit(&self, code: u8, why: &str) -> ! {
-        self.record(json!({"event": "exit", "code": code, "why": why}));
-        std::process::exit(i32::from(code));
+    fn exit(&mut self, code: i32, why: &str) -> ! {
+        self.record(&json!({"event": "exit", "code": code, "why": why}));
+        std::process::exit(code);
     }
 
-    fn chunk(&self, session_id: &str, update: fn(ContentChunk) -> SessionUpdate, text: String) {
-        let notification = SessionNotification::new(
-            session_id.to_owned(),
-            update(ContentChunk::new(text.into())),
-        );
-        self.notify(
-            "session/update",
-            serde_json::to_value(notification).expect("schema structs always serialize"),
-        );
+    /// Writes one line. A closed stdout means the client is gone: exit.
+    fn write_stdout(&mut self, line: &str) {
+        let mut out = std::io::stdout().lock();
+        if out
+            .write_all(line.as_bytes())
+            .and_then(|()| out.flush())
+            .is_err()
+        {
+            drop(out);
+            self.record(&json!({"event": "stdout_broken"}));
+            self.exit(0, "stdout broken");
+        }
     }
 
-    fn chunk_text(&self, index: u64) -> String {
-        let mut text = format!("chunk {index}");
-        while text.len() < self.script.chunk_bytes {
-            text.push('.');
-        }
-        text
-    }
-}
-
-fn to_value(payload: impl serde::Serialize) -> Value {
-    serde_json::to_value(payload).expect("schema structs always serialize")
-}
-
-fn parse_id(id: &Value) -> Option<RequestId> {
-    serde_json::from_value(id.clone()).ok()
-}
-
-fn handle_line(agent: &Arc<Agent>, line: &str) {
-    let Ok(message) = serde_json::from_str::<Value>(line) else {
-        agent.record(json!({"garbage": line}));
-        agent.respond(RequestId::Null, Err(AcpError::parse_error()));
-        return;
-    };
-    let method = message.get("method").and_then(Value::as_str);
-    let id = message.get("id").and_then(parse_id);
-    let params = message.get("params").cloned().unwrap_or(Value::Null);
-    agent.record(json!({"method": method, "id": message.get("id"), "params": params}));
-    let Some(method) = method else {
-        // A response to a request of ours; we send none, so there is nothing to do.
-        return;
-    };
-    let Some(id) = id else {
-        if method == "session/cancel" {
-            cancel(agent, &params);
-        }
-        return;
-    };
-
-    let script = &agent.script;
-    if script.misbehave != Misbehave::None
-        && (script.misbehave_on == "*" || script.misbehave_on == method)
-    {
-        misbehave(agent, id, method);
-        return;
-    }
-    match method {
-        "initialize" => agent.respond(id, Ok(initialize_result(script.load_session))),
-        "session/new" => {
-            let n = agent.sessions_created.fetch_add(1, Ordering::Relaxed) + 1;
-            let session_id = script
-                .session_id
-                .clone()
-                .unwrap_or_else(|| format!("test-session-{n}"));
-            agent.respond(id, Ok(to_value(NewSessionResponse::new(session_id))));
-        }
-        "session/load" => {
-            let agent = Arc::clone(agent);
-            thread::spawn(move || load(&agent, id, &params));
-        }
-        "session/prompt" => {
-            if let Some(failure) = agent.script.prompt_error {
-                let error = failure.error();
-                let mut answer =
-                    AcpError::new(i32::try_from(error.code).unwrap_or(-32603), error.message);
-                if let Some(data) = error.data {
-                    answer = answer.data(data);
+    /// Carries out everything the model has due by now, in order.
+    fn drain(&mut self) {
+        let now = self.now();
+        self.model.on_wake(now);
+        while let Some((out, _)) = self.model.poll_out(now) {
+            match out {
+                Out::Line(line) => self.write_stdout(&line),
+                Out::Stderr(text) => {
+                    // Noise is noise: a closed stderr changes nothing.
+                    let _ = std::io::stderr().write_all(text.as_bytes());
                 }
-                agent.respond(id, Err(answer));
+                Out::Exit(code) => self.exit(code, "agent exit"),
+            }
+        }
+        let seen: Vec<Seen> = self.model.poll_seen().collect();
+        for s in seen {
+            if let Seen::PromptAnswered { answer, .. } = s {
+                let entry = match answer {
+                    Ok(stop) => json!({"event": "prompt_done", "stopReason": stop}),
+                    Err(error) => json!({"event": "prompt_done", "error": error.code}),
+                };
+                self.record(&entry);
+            }
+        }
+    }
+
+    /// How long to wait for input before the model has something due.
+    fn timeout(&self) -> Option<Duration> {
+        self.model
+            .next_wake()
+            .map(|at| Duration::from_millis(at.saturating_sub(self.now())))
+    }
+
+    /// One line from stdin: logged, then to the model (or misbehaved on).
+    fn on_line(&mut self, line: &[u8]) {
+        let Ok(message) = serde_json::from_slice::<Value>(line) else {
+            self.record(&json!({"garbage": String::from_utf8_lossy(line)}));
+            let now = self.now();
+            self.model.on_line(now, line, &mut self.store);
+            return;
+        };
+        let method = message.get("method").and_then(Value::as_str);
+        let params = message.get("params").cloned().unwrap_or(Value::Null);
+        self.record(&json!({"method": method, "id": message.get("id"), "params": params}));
+        let id = message
+            .get("id")
+            .and_then(|id| serde_json::from_value::<RequestId>(id.clone()).ok());
+        if let (Some(method), Some(id)) = (method, id) {
+            if self.options.misbehave != Misbehave::None
+                && (self.options.misbehave_on == "*" || self.options.misbehave_on == method)
+            {
+                let method = method.to_owned();
+                self.misbehave(id, &method);
                 return;
             }
-            let session_id = params["sessionId"].as_str().unwrap_or_default().to_owned();
-            let (cancel_tx, cancel_rx) = mpsc::channel();
-            agent
-                .in_flight
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(session_id.clone(), cancel_tx);
-            let agent = Arc::clone(agent);
-            thread::spawn(move || prompt(&agent, id, &session_id, &cancel_rx));
         }
-        _ => agent.respond(id, Err(AcpError::method_not_found())),
+        let now = self.now();
+        self.model.on_line(now, line, &mut self.store);
     }
-}
 
-fn initialize_result(load_session: LoadSessionCapability) -> Value {
-    let capabilities =
-        AgentCapabilities::new().load_session(load_session == LoadSessionCapability::True);
-    let mut result =
-        to_value(InitializeResponse::new(ProtocolVersion::V1).agent_capabilities(capabilities));
-    match load_session {
-        LoadSessionCapability::True | LoadSessionCapability::False => {}
-        LoadSessionCapability::Absent => {
-            if let Some(capabilities) = result["agentCapabilities"].as_object_mut() {
-                capabilities.remove("loadSession");
+    fn misbehave(&mut self, id: RequestId, method: &str) {
+        self.record(&json!({"event": "misbehave", "method": method}));
+        match self.options.misbehave {
+            Misbehave::None | Misbehave::NeverAnswer => {}
+            Misbehave::Garbage => self.write_stdout("this is not json-rpc {\n"),
+            Misbehave::UnknownIds => {
+                let bogus = match id {
+                    RequestId::Number(n) => RequestId::Number(n.saturating_add(UNKNOWN_ID_OFFSET)),
+                    RequestId::Str(s) => RequestId::Str(format!("{s}-bogus")),
+                    RequestId::Null => RequestId::Str("bogus".into()),
+                };
+                self.write_stdout(&encode_response(&bogus, &Ok(json!({}))));
+            }
+            Misbehave::Exit => self.exit(i32::from(self.options.exit_code), "misbehave exit"),
+            Misbehave::CloseStdout => self.close_stdout(),
+        }
+    }
+
+    /// Replaces this process image with one whose stdout is /dev/null: the pid stays, the
+    /// process stays alive reading stdin, and the client sees its stdout end. (std offers
+    /// no safe way to close fd 1 in place; exec does it without `unsafe`.)
+    fn close_stdout(&mut self) {
+        self.record(&json!({"event": "close_stdout"}));
+        #[cfg(unix)]
+        {
+            use std::os::unix::process::CommandExt;
+            let Ok(exe) = std::env::current_exe() else {
+                self.exit(4, "no current_exe for close-stdout");
+            };
+            let error = std::process::Command::new(exe)
+                .arg(SLEEP_MODE)
+                .stdin(std::process::Stdio::inherit())
+                .stdout(std::process::Stdio::null())
+                .exec();
+            self.record(&json!({"event": "exec_failed", "error": error.to_string()}));
+            self.exit(4, "exec failed");
+        }
+        #[cfg(not(unix))]
+        self.exit(4, "close-stdout needs unix");
+    }
+
+    /// Runs the agent until the model exits (or a misbehaviour ends it).
+    fn run(mut self) -> ! {
+        let pid = std::process::id();
+        self.record(&json!({"event": "start", "role": "agent", "pid": pid}));
+        let (lines, input) = mpsc::sync_channel(LINES_IN_FLIGHT);
+        thread::spawn(move || read_stdin(&lines));
+        let mut open = true;
+        loop {
+            self.drain();
+            if !open {
+                // Nothing more comes in: sleep until the model has something due, or for
+                // ever (an agent that stays after EOF with nothing to do).
+                match self.timeout() {
+                    Some(wait) => thread::sleep(wait),
+                    None => loop {
+                        thread::park();
+                    },
+                }
+                continue;
+            }
+            let next = match self.timeout() {
+                Some(wait) => input.recv_timeout(wait),
+                None => input.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            };
+            match next {
+                Ok(Input::Line(line)) => self.on_line(&line),
+                Ok(Input::Closed) | Err(RecvTimeoutError::Disconnected) => {
+                    open = false;
+                    let now = self.now();
+                    self.model.on_stdin_closed(now);
+                    if !self.model.behaviour().exits_on_eof {
+                        self.record(&json!({"event": "stdin_closed_staying"}));
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
             }
         }
-        LoadSessionCapability::Malformed => {
-            result["agentCapabilities"]["loadSession"] = json!("yes");
-        }
-    }
-    result
-}
-
-fn misbehave(agent: &Agent, id: RequestId, method: &str) {
-    agent.record(json!({"event": "misbehave", "method": method}));
-    match agent.script.misbehave {
-        Misbehave::None => {}
-        Misbehave::Garbage => agent.write_raw("this is not json-rpc {\n"),
-        Misbehave::UnknownIds => {
-            let bogus = match id {
-                RequestId::Number(n) => RequestId::Number(n.saturating_add(UNKNOWN_ID_OFFSET)),
-                RequestId::Str(s) => RequestId::Str(format!("{s}-bogus")),
-                RequestId::Null => RequestId::Str("bogus".into()),
-            };
-            agent.respond(bogus, Ok(json!({})));
-        }
-        Misbehave::NeverAnswer => {}
-        Misbehave::Exit => agent.exit(agent.script.exit_code, "misbehave exit"),
-        Misbehave::CloseStdout => close_stdout(agent),
     }
 }
 
-/// Replaces this process image with one whose stdout is /dev/null: the pid stays, the
-/// process stays alive reading stdin, and the client sees its stdout end. (std offers no
-/// safe way to close fd 1 in place; exec does it without `unsafe`.)
-fn close_stdout(agent: &Agent) {
-    agent.record(json!({"event": "close_stdout"}));
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::CommandExt;
-        let Ok(exe) = std::env::current_exe() else {
-            agent.exit(4, "no current_exe for close-stdout");
-        };
-        let error = std::process::Command::new(exe)
-            .arg(SLEEP_MODE)
-            .stdin(std::process::Stdio::inherit())
-            .stdout(std::process::Stdio::null())
-            .exec();
-        agent.record(json!({"event": "exec_failed", "error": error.to_string()}));
-        agent.exit(4, "exec failed");
-    }
-    #[cfg(not(unix))]
-    agent.exit(4, "close-stdout needs unix");
-}
+/// Lines read ahead of the model: the reader blocks past this, as a pipe does.
+const LINES_IN_FLIGHT: usize = 64;
 
-fn cancel(agent: &Agent, params: &Value) {
-    let session_id = params["sessionId"].as_str().unwrap_or_default();
-    let sender = agent
-        .in_flight
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .get(session_id)
-        .cloned();
-    if let Some(sender) = sender {
-        // The prompt may have just finished; then there is nothing to cancel.
-        let _ = sender.send(());
-    }
-}
-
-fn load(agent: &Agent, id: RequestId, params: &Value) {
-    let session_id = params["sessionId"].as_str().unwrap_or_default().to_owned();
-    thread::sleep(agent.script.load_delay);
-    if let Some(error) = agent.script.load_error {
-        agent.respond(id, Err(error.error(&session_id)));
-        return;
-    }
-    for i in 0..agent.script.load_replay {
-        let update = if i % 2 == 0 {
-            SessionUpdate::UserMessageChunk
-        } else {
-            SessionUpdate::AgentMessageChunk
-        };
-        agent.chunk(&session_id, update, format!("history {i}"));
-    }
-    agent.respond(id, Ok(to_value(LoadSessionResponse::new())));
-}
-
-fn prompt(agent: &Agent, id: RequestId, session_id: &str, cancel: &mpsc::Receiver<()>) {
-    let script = &agent.script;
-    let mut stop = StopReason::EndTurn;
-    for i in 0..script.chunks {
-        if script.exit_after_chunks == Some(i) {
-            agent.exit(script.exit_code, "exit-after-chunks");
-        }
-        if !script.chunk_delay.is_zero() {
-            thread::sleep(script.chunk_delay);
-        }
-        if script.prompt_mode != PromptMode::Hang && cancelled(cancel) {
-            stop = StopReason::Cancelled;
-            break;
-        }
-        agent.chunk(
-            session_id,
-            SessionUpdate::AgentMessageChunk,
-            agent.chunk_text(i),
-        );
-    }
-    if stop == StopReason::EndTurn && script.exit_after_chunks == Some(script.chunks) {
-        agent.exit(script.exit_code, "exit-after-chunks");
-    }
-    match script.prompt_mode {
-        PromptMode::Answer => {}
-        PromptMode::Hang => loop {
-            agent.record(json!({"event": "prompt_hangs"}));
-            thread::park();
-        },
-        PromptMode::Hold if stop == StopReason::Cancelled => {}
-        PromptMode::Hold => {
-            // Only a cancel (or the channel closing, which never happens while the agent
-            // runs) ends the hold.
-            let _ = cancel.recv();
-            stop = StopReason::Cancelled;
-        }
-    }
-    agent
-        .in_flight
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .remove(session_id);
-    agent.record(json!({"event": "prompt_done", "stopReason": to_value(stop)}));
-    agent.respond(id, Ok(to_value(PromptResponse::new(stop))));
-    let answered = agent.prompts_answered.fetch_add(1, Ordering::SeqCst) + 1;
-    if script.exit_after_prompts == Some(answered) {
-        agent.exit(0, "exit-after-prompts");
-    }
-}
-
-fn cancelled(cancel: &mpsc::Receiver<()>) -> bool {
-    match cancel.try_recv() {
-        Ok(()) => true,
-        Err(TryRecvError::Empty | TryRecvError::Disconnected) => false,
-    }
-}
-
-/// The image after `close-stdout`: keep reading stdin until EOF, write nothing.
-fn stdout_closed_mode() -> ExitCode {
-    let mut sink = Vec::new();
+/// Reads stdin line by line into `lines` until EOF.
+fn read_stdin(lines: &mpsc::SyncSender<Input>) {
+    let stdin = std::io::stdin();
+    let mut bytes = Vec::new();
     loop {
-        sink.clear();
-        match std::io::stdin().lock().read_until(b'\n', &mut sink) {
-            Ok(0) | Err(_) => return ExitCode::SUCCESS,
-            Ok(_) => {}
+        bytes.clear();
+        match stdin.lock().read_until(b'\n', &mut bytes) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {
+                let mut end = bytes.len();
+                while end > 0 && matches!(bytes[end - 1], b'\n' | b'\r') {
+                    end -= 1;
+                }
+                if bytes[..end].iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                if lines.send(Input::Line(bytes[..end].to_vec())).is_err() {
+                    return;
+                }
+            }
         }
     }
+    let _ = lines.send(Input::Closed);
 }
 
 fn main() -> ExitCode {
@@ -750,66 +662,52 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some(FORK_MODE) {
         return fork_mode(&args[1..]);
     }
-    let script = match parse_script(&args) {
-        Ok(script) => script,
+    let options = match parse_options(&args) {
+        Ok(options) => options,
         Err(message) => {
             eprintln!("palisade-test-agent: {message}");
             return ExitCode::from(2);
         }
     };
-    if script.setsid {
+    if options.setsid {
         // Leaves the launcher's process group and session, as a daemon does.
         let _ = rustix::process::setsid();
     }
-    if script.ignore_sigterm {
-        ignore_sigterm(script.log.clone());
+    if options.ignore_sigterm {
+        ignore_sigterm(options.log.clone());
     }
-    if script.launcher != Launcher::None {
-        return launch(&script, &args);
+    if options.launcher != Launcher::None {
+        return launch(&options, &args);
     }
-    let log = match &script.log {
+    let log = match &options.log {
         None => None,
         Some(path) => match OpenOptions::new().create(true).append(true).open(path) {
-            Ok(file) => Some(Mutex::new(file)),
+            Ok(file) => Some(file),
             Err(error) => {
                 eprintln!("palisade-test-agent: cannot open log {path}: {error}");
                 return ExitCode::from(2);
             }
         },
     };
-    let agent = Arc::new(Agent {
-        script,
+    let model = AgentModel::new(MODEL_NAME, options.behaviour.clone(), options.seed, 0)
+        .with_script(options.script.clone());
+    Shell {
+        model,
+        store: options.store.clone(),
+        options,
         log,
-        in_flight: Mutex::new(HashMap::new()),
-        sessions_created: AtomicU64::new(0),
-        prompts_answered: AtomicU64::new(0),
-    });
-    agent.record(json!({"event": "start", "role": "agent", "pid": std::process::id()}));
-
-    let stdin = std::io::stdin();
-    let mut bytes = Vec::new();
+        started: Instant::now(),
+    }
+    .run()
+}
+/// The image after `close-stdout`: keep reading stdin until EOF, write nothing.
+fn stdout_closed_mode() -> ExitCode {
+    let mut sink = Vec::new();
     loop {
-        bytes.clear();
-        match stdin.lock().read_until(b'\n', &mut bytes) {
-            Ok(0) => break,
-            Ok(_) => {
-                let line = String::from_utf8_lossy(&bytes);
-                let trimmed = line.trim_end_matches(['\n', '\r']);
-                if !trimmed.trim().is_empty() {
-                    handle_line(&agent, trimmed);
-                }
-            }
-            Err(error) => {
-                agent.record(json!({"event": "stdin_error", "error": error.to_string()}));
-                break;
-            }
+        sink.clear();
+        match std::io::stdin().lock().read_until(b'\n', &mut sink) {
+            Ok(0) | Err(_) => return ExitCode::SUCCESS,
+            Ok(_) => {}
         }
     }
-    if agent.script.stay_after_eof {
-        agent.record(json!({"event": "stdin_closed_staying"}));
-        loop {
-            thread::park();
-        }
-    }
-    agent.exit(0, "stdin closed");
 }
