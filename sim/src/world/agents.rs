@@ -1,6 +1,6 @@
 //! Which real agent a scenario's runtimes imitate: the behaviour each simulated agent
-//! process gets (from `palisade_embed::agent_model`, the table `palisade-test-agent`
-//! shares), and the core profile a service would configure for it.
+//! process gets (from `palisade_embed::agent_model`, the model `palisade-test-agent`
+//! runs on real stdio), and the core profile a service would configure for it.
 
 use palisade_core::classify::AgentProfile;
 use palisade_embed::agent_model::{Behaviour, LoadCapability, UnknownSession};
