@@ -57,6 +57,7 @@
 //! as the new turn's output (ACP notifications carry no request id to tell them apart).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::LazyLock;
 
 #[cfg(feature = "audit")]
 use palisade_core::audit::{Checker, Found};
@@ -85,6 +86,11 @@ use crate::state::{self, ExecutionRecord, Header, QueuedOutput, SessionRecord, S
 
 /// The name the supervisor gives itself in `initialize`.
 pub const CLIENT_NAME: &str = "palisade-supervise";
+
+/// The `initialize` params, the same for every agent: built once and cloned per start
+/// (serializing the ACP struct into a tree on every start was 2 % of a `swarm` seed).
+static INITIALIZE_PARAMS: LazyLock<Value> =
+    LazyLock::new(|| acp::initialize_params(CLIENT_NAME, env!("CARGO_PKG_VERSION")));
 
 /// Failure causes remembered for [`SessionEvent::FailureReported`]. A cause is looked up
 /// in the same step as (or a few steps after) it was recorded, so a short ring suffices.
@@ -903,7 +909,7 @@ impl Engine {
                     execution,
                     op: Op::Initialize,
                     method: acp::INITIALIZE,
-                    params: acp::initialize_params(CLIENT_NAME, env!("CARGO_PKG_VERSION")),
+                    params: INITIALIZE_PARAMS.clone(),
                     deadline,
                 });
             }

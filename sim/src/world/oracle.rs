@@ -8,7 +8,9 @@
 //! reference model and the core's own invariants) after every core step; see `run.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::LazyLock;
 
+use memchr::memmem;
 use palisade_core::classify::AgentProfile;
 use palisade_core::{AttemptId, AttemptOutcome, ExecutionId, TurnId, TurnOutcome};
 use palisade_embed::agent_model::{Behaviour, LoadCapability, Seen, StreamEvent};
@@ -1106,13 +1108,24 @@ pub(crate) fn strip_blocks(text: &str) -> &str {
 
 /// The marker an agent put at the start of an event (its prompt's tag and index), read
 /// off the raw JSON the client got: the text of a chunk, or a tool call's id.
+///
+/// The keys are looked for with `memmem` finders built once: this runs for every event a
+/// client gets and for every event an agent is asked to write, and `str::find` built a
+/// two-way searcher per call (2.5 % of a `swarm` seed). Same first match as `str::find`.
 pub(crate) fn marker(update: &palisade_embed::jsonrpc::RawJson) -> Option<(&str, u32)> {
+    static KEYS: LazyLock<[memmem::Finder<'static>; 2]> = LazyLock::new(|| {
+        [
+            memmem::Finder::new("\"toolCallId\":\""),
+            memmem::Finder::new("\"text\":\""),
+        ]
+    });
     let raw = update.get();
-    let start = ["\"toolCallId\":\"", "\"text\":\""]
+    let start = KEYS
         .iter()
-        .find_map(|key| raw.find(key).map(|at| at + key.len()))?;
+        .find_map(|key| key.find(raw.as_bytes()).map(|at| at + key.needle().len()))?;
     let rest = &raw[start..];
-    let head = &rest[..rest.find([' ', '"'])?];
+    // Both bytes are ASCII, so the cut is on a character boundary.
+    let head = &rest[..memchr::memchr2(b' ', b'"', rest.as_bytes())?];
     let (tag, k) = head.rsplit_once('#')?;
     Some((tag, k.parse().ok()?))
 }
