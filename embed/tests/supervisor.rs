@@ -1180,6 +1180,22 @@ fn the_built_palisade_supervise_runs_on_real_time_with_real_processes() {
     let _ = std::fs::remove_file(&state);
 }
 
+/// `palisade-supervise` over `palisade-test-agent` (its `agent_args`, logging to `log`),
+/// stdout and stderr piped.
+fn supervise_piped(log: &Path, agent_args: &str) -> std::process::Command {
+    let agent = format!(
+        "{} {agent_args} --log {}",
+        env!("CARGO_BIN_EXE_palisade-test-agent"),
+        log.display()
+    );
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_palisade-supervise"));
+    command
+        .args(["--agent-cmd", &agent])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    command
+}
+
 /// Found outside the sweep, then by `stack-caller-gone` (regression
 /// `caller-gone-is-surfaced`): with its caller gone (`palisade-supervise … | head -1`,
 /// stdout on a full disk), the loop swallowed every failed write, ran every prompt for
@@ -1188,16 +1204,8 @@ fn the_built_palisade_supervise_runs_on_real_time_with_real_processes() {
 #[test]
 fn palisade_supervise_stops_when_its_stdout_is_gone() {
     let log = temp_path("stdout-gone", "log");
-    let agent = format!(
-        "{} --chunks 4 --chunk-delay-ms 250 --log {}",
-        env!("CARGO_BIN_EXE_palisade-test-agent"),
-        log.display()
-    );
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_palisade-supervise"))
-        .args(["--agent-cmd", &agent])
+    let mut child = supervise_piped(&log, "--chunks 4 --chunk-delay-ms 250")
         .args(["--prompt", "one", "--prompt", "two", "--prompt", "three"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("palisade-supervise starts");
     // The reader goes away before the first event: every write is a broken pipe.
@@ -1230,16 +1238,8 @@ fn palisade_supervise_stops_when_its_stdout_is_gone() {
 fn palisade_supervise_refuses_a_stdin_line_that_is_not_utf8_and_runs_the_rest() {
     use std::io::Write as _;
     let log = temp_path("stdin-not-utf8", "log");
-    let agent = format!(
-        "{} --chunks 1 --log {}",
-        env!("CARGO_BIN_EXE_palisade-test-agent"),
-        log.display()
-    );
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_palisade-supervise"))
-        .args(["--agent-cmd", &agent])
+    let mut child = supervise_piped(&log, "--chunks 1")
         .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("palisade-supervise starts");
     child
