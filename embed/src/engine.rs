@@ -408,6 +408,9 @@ pub struct Engine {
     graveyard: VecDeque<ExecutionRecord>,
     outlets: BTreeMap<SessionId, Outlet>,
     ready: Ready,
+    /// Events handed to the caller with [`Engine::hand_event`] and not yet acknowledged:
+    /// still undelivered for the state, so a restart hands them out again.
+    handed: VecDeque<SessionEvent>,
     actions: VecDeque<Action>,
     pending_output: Option<PendingOutput>,
     causes: VecDeque<CauseEntry>,
@@ -550,6 +553,7 @@ impl Engine {
             graveyard: VecDeque::with_capacity(GRAVEYARD_RUNTIMES),
             outlets: BTreeMap::new(),
             ready: Ready::default(),
+            handed: VecDeque::new(),
             actions: VecDeque::new(),
             pending_output: None,
             causes: VecDeque::with_capacity(CAUSES_REMEMBERED),
@@ -1119,9 +1123,29 @@ impl Engine {
         !self.ready.events.is_empty()
     }
 
-    /// The next event for the caller.
+    /// The next event for the caller, delivered as it is taken: the state no longer lists
+    /// it (for a caller that cannot lose what it took, e.g. one in the same process).
     pub fn pop_event(&mut self) -> Option<SessionEvent> {
         self.ready.pop()
+    }
+
+    /// The next event for the caller, kept until [`Engine::acknowledge`] says the caller
+    /// is done with it: until then the state lists it undelivered, so a crash between
+    /// handing it out and the caller writing it somewhere loses nothing (a restart hands
+    /// it out again; at least once).
+    pub fn hand_event(&mut self) -> Option<SessionEvent> {
+        let event = self.ready.pop()?;
+        self.handed.push_back(event.clone());
+        Some(event)
+    }
+
+    /// The caller is done with the oldest `count` events [`Engine::hand_event`] handed out.
+    pub fn acknowledge(&mut self, count: u64) {
+        for _ in 0..count {
+            if self.handed.pop_front().is_none() {
+                break;
+            }
+        }
     }
 
     /// The next thing the shell must do.
@@ -1166,7 +1190,12 @@ impl Engine {
                     }),
                 })
                 .collect(),
-            undelivered: self.ready.events.iter().cloned().collect(),
+            undelivered: self
+                .handed
+                .iter()
+                .chain(&self.ready.events)
+                .cloned()
+                .collect(),
             executions: self
                 .runtimes
                 .iter()
@@ -2181,6 +2210,44 @@ mod tests {
 
     fn events(engine: &mut Engine) -> Vec<SessionEvent> {
         std::iter::from_fn(|| engine.pop_event()).collect()
+    }
+
+    /// An event handed out is undelivered for the state until the caller is done with
+    /// it: a restart before that hands it out again (stack-crash-caller-stalled found the
+    /// loss when the state counted it delivered at once).
+    #[test]
+    fn handed_events_stay_in_the_state_until_acknowledged() {
+        let now = Timestamp::from_millis(1_000);
+        let mut engine = Engine::new(config()).unwrap();
+        for n in 1..=3 {
+            engine.prompt(now, session(n), "hello".into()).unwrap();
+        }
+        for n in 1..=3 {
+            let (s, attempt) = spawn_action(&mut engine);
+            engine.spawned(now, s, attempt, Ok(Some(40 + n)));
+        }
+        let names =
+            |events: &[SessionEvent]| events.iter().map(SessionEvent::name).collect::<Vec<_>>();
+        // What the state lists undelivered: the events a restart hands out first.
+        let restored_events = |engine: &Engine| {
+            let bytes = engine.encode_state(now);
+            state::decode(&bytes).unwrap().header.undelivered
+        };
+        let before = restored_events(&engine);
+        assert!(
+            before.len() >= 3,
+            "each runtime's start is an event: {before:?}"
+        );
+        // Handed out and not acknowledged: still there after a restart.
+        let first = engine.hand_event().expect("an event");
+        assert_eq!(names(&restored_events(&engine)), names(&before));
+        // Acknowledged: gone from the state; the rest still there.
+        engine.acknowledge(1);
+        let after = restored_events(&engine);
+        assert_eq!(names(&after[..]), names(&before[1..]), "{first:?}");
+        // Taken with pop_event: delivered at once.
+        let _ = engine.pop_event();
+        assert_eq!(names(&restored_events(&engine)), names(&before[2..]));
     }
 
     #[test]

@@ -296,6 +296,7 @@ async fn wait_turn(
 ) -> std::io::Result<TurnOutcome> {
     while let Some(event) = events.recv().await {
         console.event(&event).await?;
+        events.done();
         if let SessionEvent::TurnEnded {
             session: s,
             turn: t,
@@ -408,7 +409,10 @@ async fn next_prompt(
                     }
                 }
             }
-            Err(Some(event)) => console.event(&event).await?,
+            Err(Some(event)) => {
+                console.event(&event).await?;
+                events.done();
+            }
             Err(None) => return Ok(None),
         }
     }
@@ -525,15 +529,20 @@ async fn supervise(
     }
     // Stdin EOF, the grace, SIGTERM, SIGKILL for every agent tree, then the last events.
     supervisor.shutdown().await;
-    while let Some(event) = events.try_recv() {
-        if caller_gone.is_some() {
-            continue;
-        }
-        if let Err(error) = console.event(&event).await {
-            console.message(&format!(
-                "the last events cannot be written to stdout ({error}): the caller is gone"
-            ));
-            caller_gone = Some(error);
+    // (Nothing more is taken from a caller that is gone: what it did not get stays
+    // undelivered in the state file.)
+    while caller_gone.is_none() {
+        let Some(event) = events.try_recv() else {
+            break;
+        };
+        match console.event(&event).await {
+            Ok(()) => events.done(),
+            Err(error) => {
+                console.message(&format!(
+                    "the last events cannot be written to stdout ({error}): the caller is gone"
+                ));
+                caller_gone = Some(error);
+            }
         }
     }
     if let Some(error) = supervisor.fatal_error() {
@@ -548,8 +557,8 @@ async fn supervise(
     if caller_gone.is_some() {
         return Err((
             1,
-            "stopped: the caller stopped reading its events; every agent was stopped, and \
-             the events it did not get are not sent again"
+            "stopped: the caller stopped reading its events; every agent was stopped (with \
+             --state, the next start hands out again the events it did not get)"
                 .into(),
         ));
     }

@@ -24,6 +24,7 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -131,17 +132,38 @@ pub struct SupervisorStats {
 #[derive(Debug)]
 pub struct SessionEvents {
     receiver: mpsc::Receiver<SessionEvent>,
+    /// Events the caller is done with, counted for the driver (see [`SessionEvents::done`]).
+    done: Arc<AtomicU64>,
+    /// The last event received is not yet counted done.
+    holding: bool,
 }
 
 impl SessionEvents {
-    /// The next event; `None` once the supervisor is gone.
+    /// The next event; `None` once the supervisor is gone. Asking for it says the caller
+    /// is done with the one before ([`SessionEvents::done`]).
     pub async fn recv(&mut self) -> Option<SessionEvent> {
-        self.receiver.recv().await
+        self.done();
+        let event = self.receiver.recv().await;
+        self.holding = event.is_some();
+        event
     }
 
-    /// The next event if one is queued right now.
+    /// The next event if one is queued right now (done with the one before, as
+    /// [`SessionEvents::recv`]).
     pub fn try_recv(&mut self) -> Option<SessionEvent> {
-        self.receiver.try_recv().ok()
+        self.done();
+        let event = self.receiver.try_recv().ok();
+        self.holding = event.is_some();
+        event
+    }
+
+    /// The caller is done with the event it received last (it wrote it where it goes).
+    /// Until then the state file lists it undelivered, so a supervisor that crashes
+    /// before hands it out again after its restart: at least once, never lost.
+    pub fn done(&mut self) {
+        if std::mem::take(&mut self.holding) {
+            self.done.fetch_add(1, Ordering::Release);
+        }
     }
 }
 
@@ -346,6 +368,7 @@ impl Supervisor {
         let (command_tx, command_rx) = mpsc::channel(COMMAND_CAPACITY);
         let (inbox_tx, inbox_rx) = mpsc::channel(INBOX_CAPACITY);
         let (event_tx, event_rx) = mpsc::channel(event_capacity);
+        let done = Arc::new(AtomicU64::new(0));
         let driver = Driver {
             platform: Arc::clone(&platform),
             engine,
@@ -357,6 +380,8 @@ impl Supervisor {
             inbox_tx,
             inbox: inbox_rx,
             events: event_tx,
+            done: Arc::clone(&done),
+            acknowledged: 0,
             caller_gone: false,
             handles: BTreeMap::new(),
             stats: SupervisorStats::default(),
@@ -373,7 +398,11 @@ impl Supervisor {
                 in_flight,
                 fatal,
             },
-            SessionEvents { receiver: event_rx },
+            SessionEvents {
+                receiver: event_rx,
+                done,
+                holding: false,
+            },
         ))
     }
 
@@ -563,6 +592,10 @@ struct Driver {
     inbox_tx: mpsc::Sender<Inbox>,
     inbox: mpsc::Receiver<Inbox>,
     events: mpsc::Sender<SessionEvent>,
+    /// How many handed events the caller is done with ([`SessionEvents::done`]).
+    done: Arc<AtomicU64>,
+    /// How many of those the engine was told of.
+    acknowledged: u64,
     caller_gone: bool,
     handles: BTreeMap<palisade_core::ExecutionId, Handle>,
     stats: SupervisorStats,
@@ -591,6 +624,10 @@ impl Driver {
         loop {
             let now = self.clock.now();
             self.engine.pump_outlets(now);
+            // What the caller is done with leaves the state at this step's write.
+            let done = self.done.load(Ordering::Acquire);
+            self.engine.acknowledge(done - self.acknowledged);
+            self.acknowledged = done;
             if let Err(error) = self.persist(now).await {
                 // Write-ahead: nothing of this step may leave the process, and a
                 // supervisor that goes on without its state file would, after a restart,
@@ -635,7 +672,7 @@ impl Driver {
                 permit = self.events.reserve(), if sending => {
                     match permit {
                         Ok(permit) => {
-                            if let Some(event) = self.engine.pop_event() {
+                            if let Some(event) = self.engine.hand_event() {
                                 permit.send(event);
                             }
                         }
@@ -688,6 +725,7 @@ impl Driver {
             }
             while self.engine.has_events() {
                 if self.caller_gone {
+                    // Nobody will ever be done with them: dropped, not kept.
                     while self.engine.pop_event().is_some() {
                         self.stats.events_dropped += 1;
                     }
@@ -695,7 +733,7 @@ impl Driver {
                 }
                 match self.events.try_reserve() {
                     Ok(permit) => {
-                        if let Some(event) = self.engine.pop_event() {
+                        if let Some(event) = self.engine.hand_event() {
                             permit.send(event);
                         }
                     }
@@ -778,12 +816,12 @@ impl Driver {
         Flow::Continue
     }
 
-    /// Hands the caller the output already admitted (the state file counts it as
-    /// delivered), then stops every agent's tree; tells the engine nothing more (the
+    /// Hands the caller the output already admitted (the state file of the last step lists
+    /// it undelivered), then stops every agent's tree; tells the engine nothing more (the
     /// state file keeps the last step, as after a crash).
     async fn shutdown(&mut self) {
         self.engine.flush_output(self.clock.now());
-        while let Some(event) = self.engine.pop_event() {
+        while let Some(event) = self.engine.hand_event() {
             if self.caller_gone {
                 self.stats.events_dropped += 1;
                 continue;

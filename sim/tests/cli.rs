@@ -545,7 +545,7 @@ fn failing_hashes_do_not_depend_on_jobs_and_match_single_runs() {
         );
         expect_code(&out, 1);
         assert!(
-            stdout(&out).contains("determinism: 150 seeds re-run, 0 differed"),
+            stdout(&out).contains("determinism: 160 seeds re-run, 0 differed"),
             "{}",
             stdout(&out)
         );
@@ -791,9 +791,9 @@ fn every_shipped_scenario_holds_for_100_seeds() {
     let summary = read_json(&dir.path("reports/summary.json"));
     assert_eq!(
         summary["scenarios"].as_array().expect("scenarios").len(),
-        15
+        16
     );
-    assert_eq!(summary["seeds"], 1500);
+    assert_eq!(summary["seeds"], 1600);
 }
 
 #[test]

@@ -155,7 +155,7 @@ fn report_differences(whole: &Path, merged: &Path) -> Vec<String> {
 
 /// What the unsharded sweep found, so a comparison is known not to be vacuous.
 fn assert_sweep_has_substance(whole: &Value) {
-    assert_eq!(whole["seeds"], 360, "{whole}");
+    assert_eq!(whole["seeds"], 384, "{whole}");
     let failing: Vec<&Value> = whole["scenarios"]
         .as_array()
         .expect("scenarios")

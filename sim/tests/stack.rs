@@ -12,6 +12,7 @@ const STACK: &[&str] = &[
     "stack-disk-faults",
     "stack-crash-restart",
     "stack-caller-gone",
+    "stack-crash-caller-stalled",
 ];
 
 /// A seed's trace hash from `palisade run`'s last line (`held: … trace <hash>, …` or
