@@ -89,6 +89,10 @@ enum Command {
     },
     /// List the shipped scenarios (and check that they load).
     Scenarios,
+    /// Build the seed corpus `--strategy corpus` starts from: a cold guided sweep of every
+    /// shipped scenario (no mutant), distilled to the fewest plans that show every coverage
+    /// feature it saw, the biggest first.
+    Corpus(CorpusArgs),
     /// Combine the summary.json files of a sharded sweep into one summary.
     Merge {
         /// The shards' summary.json files.
@@ -130,11 +134,29 @@ struct SweepArgs {
     /// model and its invariants) off and judge from the environment's records alone.
     #[arg(long, default_value = "all", value_parser = parse_checks)]
     checks: Checks,
-    /// How seeds' plans are chosen: `uniform` (drawn from consecutive seeds) or `coverage`
-    /// (coverage-guided: fresh seeds and mutants of the plans that found new coverage; not
-    /// shardable).
-    #[arg(long, default_value = search::DEFAULT_STRATEGY.name(), value_parser = parse_strategy)]
-    strategy: Strategy,
+    /// How seeds' plans are chosen: `uniform` (drawn from consecutive seeds), `coverage`
+    /// (coverage-guided: fresh seeds and mutants of the plans that found new coverage) or
+    /// `corpus` (coverage-guided, starting from the shipped seed corpus). The guided ones
+    /// are not shardable [default: corpus; uniform with --shard].
+    #[arg(long, value_parser = parse_strategy)]
+    strategy: Option<Strategy>,
+    /// The seed corpus of `--strategy corpus` [default: corpus.json beside the scenarios].
+    #[arg(long)]
+    corpus: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct CorpusArgs {
+    /// Seeds 0..N of every scenario [default: each scenario's default seed count, as the
+    /// main job runs].
+    #[arg(long, value_parser = parse_seed_count)]
+    seeds: Option<u64>,
+    /// Worker threads [default: the number of cores].
+    #[arg(long, value_parser = parse_jobs)]
+    jobs: Option<usize>,
+    /// Where to write the corpus [default: corpus.json beside the scenarios].
+    #[arg(short = 'o', long = "out")]
+    out: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -184,6 +206,9 @@ struct MutantsArgs {
     /// Only this mutant (a check of one mutant; its `mutants.md` is no scoreboard).
     #[arg(long, value_parser = parse_mutant)]
     mutant: Option<Mutant>,
+    /// The seed corpus of `--strategy corpus` [default: corpus.json beside the scenarios].
+    #[arg(long)]
+    corpus: Option<PathBuf>,
 }
 
 /// The strategies `palisade mutants` runs, the first one's table in full.
@@ -310,6 +335,7 @@ pub fn main() -> ExitCode {
             markdown,
         } => cmd_diagram(&file, all, markdown),
         Command::Scenarios => cmd_scenarios(),
+        Command::Corpus(args) => cmd_corpus(args),
         Command::Merge {
             summaries,
             report_dir,
@@ -326,6 +352,55 @@ pub fn main() -> ExitCode {
 
 fn resolve(spec: &str) -> Result<Vec<Resolved>, Fail> {
     scenario::resolve(spec).map_err(|e| bad_input(e.to_string()))
+}
+
+/// The seed plans of `--strategy corpus` (none for the other strategies), loaded before
+/// anything runs. A corpus named with `--corpus` that cannot be read is bad input; the
+/// default one missing, or no entry applying to these scenarios, starts the search cold.
+/// Says on stdout what it loaded.
+fn seed_plans(
+    strategies: &[Strategy],
+    corpus: Option<&Path>,
+    scenarios: &[Resolved],
+) -> Result<Vec<search::SeedPlan>, Fail> {
+    if !strategies.contains(&Strategy::Corpus) {
+        return match corpus {
+            Some(_) => Err(bad_input(
+                "--corpus is read only by --strategy corpus (or all)".to_string(),
+            )),
+            None => Ok(Vec::new()),
+        };
+    }
+    let path = corpus.map_or_else(crate::corpus::default_path, Path::to_path_buf);
+    if corpus.is_none() && !path.exists() {
+        say!(
+            "corpus: {} not found; the guided search starts cold",
+            path.display()
+        );
+        return Ok(Vec::new());
+    }
+    let file = crate::corpus::read(&path).map_err(|e| bad_input(format!("--corpus: {e}")))?;
+    let (plans, stale) = crate::corpus::resolve(&file, scenarios);
+    let stale_note = match stale.first() {
+        None => String::new(),
+        Some(first) => format!(
+            "; {} stale entries skipped (rebuild it with `palisade corpus`), first: {first}",
+            stale.len()
+        ),
+    };
+    if plans.is_empty() {
+        say!(
+            "corpus: no entry of {} applies to these scenarios{stale_note}; the guided search starts cold",
+            path.display()
+        );
+    } else {
+        say!(
+            "corpus: {} plans from {}{stale_note}",
+            plans.len(),
+            path.display()
+        );
+    }
+    Ok(plans)
 }
 
 fn report_error(e: report::ReportError) -> Fail {
@@ -347,15 +422,22 @@ fn cmd_sweep(args: SweepArgs) -> Result<u8, Fail> {
         // The determinism check names the first differing line, so it needs the lines.
         crate::world::capture_all_traces(true);
     }
-    if args.strategy == Strategy::Coverage && args.shard.is_some() {
-        return Err(bad_input(
-            "--shard cannot be used with --strategy coverage: each generation of the guided \
+    // A sharded sweep is uniform unless told otherwise: a guided one cannot be split.
+    let strategy = match (args.strategy, args.shard) {
+        (Some(s), _) => s,
+        (None, Some(_)) => Strategy::Uniform,
+        (None, None) => search::DEFAULT_STRATEGY,
+    };
+    if strategy.is_guided() && args.shard.is_some() {
+        return Err(bad_input(format!(
+            "--shard cannot be used with --strategy {}: each generation of the guided \
              search depends on every earlier one, so its seeds cannot be split between \
-             machines; shard a uniform sweep, or run the guided one whole"
-                .to_string(),
-        ));
+             machines; shard a uniform sweep, or run the guided one whole",
+            strategy.name()
+        )));
     }
     let scenarios = resolve(&args.scenario)?;
+    let seed_plans = seed_plans(&[strategy], args.corpus.as_deref(), &scenarios)?;
     let ranges: Vec<SeedRange> = scenarios
         .iter()
         .map(|r| match (args.seeds, args.seed_range) {
@@ -388,7 +470,8 @@ fn cmd_sweep(args: SweepArgs) -> Result<u8, Fail> {
         mutant: args.mutant,
         check_determinism: args.check_determinism,
         progress: true,
-        strategy: args.strategy,
+        strategy,
+        seed_plans,
     };
     let result = sweep::sweep(&config);
 
@@ -684,6 +767,76 @@ fn cmd_minimize(
     Ok(EXIT_HELD)
 }
 
+fn cmd_corpus(args: CorpusArgs) -> Result<u8, Fail> {
+    let scenarios = resolve("all")?;
+    let out = args.out.unwrap_or_else(crate::corpus::default_path);
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.is_dir() {
+            return Err(bad_input(format!(
+                "--out {}: {} is not a directory",
+                out.display(),
+                dir.display()
+            )));
+        }
+    }
+    if out.exists() && !out.is_file() {
+        return Err(bad_input(format!(
+            "--out {}: exists and is not a regular file",
+            out.display()
+        )));
+    }
+    let ranges: Vec<SeedRange> = scenarios
+        .iter()
+        .map(|r| {
+            SeedRange::first(
+                args.seeds
+                    .unwrap_or_else(|| sweep::default_seeds(&r.scenario)),
+            )
+        })
+        .collect();
+    let total = ranges.iter().map(|r| r.len()).sum::<u64>();
+    if total > sweep::MAX_SEEDS_PER_RUN {
+        return Err(bad_input(format!(
+            "this build would run {total} seeds, more than one run may ({} seeds, MAX_SEEDS_PER_RUN)",
+            sweep::MAX_SEEDS_PER_RUN
+        )));
+    }
+    let built_by = format!(
+        "palisade corpus{} (commit {})",
+        args.seeds
+            .map(|n| format!(" --seeds {n}"))
+            .unwrap_or_default(),
+        report::commit()
+    );
+    let jobs = args.jobs.unwrap_or_else(default_jobs);
+    match crate::corpus::build(&scenarios, ranges, jobs, true, built_by) {
+        Err(failed) => {
+            for (scenario, seed, invariant) in &failed.failures {
+                say!("FAIL {scenario} seed {seed}: {invariant}");
+            }
+            say!(
+                "corpus: {} of {} runs failed; nothing written (find them with `palisade sweep --strategy coverage`)",
+                failed.failures.len(),
+                failed.runs
+            );
+            Ok(EXIT_FAILED)
+        }
+        Ok(file) => {
+            report::write_atomic(&out, &crate::corpus::to_bytes(&file))
+                .map_err(|e| bad_input(format!("--out {}: {e}", out.display())))?;
+            say!(
+                "corpus: {} runs, {} plans kept, {} features; {} entries cover them all -> {}",
+                file.runs,
+                file.kept,
+                file.features,
+                file.entries.len(),
+                out.display()
+            );
+            Ok(EXIT_HELD)
+        }
+    }
+}
+
 fn cmd_mutants(args: MutantsArgs) -> Result<u8, Fail> {
     crate::world::set_checks(args.checks);
     let scenarios = resolve(&args.scenario)?;
@@ -701,6 +854,7 @@ fn cmd_mutants(args: MutantsArgs) -> Result<u8, Fail> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    let seed_plans = seed_plans(&args.strategy.0, args.corpus.as_deref(), &scenarios)?;
     prepare_report_dir(&args.report_dir, &[name.as_str()])?;
     let jobs = args.jobs.unwrap_or_else(default_jobs);
     let mut staged = report::ReportWriter::new(&args.report_dir).map_err(report_error)?;
@@ -715,6 +869,7 @@ fn cmd_mutants(args: MutantsArgs) -> Result<u8, Fail> {
         jobs,
         args.minimize_runs,
         &args.strategy.0,
+        &seed_plans,
         &mut staged,
         true,
     )

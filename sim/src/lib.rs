@@ -18,6 +18,7 @@ compile_error!(
      If you set RUSTFLAGS yourself, it replaces the config's flags: add `--cfg madsim` to it."
 );
 pub mod cli;
+pub mod corpus;
 pub mod diagram;
 pub mod failure;
 pub mod input;

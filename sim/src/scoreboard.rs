@@ -32,10 +32,14 @@ pub const MINIMIZE_RUNS: usize = 200;
 pub fn unreachable_reason(mutant: Mutant) -> Option<&'static str> {
     match mutant {
         Mutant::ToctouGeneration => Some(
-            "no replacement can slip between a lease's check and its act in the production              embedding: the driver confirms a lease in the call that hands its effect out,              inputs raised meanwhile wait in its FIFO inbox, and the engine gives every runtime              a fresh execution ID (no later generation of an execution exists)",
+            "no replacement can slip between a lease's check and its act in the production \
+             embedding: the driver confirms a lease in the call that hands its effect out, \
+             inputs raised meanwhile wait in its FIFO inbox, and the engine gives every runtime \
+             a fresh execution ID (no later generation of an execution exists)",
         ),
         Mutant::OldAttemptStopsSuccessor => Some(
-            "the engine gives every runtime a fresh execution ID, so no later attempt ever binds              an execution an earlier attempt still holds",
+            "the engine gives every runtime a fresh execution ID, so no later attempt ever binds \
+             an execution an earlier attempt still holds",
         ),
         _ => None,
     }
@@ -92,6 +96,7 @@ pub fn run(
     jobs: usize,
     minimize_runs: usize,
     strategies: &[Strategy],
+    seed_plans: &[search::SeedPlan],
     report: &mut report::ReportWriter,
     progress: bool,
 ) -> Result<Vec<StrategyResults>, report::ReportError> {
@@ -104,6 +109,7 @@ pub fn run(
             jobs,
             minimize_runs,
             strategy,
+            seed_plans,
             // Two strategies in one report: the second's files are named apart.
             (strategy != strategies[0]).then_some(strategy),
             report,
@@ -120,6 +126,7 @@ fn first_failures(
     seeds: u64,
     jobs: usize,
     strategy: Strategy,
+    seed_plans: &[search::SeedPlan],
     mutant: Mutant,
     progress: bool,
 ) -> (u64, Option<(u64, SeedRecord)>) {
@@ -148,8 +155,14 @@ fn first_failures(
                 .find_map(|(i, o)| o.filter(|r| r.failure.is_some()).map(|r| (i as u64 + 1, r)));
             (runs, first)
         }
-        Strategy::Coverage => {
-            let mut guided = search::Guided::new(scenarios, search::Budget::Shared { total });
+        Strategy::Coverage | Strategy::Corpus => {
+            let seeds = if strategy == Strategy::Corpus {
+                seed_plans.to_vec()
+            } else {
+                Vec::new()
+            };
+            let mut guided = search::Guided::new(scenarios, search::Budget::Shared { total })
+                .with_seed_plans(seeds);
             let runs = search::run_guided(
                 &mut guided,
                 jobs,
@@ -183,13 +196,16 @@ fn run_one(
     jobs: usize,
     minimize_runs: usize,
     strategy: Strategy,
+    seed_plans: &[search::SeedPlan],
     file_suffix: Option<Strategy>,
     report: &mut report::ReportWriter,
     progress: bool,
 ) -> Result<Vec<MutantResult>, report::ReportError> {
     let mut results = Vec::new();
     for &mutant in mutants {
-        let (runs, first) = first_failures(scenarios, seeds, jobs, strategy, mutant, progress);
+        let (runs, first) = first_failures(
+            scenarios, seeds, jobs, strategy, seed_plans, mutant, progress,
+        );
         let caught = match first {
             None => None,
             Some((n, rec)) => Some(write_caught(
@@ -307,6 +323,12 @@ pub fn render(
         Strategy::Coverage => {
             "by the coverage-guided search (`--strategy coverage`: fresh seeds and mutants of \
              the plans that found new coverage; every run counts, the corpus's included)"
+                .to_string()
+        }
+        Strategy::Corpus => {
+            "by the coverage-guided search started from the shipped seed corpus (`--strategy \
+             corpus`: `scenarios/corpus.json`'s plans first, then as `coverage`; every run \
+             counts, the corpus's replays included)"
                 .to_string()
         }
     };
@@ -467,8 +489,11 @@ fn render_comparison(md: &mut String, all: &[StrategyResults]) {
         md,
         "\n## Seed runs to first failure, by search strategy\n\nThe same mutants and the same \
          bound under every strategy (`palisade mutants --strategy all`); a guided run counts \
-         every world run, the ones spent building its corpus included. The table above is \
-         `{}`'s; the others' failure files carry the strategy in their name.\n",
+         every world run, the ones spent building its corpus included, and `corpus` counts \
+         each replay of the shipped seed corpus (`scenarios/corpus.json`) as a run; building \
+         that file (`palisade corpus`, once per change of the scenarios, no mutant on) is not \
+         counted. The table above is `{}`'s; the others' failure files carry the strategy in \
+         their name.\n",
         all[0].strategy.name()
     );
     let mut head = String::from("| mutant |");

@@ -14,6 +14,13 @@
 //!   configuration and environment re-drawn. Scenarios whose runs keep finding new
 //!   features get more of the scoreboard's slots (energy).
 //!
+//! - [`Strategy::Corpus`]: the coverage-guided search, warm: its first generation replays
+//!   the seed corpus shipped beside the scenarios (`scenarios/corpus.json`, built by
+//!   `palisade corpus` from a cold guided sweep of the unmutated core, see
+//!   [`crate::corpus`]), in the corpus's order — the plan that covers the most coverage
+//!   features first — and learns from those runs before it goes on as `coverage` does. A
+//!   fuzzer keeps its corpus between runs the same way.
+//!
 //! Everything is derived from the generation number and the results of earlier
 //! generations, in index order: a guided run is the same at any number of jobs. Every
 //! candidate runs under its own seed (unique within its scenario); a mutated plan is
@@ -37,18 +44,26 @@ pub enum Strategy {
     Uniform,
     /// Coverage-guided plans (see the module doc).
     Coverage,
+    /// Coverage-guided plans, starting from the shipped seed corpus.
+    Corpus,
 }
 
 impl Strategy {
     /// Every strategy, in the order reports list them.
-    pub const ALL: [Strategy; 2] = [Strategy::Uniform, Strategy::Coverage];
+    pub const ALL: [Strategy; 3] = [Strategy::Uniform, Strategy::Coverage, Strategy::Corpus];
 
     /// The name used on the command line and in reports.
     pub const fn name(self) -> &'static str {
         match self {
             Strategy::Uniform => "uniform",
             Strategy::Coverage => "coverage",
+            Strategy::Corpus => "corpus",
         }
+    }
+
+    /// Guided: each run depends on earlier ones (not shardable).
+    pub const fn is_guided(self) -> bool {
+        !matches!(self, Strategy::Uniform)
     }
 
     /// Parses a name.
@@ -68,7 +83,7 @@ impl Strategy {
 
 /// The strategy `sweep` and `mutants` use when none is named: the one that finds the
 /// mutants in fewer seed runs on the scoreboard (`reports/mutants.md`).
-pub const DEFAULT_STRATEGY: Strategy = Strategy::Uniform;
+pub const DEFAULT_STRATEGY: Strategy = Strategy::Corpus;
 
 /// Plans kept per scenario: enough to hold every distinct behaviour a scenario shows in a
 /// sweep; past it a new plan replaces a random kept one.
@@ -94,6 +109,32 @@ pub struct Candidate {
     pub plan: Option<FaultPlan>,
 }
 
+/// A plan a warm guided search runs first: an entry of the seed corpus, resolved against
+/// the scenarios of the run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeedPlan {
+    /// Index into the scenarios.
+    pub scenario: usize,
+    /// The seed the plan was found with (it runs under it again, so it covers what it
+    /// covered when it was kept).
+    pub seed: u64,
+    /// The plan.
+    pub plan: FaultPlan,
+}
+
+/// A plan a search kept, with every feature its run showed (for `palisade corpus`).
+#[derive(Clone, Debug)]
+pub struct Kept {
+    /// Index into the scenarios.
+    pub scenario: usize,
+    /// The seed it ran under.
+    pub seed: u64,
+    /// The plan.
+    pub plan: FaultPlan,
+    /// Its run's features, sorted, without repeats.
+    pub features: Vec<u32>,
+}
+
 /// How a search spends its runs.
 #[derive(Clone, Debug)]
 pub enum Budget {
@@ -116,6 +157,10 @@ struct Corpus {
     plans: Vec<FaultPlan>,
     /// Candidates issued.
     issued: u64,
+    /// Fresh seeds handed out (a seed is fresh unless a seed plan took it).
+    fresh: u64,
+    /// Seeds the seed plans took, which fresh seeds skip.
+    taken: BTreeSet<u64>,
     /// New features found by the last generation's runs (energy).
     recent: u64,
 }
@@ -132,6 +177,12 @@ pub struct Guided<'a> {
     corpora: Vec<Corpus>,
     generation: u64,
     issued: u64,
+    /// Seed plans not yet issued (the first generation runs them).
+    seeds: Vec<SeedPlan>,
+    /// Whether the first generation of fresh seeds (one slot per scenario) is still due.
+    first_fresh: bool,
+    /// Every kept plan with its features, when asked for ([`Guided::keep_features`]).
+    kept: Option<Vec<Kept>>,
 }
 
 impl<'a> Guided<'a> {
@@ -143,25 +194,96 @@ impl<'a> Guided<'a> {
             corpora: scenarios.iter().map(|_| Corpus::default()).collect(),
             generation: 0,
             issued: 0,
+            seeds: Vec::new(),
+            first_fresh: true,
+            kept: None,
         }
     }
 
-    fn seed_of(&self, scenario: usize) -> Option<u64> {
-        let k = self.corpora[scenario].issued;
+    /// A warm search: its first generation runs `seeds`, in order (within the budget: a
+    /// scenario's seed plans count against its runs), before any fresh seed.
+    pub fn with_seed_plans(mut self, seeds: Vec<SeedPlan>) -> Self {
+        self.seeds = seeds;
+        self
+    }
+
+    /// Records every kept plan with its features ([`Guided::into_kept`]).
+    pub fn keep_features(mut self) -> Self {
+        self.kept = Some(Vec::new());
+        self
+    }
+
+    /// The kept plans with their features, in the order they were kept.
+    pub fn into_kept(self) -> Vec<Kept> {
+        self.kept.unwrap_or_default()
+    }
+
+    /// Whether scenario `s` may run one more candidate within the budget.
+    fn has_room(&self, s: usize) -> bool {
         match &self.budget {
-            Budget::PerScenario(ranges) => {
-                let range = ranges[scenario];
-                (k < range.len()).then_some(range.start + k)
-            }
-            Budget::Shared { total } => (self.issued < *total).then_some(k),
+            Budget::PerScenario(ranges) => self.corpora[s].issued < ranges[s].len(),
+            Budget::Shared { total } => self.issued < *total,
         }
+    }
+
+    /// The next fresh seed of scenario `s` (not counted: see [`Guided::issue`]).
+    fn seed_of(&self, s: usize) -> Option<u64> {
+        if !self.has_room(s) {
+            return None;
+        }
+        let c = &self.corpora[s];
+        let base = match &self.budget {
+            Budget::PerScenario(ranges) => ranges[s].start,
+            Budget::Shared { .. } => 0,
+        };
+        let mut seed = base + c.fresh;
+        while c.taken.contains(&seed) {
+            seed += 1;
+        }
+        Some(seed)
+    }
+
+    /// Counts a candidate of scenario `s` with `seed` against the budget.
+    fn issue(&mut self, s: usize, seed: u64, fresh: bool) {
+        let c = &mut self.corpora[s];
+        c.issued += 1;
+        if fresh {
+            let base = match &self.budget {
+                Budget::PerScenario(ranges) => ranges[s].start,
+                Budget::Shared { .. } => 0,
+            };
+            c.fresh = seed + 1 - base;
+        } else {
+            c.taken.insert(seed);
+        }
+        self.issued += 1;
     }
 
     /// The next generation's candidates (empty when the budget is spent).
     pub fn next_batch(&mut self) -> Vec<Candidate> {
         let mut rng = ChaCha8Rng::seed_from_u64(SEARCH_SALT ^ self.generation);
-        let first = self.generation == 0;
         self.generation += 1;
+        if !self.seeds.is_empty() {
+            let mut batch = Vec::new();
+            for sp in std::mem::take(&mut self.seeds) {
+                // A seed plan's seed is taken once; a repeat (a corpus naming the same seed
+                // twice) would collide with it, so it is left out.
+                if !self.has_room(sp.scenario) || self.corpora[sp.scenario].taken.contains(&sp.seed)
+                {
+                    continue;
+                }
+                self.issue(sp.scenario, sp.seed, false);
+                batch.push(Candidate {
+                    scenario: sp.scenario,
+                    seed: sp.seed,
+                    plan: Some(sp.plan),
+                });
+            }
+            if !batch.is_empty() {
+                return batch;
+            }
+        }
+        let first = std::mem::replace(&mut self.first_fresh, false);
         let n = self.scenarios.len();
         // Which scenario each slot goes to.
         let slots: Vec<usize> = match &self.budget {
@@ -208,8 +330,7 @@ impl<'a> Guided<'a> {
             let Some(seed) = self.seed_of(s) else {
                 continue;
             };
-            self.corpora[s].issued += 1;
-            self.issued += 1;
+            self.issue(s, seed, true);
             let plan = if first || rng.gen_bool(0.5) {
                 None
             } else {
@@ -250,19 +371,11 @@ impl<'a> Guided<'a> {
 
     /// Learns from one run (call in candidate order).
     pub fn observe(&mut self, candidate: &Candidate, record: &SeedRecord) {
+        let features = features(record);
         let corpus = &mut self.corpora[candidate.scenario];
         let mut new = 0;
-        for &e in &record.edges {
-            new += u64::from(corpus.seen.insert(u32::from(e)));
-        }
-        for (name, &count) in &record.marks {
-            let id = world::MARKS
-                .iter()
-                .position(|m| m == name)
-                .unwrap_or(world::MARKS.len()) as u32;
-            // Hit counts bucketed by powers of two, as AFL does.
-            let bucket = (64 - count.leading_zeros()).min(15);
-            new += u64::from(corpus.seen.insert(MARK_FEATURES + id * 16 + bucket));
+        for &f in &features {
+            new += u64::from(corpus.seen.insert(f));
         }
         if new == 0 || record.failure.is_some() {
             return;
@@ -273,6 +386,15 @@ impl<'a> Guided<'a> {
             .plan
             .clone()
             .unwrap_or_else(|| world::plan::draw(scenario, candidate.seed));
+        if let Some(kept) = self.kept.as_mut() {
+            kept.push(Kept {
+                scenario: candidate.scenario,
+                seed: candidate.seed,
+                plan: plan.clone(),
+                features,
+            });
+        }
+        let corpus = &mut self.corpora[candidate.scenario];
         if corpus.plans.len() < MAX_CORPUS_PER_SCENARIO {
             corpus.plans.push(plan);
         } else {
@@ -280,6 +402,23 @@ impl<'a> Guided<'a> {
             corpus.plans[slot] = plan;
         }
     }
+}
+
+/// A run's coverage features, sorted and without repeats: its edge buckets, and each
+/// coverage mark with its hit count bucketed by powers of two (as AFL does).
+pub fn features(record: &SeedRecord) -> Vec<u32> {
+    let mut out: Vec<u32> = record.edges.iter().map(|&e| u32::from(e)).collect();
+    for (name, &count) in &record.marks {
+        let id = world::MARKS
+            .iter()
+            .position(|m| m == name)
+            .unwrap_or(world::MARKS.len()) as u32;
+        let bucket = (64 - count.leading_zeros()).min(15);
+        out.push(MARK_FEATURES + id * 16 + bucket);
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// Applies one mutation operator to `plan` (which the caller sorts and validates). The

@@ -187,6 +187,8 @@ pub struct SweepConfig {
     pub progress: bool,
     /// How plans are chosen (a guided strategy is never sharded).
     pub strategy: crate::search::Strategy,
+    /// The plans a warm guided search runs first (`--strategy corpus`; empty otherwise).
+    pub seed_plans: Vec<crate::search::SeedPlan>,
 }
 
 /// Why a seed failed, with what it takes to write its failure file.
@@ -482,20 +484,30 @@ pub fn sweep(config: &SweepConfig) -> SweepResult {
                 })
                 .collect()
         }
-        crate::search::Strategy::Coverage => {
+        crate::search::Strategy::Coverage | crate::search::Strategy::Corpus => {
             // The guided search picks each seed's plan; the seeds are the same as uniform's
-            // (every seed of every range, once), so the summary's counts are too.
+            // (every seed of every range, once), so the summary's counts are too — except
+            // that a corpus entry runs under its own seed, in place of one of the range's
+            // (within the range when the corpus was built with these ranges).
             let total = jobs.len() as u64;
             let mut progress = Progress::new(config.progress, total, "sweep (coverage)");
             let mut search = crate::search::Guided::new(
                 &config.scenarios,
                 crate::search::Budget::PerScenario(config.ranges.clone()),
-            );
-            let keep: BTreeSet<(usize, u64)> = jobs
+            )
+            .with_seed_plans(config.seed_plans.clone());
+            let kept_jobs: BTreeSet<(usize, u64)> = jobs
                 .iter()
                 .filter(|j| j.keep_trace)
                 .map(|j| (j.scenario, j.seed))
                 .collect();
+            // A corpus entry's seed may lie outside the ranges: it is sampled as any seed.
+            let keep = |scenario: usize, seed: u64| {
+                kept_jobs.contains(&(scenario, seed))
+                    || config.check_determinism.is_some_and(|f| {
+                        sampled(&config.scenarios[scenario].scenario.name, seed, f)
+                    })
+            };
             let mut runs: Vec<(Job, SeedRecord, Option<Vec<String>>)> = crate::search::run_guided(
                 &mut search,
                 config.jobs,
@@ -504,7 +516,7 @@ pub fn sweep(config: &SweepConfig) -> SweepResult {
                     run_job(&Job {
                         scenario: c.scenario,
                         seed: c.seed,
-                        keep_trace: keep.contains(&(c.scenario, c.seed)),
+                        keep_trace: keep(c.scenario, c.seed),
                         plan: c.plan.clone(),
                     })
                 },
@@ -515,7 +527,7 @@ pub fn sweep(config: &SweepConfig) -> SweepResult {
                 let job = Job {
                     scenario: c.scenario,
                     seed: c.seed,
-                    keep_trace: keep.contains(&(c.scenario, c.seed)),
+                    keep_trace: keep(c.scenario, c.seed),
                     plan: c.plan,
                 };
                 (job, rec, trace)

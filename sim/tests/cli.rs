@@ -235,6 +235,8 @@ fn sweep_writes_reports_and_ends_with_one_sweep_line() {
         &dir.0,
         &[
             "sweep",
+            "--strategy",
+            "uniform",
             "--scenario",
             "swarm",
             "--seed-range",
@@ -344,6 +346,8 @@ fn replay_reproduces_a_failure_and_minimize_and_diagram_work_on_it() {
             "swarm",
             "--seed-range",
             &format!("{MUTANT_SEED}..{}", MUTANT_SEED + 5),
+            "--strategy",
+            "uniform",
             "--mutant",
             MUTANT,
             "--report-dir",
@@ -474,10 +478,13 @@ fn hashes_do_not_depend_on_jobs_and_match_single_runs() {
     let mut summaries = Vec::new();
     for jobs in ["1", "2"] {
         let report = format!("r{jobs}");
+        // Uniform: its seeds' plans are what `run --seed` draws.
         let out = palisade(
             &dir.0,
             &[
                 "sweep",
+                "--strategy",
+                "uniform",
                 "--scenario",
                 "swarm",
                 "--seeds",
@@ -529,6 +536,8 @@ fn failing_hashes_do_not_depend_on_jobs_and_match_single_runs() {
             &dir.0,
             &[
                 "sweep",
+                "--strategy",
+                "uniform",
                 "--scenario",
                 "all",
                 "--seed-range",
@@ -597,7 +606,15 @@ fn failing_hashes_do_not_depend_on_jobs_and_match_single_runs() {
 fn shards_merge_into_the_unsharded_sweep() {
     let dir = Scratch::new("shards");
     let range = ["--seed-range", "0..10"];
-    let scenarios = ["--scenario", "all", "--mutant", "double-replay-block"];
+    // Sharded sweeps are uniform (a guided one cannot be split): so is the whole one.
+    let scenarios = [
+        "--scenario",
+        "all",
+        "--mutant",
+        "double-replay-block",
+        "--strategy",
+        "uniform",
+    ];
     let out = palisade(
         &dir.0,
         &[&["sweep", "--report-dir", "whole"][..], &scenarios, &range].concat(),

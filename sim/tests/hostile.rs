@@ -428,6 +428,8 @@ fn failure_files_with_impossible_plans_are_refused_with_the_json_path() {
         &dir.0,
         &[
             "sweep",
+            "--strategy",
+            "uniform",
             "--scenario",
             "cancel-storm",
             "--seed-range",

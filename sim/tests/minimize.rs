@@ -24,6 +24,8 @@ fn record_failure(dir: &Scratch, scenario: &str, seed: u64, mutant: &str) -> Str
         &dir.0,
         &[
             "sweep",
+            "--strategy",
+            "uniform",
             "--scenario",
             scenario,
             "--seed-range",

@@ -59,11 +59,23 @@ fn sharded(cwd: &Path, n: u32, out: &str, args: &[&str]) -> Output {
         .expect("run ci/sharded-sweep.sh")
 }
 
-/// The unsharded sweep, into `cwd/whole`.
+/// The unsharded sweep, into `cwd/whole`: uniform, as the shards are.
 fn unsharded(cwd: &Path, args: &[&str]) -> Output {
     palisade(
         cwd,
-        &[&["sweep", "--report-dir", "whole", "--jobs", "2"][..], args].concat(),
+        &[
+            &[
+                "sweep",
+                "--strategy",
+                "uniform",
+                "--report-dir",
+                "whole",
+                "--jobs",
+                "2",
+            ][..],
+            args,
+        ]
+        .concat(),
     )
 }
 
