@@ -3070,4 +3070,85 @@ mod tests {
         assert!(std::iter::from_fn(|| engine.poll_action())
             .any(|a| a == Action::Kill { execution: late }));
     }
+
+    /// An engine with reuse on, whose session 1 has a cancelled attempt's process still
+    /// starting and a retry waiting for it: (engine, session, first attempt, retry).
+    fn waiting_for_a_cancelled_start(now: Timestamp) -> (Engine, SessionId, AttemptId, AttemptId) {
+        let mut config = config();
+        config.reuse_runtimes = true;
+        let mut engine = Engine::new(config).unwrap();
+        engine.prompt(now, session(1), "first".into()).unwrap();
+        let (s, first) = spawn_action(&mut engine);
+        engine.cancel(now, session(1));
+        engine.prompt(now, session(1), "second".into()).unwrap();
+        let retry = engine
+            .core()
+            .live_attempt(session(1))
+            .expect("a live attempt");
+        let _: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
+        let _ = events(&mut engine);
+        (engine, s, first, retry)
+    }
+
+    /// The predecessor's start failed: the waiting retry gets a spawn of its own.
+    #[test]
+    fn a_retry_spawns_when_the_start_it_waited_for_fails() {
+        let now = Timestamp::from_millis(1_000);
+        let (mut engine, s, first, retry) = waiting_for_a_cancelled_start(now);
+        engine.spawned(now, s, first, Err("no such file".into()));
+        let actions: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
+        assert!(
+            actions.contains(&Action::Spawn {
+                session: s,
+                attempt: retry
+            }),
+            "{actions:?}"
+        );
+        let own = engine.spawned(now, s, retry, Ok(Some(8)));
+        let started: Vec<_> = events(&mut engine)
+            .into_iter()
+            .filter_map(|e| match e {
+                SessionEvent::RuntimeStarted {
+                    attempt, execution, ..
+                } => Some((attempt, execution)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(started, [(retry, own)]);
+        assert!(
+            engine.audit_violations().is_empty(),
+            "{:?}",
+            engine.audit_violations()
+        );
+    }
+
+    /// A retry cancelled while it waited takes nothing over: the late process is the
+    /// cancelled attempt's and goes away.
+    #[test]
+    fn a_cancelled_retry_does_not_take_the_process_over() {
+        let now = Timestamp::from_millis(1_000);
+        let (mut engine, s, first, _retry) = waiting_for_a_cancelled_start(now);
+        engine.cancel(now, session(1));
+        let late = engine.spawned(now, s, first, Ok(Some(7)));
+        let actions: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
+        assert!(
+            actions.iter().any(|a| matches!(a,
+                Action::Kill { execution } | Action::Stop { execution, .. } if *execution == late)),
+            "{actions:?}"
+        );
+        assert!(
+            !actions
+                .iter()
+                .any(|a| matches!(a, Action::Spawn { .. } | Action::Request { .. })),
+            "{actions:?}"
+        );
+        assert!(!events(&mut engine)
+            .iter()
+            .any(|e| matches!(e, SessionEvent::RuntimeStarted { .. })));
+        assert!(
+            engine.audit_violations().is_empty(),
+            "{:?}",
+            engine.audit_violations()
+        );
+    }
 }
