@@ -53,6 +53,16 @@ pub struct SupervisorConfig {
     /// turn on: the model remembers every attempt it saw, and it is switched off after a
     /// restore (it cannot know the attempts before it).
     pub audit: bool,
+    /// Runtime reuse: a new attempt of a session whose previous attempt was retired while
+    /// its agent process was still being started (a cancelled resume, a start that missed
+    /// its deadline) takes that process over instead of starting another one. The core
+    /// fences it: the new attempt binds the execution under a new generation, and the
+    /// retired attempt's late bind neither claims nor stops it (rule 5). A shell that
+    /// reports [`Engine::spawned`](crate::Engine::spawned) within the same call that
+    /// carried out the spawn (as the [`Supervisor`](crate::Supervisor) does) never has a
+    /// start in flight to reuse; a shell whose starts take time (a remote controller, a
+    /// container) does. Off by default.
+    pub reuse_runtimes: bool,
 }
 
 impl Default for SupervisorConfig {
@@ -70,6 +80,7 @@ impl Default for SupervisorConfig {
             event_capacity: 256,
             connection: ConnectionConfig::default(),
             audit: false,
+            reuse_runtimes: false,
         }
     }
 }

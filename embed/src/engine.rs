@@ -22,6 +22,11 @@
 //! - `StartRuntime` → [`Action::Spawn`]; the shell spawns and calls [`Engine::spawned`],
 //!   which allocates an [`ExecutionId`], reports `Input::Bound`, `BootReady`, and sends
 //!   `initialize`, whose answer becomes `AgentReady` with the `loadSession` capability.
+//!   With [`SupervisorConfig::reuse_runtimes`], a `StartRuntime` while a retired attempt
+//!   of the same session still waits for its spawn asks for no second process: the new
+//!   attempt binds that one when it is up (`Input::Bound` for the new attempt first, then
+//!   the retired attempt's own, late, which the core refuses), and only its own
+//!   `initialize` is ever sent on it. If the core refuses the new attempt, it spawns.
 //! - `LoadConversation` / `NewConversation` / `DispatchPrompt` → `Input::Perform{lease}`
 //!   first, in the same step, then the request. Answers map to `ConversationLoaded`,
 //!   `LoadFailed` (a [`LoadOutcome`] built from the [`RpcFailure`] and the transport's
@@ -427,6 +432,11 @@ pub struct Engine {
     /// Per session, the last failure seen since its turn was claimed: the cause a turn
     /// that does not complete is ended with.
     turn_causes: BTreeMap<SessionId, FailureCause>,
+    /// Spawns asked for and not yet reported ([`Action::Spawn`] → [`Engine::spawned`]).
+    spawning: BTreeSet<(SessionId, AttemptId)>,
+    /// With [`SupervisorConfig::reuse_runtimes`]: per session, the live attempt that waits
+    /// for the process a retired attempt's spawn is starting, instead of a spawn of its own.
+    waiting: BTreeMap<SessionId, AttemptId>,
 }
 
 /// What the engine's driver shows every core step to: the engine's own counters, the
@@ -570,6 +580,8 @@ impl Engine {
             gated_since: None,
             previous_incarnation: BTreeSet::new(),
             turn_causes: BTreeMap::new(),
+            spawning: BTreeSet::new(),
+            waiting: BTreeMap::new(),
         }
     }
 
@@ -678,7 +690,7 @@ impl Engine {
         engine.run(now);
         for (session, attempt) in unbound {
             if engine.driver.core().live_attempt(session) == Some(attempt) {
-                engine.actions.push_back(Action::Spawn { session, attempt });
+                engine.spawn(session, attempt);
             }
         }
         engine.dirty = true;
@@ -839,6 +851,12 @@ impl Engine {
 
     /// The shell started (or failed to start) the agent for `attempt` after
     /// [`Action::Spawn`]: `Ok(pid)` or `Err(why)`. Returns the execution allocated to it.
+    ///
+    /// With [`SupervisorConfig::reuse_runtimes`], a process started for an attempt that was
+    /// retired meanwhile goes to the session's live attempt if that one waits for it: the
+    /// live attempt binds it first, then the retired attempt's own bind is reported, late,
+    /// and the core decides what that may do (rule 5: nothing, once a later attempt claimed
+    /// the execution).
     pub fn spawned(
         &mut self,
         now: Timestamp,
@@ -846,6 +864,7 @@ impl Engine {
         attempt: AttemptId,
         result: Result<Option<u32>, String>,
     ) -> ExecutionId {
+        self.spawning.remove(&(session, attempt));
         let execution = ExecutionId::new(self.counters.next_execution)
             .expect("the execution counter starts at 1 and only grows");
         self.counters.next_execution = self.counters.next_execution.saturating_add(1);
@@ -875,6 +894,15 @@ impl Engine {
                 kill_requested: false,
             },
         );
+        if let Some(successor) = self.take_waiter(session, attempt) {
+            if has_process && self.take_over(now, session, attempt, successor, execution, pid) {
+                return execution;
+            }
+            // Not taken over: the waiting attempt starts a process of its own.
+            if self.driver.core().live_attempt(session) == Some(successor) {
+                self.spawn(session, successor);
+            }
+        }
         let verdict = self.input(
             now,
             Input::Bound {
@@ -891,9 +919,87 @@ impl Engine {
             }
             return execution;
         };
-        if let Some(runtime) = self.runtimes.get_mut(&execution) {
-            runtime.generation = Some(generation);
+        self.started(now, execution, attempt, generation, pid, result.err());
+        execution
+    }
+
+    /// Asks the shell to start a process for `attempt`.
+    fn spawn(&mut self, session: SessionId, attempt: AttemptId) {
+        self.spawning.insert((session, attempt));
+        self.actions.push_back(Action::Spawn { session, attempt });
+    }
+
+    /// The live attempt of `session` that waits for the process `attempt`'s spawn started,
+    /// if any (an attempt retired meanwhile waits for nothing).
+    fn take_waiter(&mut self, session: SessionId, attempt: AttemptId) -> Option<AttemptId> {
+        let waiter = *self.waiting.get(&session)?;
+        if waiter == attempt {
+            return None;
         }
+        self.waiting.remove(&session);
+        (self.driver.core().live_attempt(session) == Some(waiter)).then_some(waiter)
+    }
+
+    /// Runtime reuse: `successor` binds the process started for the retired `attempt`;
+    /// then the retired attempt's bind is reported, late. False if the core refused the
+    /// successor (then the runtime is still the retired attempt's).
+    fn take_over(
+        &mut self,
+        now: Timestamp,
+        session: SessionId,
+        attempt: AttemptId,
+        successor: AttemptId,
+        execution: ExecutionId,
+        pid: Option<u32>,
+    ) -> bool {
+        let verdict = self.input(
+            now,
+            Input::Bound {
+                session,
+                attempt: successor,
+                execution,
+            },
+        );
+        let Verdict::Bound { generation } = verdict else {
+            return false;
+        };
+        if let Some(runtime) = self.runtimes.get_mut(&execution) {
+            runtime.attempt = successor;
+        }
+        self.started(now, execution, successor, generation, pid, None);
+        // The retired attempt's start completed too: a late callback of its own, which
+        // the core fences (the process is the successor's now, whatever it says).
+        let late = self.input(
+            now,
+            Input::Bound {
+                session,
+                attempt,
+                execution,
+            },
+        );
+        debug_assert!(
+            late.is_reject(),
+            "a retired attempt's bind is refused: {late:?}"
+        );
+        true
+    }
+
+    /// `attempt` is bound to `execution` under `generation`: tell the caller, then start
+    /// the agent's connection (or report why it could not start).
+    fn started(
+        &mut self,
+        now: Timestamp,
+        execution: ExecutionId,
+        attempt: AttemptId,
+        generation: Generation,
+        pid: Option<u32>,
+        spawn_error: Option<String>,
+    ) {
+        let Some(runtime) = self.runtimes.get_mut(&execution) else {
+            return;
+        };
+        runtime.generation = Some(generation);
+        let session = runtime.session;
         self.emit(SessionEvent::RuntimeStarted {
             session,
             execution,
@@ -901,12 +1007,12 @@ impl Engine {
             generation,
             pid,
         });
-        match result {
-            Err(why) => {
+        match spawn_error {
+            Some(why) => {
                 let stamp = self.stamp(attempt, FailureCause::Spawn(why));
                 self.callback(now, execution, RuntimeEvent::StartFailed { stamp });
             }
-            Ok(_) => {
+            None => {
                 self.callback(now, execution, RuntimeEvent::BootReady);
                 let deadline = now.plus_millis(self.config.initialize_timeout_ms);
                 self.actions.push_back(Action::Request {
@@ -918,7 +1024,6 @@ impl Engine {
                 });
             }
         }
-        execution
     }
 
     /// Something the agent of `execution` sent (in wire order).
@@ -1364,7 +1469,21 @@ impl Engine {
         match effect {
             Effect::StartRuntime {
                 session, attempt, ..
-            } => self.actions.push_back(Action::Spawn { session, attempt }),
+            } => {
+                // Reuse: a retired attempt's process is still being started; the new
+                // attempt takes it over when it is up (see `spawned`) rather than starting
+                // a second one.
+                let reusable = self.config.reuse_runtimes
+                    && self
+                        .spawning
+                        .iter()
+                        .any(|(s, a)| *s == session && *a != attempt);
+                if reusable {
+                    self.waiting.insert(session, attempt);
+                } else {
+                    self.spawn(session, attempt);
+                }
+            }
             Effect::LoadConversation {
                 session,
                 execution,
@@ -2836,5 +2955,200 @@ mod tests {
             })
         );
         assert!(engine.poll_action().is_none());
+    }
+
+    /// Runtime reuse over one cancelled resume: the user cancels while the first attempt's
+    /// process is still starting and prompts again; the second attempt takes that process
+    /// over when it is up (no second spawn), the first attempt's late bind is reported and
+    /// refused, and the turn completes on the reused runtime. `Err` names what went wrong.
+    fn reuse_serves_the_successor(mutant: Option<&str>) -> Result<(), String> {
+        let now = Timestamp::from_millis(1_000);
+        let mut config = config();
+        config.reuse_runtimes = true;
+        let mut engine = Engine::new(config).unwrap();
+        #[cfg(feature = "mutants")]
+        engine.set_mutant(mutant.map(|m| palisade_core::mutants::Mutant::from_name(m).unwrap()));
+        #[cfg(not(feature = "mutants"))]
+        assert!(mutant.is_none(), "mutants need the feature");
+        engine.prompt(now, session(1), "first".into()).unwrap();
+        let (s, first) = spawn_action(&mut engine);
+        // Cancelled while its process starts; the retry waits for that process.
+        engine.cancel(now, session(1));
+        let turn = engine.prompt(now, session(1), "second".into()).unwrap();
+        let second = engine
+            .core()
+            .live_attempt(session(1))
+            .expect("a live attempt");
+        assert_ne!(second, first);
+        let pending: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
+        assert!(
+            !pending.iter().any(|a| matches!(a, Action::Spawn { .. })),
+            "no second spawn while the first process starts: {pending:?}"
+        );
+        let _ = events(&mut engine);
+        let execution = engine.spawned(now, s, first, Ok(Some(7)));
+        let started: Vec<_> = events(&mut engine)
+            .into_iter()
+            .filter_map(|e| match e {
+                SessionEvent::RuntimeStarted { attempt, .. } => Some(attempt),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(started, [second], "the process serves the live attempt");
+        let mut answered = 0;
+        while let Some(action) = engine.poll_action() {
+            match action {
+                Action::Request { op, method, .. } => {
+                    let result = match method {
+                        acp::INITIALIZE => json!({"agentCapabilities": {"loadSession": true}}),
+                        acp::SESSION_NEW => json!({"sessionId": "c1"}),
+                        acp::SESSION_PROMPT => {
+                            engine.agent_event(now, execution, chunk("hello"));
+                            json!({"stopReason": "end_turn"})
+                        }
+                        other => return Err(format!("unexpected request {other}")),
+                    };
+                    answered += 1;
+                    engine.reply(now, execution, op, Ok(result));
+                }
+                Action::Stop { .. } | Action::Kill { .. } => {
+                    return Err(format!(
+                        "the reused runtime was torn down under its new attempt: {action:?}"
+                    ))
+                }
+                other => return Err(format!("unexpected action {other:?}")),
+            }
+        }
+        engine.flush_output(now);
+        let ended: Vec<_> = events(&mut engine)
+            .into_iter()
+            .filter_map(|e| match e {
+                SessionEvent::TurnEnded { turn, outcome, .. } => Some((turn, outcome)),
+                _ => None,
+            })
+            .collect();
+        if ended != [(turn, palisade_core::TurnOutcome::Completed)] {
+            return Err(format!(
+                "after {answered} answers the turns ended {ended:?}"
+            ));
+        }
+        if engine.runtime_count() != 1 {
+            return Err(format!("{} runtimes", engine.runtime_count()));
+        }
+        if mutant.is_none() && !engine.audit_violations().is_empty() {
+            return Err(format!("{:?}", engine.audit_violations()));
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_retry_takes_over_the_process_its_cancelled_predecessor_started() {
+        assert_eq!(reuse_serves_the_successor(None), Ok(()));
+    }
+
+    /// The same flow with the core's `old-attempt-stops-successor` bug: the retired
+    /// attempt's late bind stops the process its successor took over.
+    #[cfg(feature = "mutants")]
+    #[test]
+    fn the_old_attempt_stops_successor_mutant_breaks_reuse() {
+        let err = reuse_serves_the_successor(Some("old-attempt-stops-successor")).unwrap_err();
+        assert!(err.contains("torn down"), "{err}");
+    }
+
+    /// Without reuse the retry spawns a process of its own and the first one is killed.
+    #[test]
+    fn without_reuse_a_retry_spawns_its_own_process() {
+        let now = Timestamp::from_millis(1_000);
+        let mut engine = Engine::new(config()).unwrap();
+        engine.prompt(now, session(1), "first".into()).unwrap();
+        let (s, first) = spawn_action(&mut engine);
+        engine.cancel(now, session(1));
+        engine.prompt(now, session(1), "second".into()).unwrap();
+        let (_, second) = spawn_action(&mut engine);
+        assert_ne!(second, first);
+        let late = engine.spawned(now, s, first, Ok(Some(7)));
+        assert!(std::iter::from_fn(|| engine.poll_action())
+            .any(|a| a == Action::Kill { execution: late }));
+    }
+
+    /// An engine with reuse on, whose session 1 has a cancelled attempt's process still
+    /// starting and a retry waiting for it: (engine, session, first attempt, retry).
+    fn waiting_for_a_cancelled_start(now: Timestamp) -> (Engine, SessionId, AttemptId, AttemptId) {
+        let mut config = config();
+        config.reuse_runtimes = true;
+        let mut engine = Engine::new(config).unwrap();
+        engine.prompt(now, session(1), "first".into()).unwrap();
+        let (s, first) = spawn_action(&mut engine);
+        engine.cancel(now, session(1));
+        engine.prompt(now, session(1), "second".into()).unwrap();
+        let retry = engine
+            .core()
+            .live_attempt(session(1))
+            .expect("a live attempt");
+        let _: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
+        let _ = events(&mut engine);
+        (engine, s, first, retry)
+    }
+
+    /// The predecessor's start failed: the waiting retry gets a spawn of its own.
+    #[test]
+    fn a_retry_spawns_when_the_start_it_waited_for_fails() {
+        let now = Timestamp::from_millis(1_000);
+        let (mut engine, s, first, retry) = waiting_for_a_cancelled_start(now);
+        engine.spawned(now, s, first, Err("no such file".into()));
+        let actions: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
+        assert!(
+            actions.contains(&Action::Spawn {
+                session: s,
+                attempt: retry
+            }),
+            "{actions:?}"
+        );
+        let own = engine.spawned(now, s, retry, Ok(Some(8)));
+        let started: Vec<_> = events(&mut engine)
+            .into_iter()
+            .filter_map(|e| match e {
+                SessionEvent::RuntimeStarted {
+                    attempt, execution, ..
+                } => Some((attempt, execution)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(started, [(retry, own)]);
+        assert!(
+            engine.audit_violations().is_empty(),
+            "{:?}",
+            engine.audit_violations()
+        );
+    }
+
+    /// A retry cancelled while it waited takes nothing over: the late process is the
+    /// cancelled attempt's and goes away.
+    #[test]
+    fn a_cancelled_retry_does_not_take_the_process_over() {
+        let now = Timestamp::from_millis(1_000);
+        let (mut engine, s, first, _retry) = waiting_for_a_cancelled_start(now);
+        engine.cancel(now, session(1));
+        let late = engine.spawned(now, s, first, Ok(Some(7)));
+        let actions: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
+        assert!(
+            actions.iter().any(|a| matches!(a,
+                Action::Kill { execution } | Action::Stop { execution, .. } if *execution == late)),
+            "{actions:?}"
+        );
+        assert!(
+            !actions
+                .iter()
+                .any(|a| matches!(a, Action::Spawn { .. } | Action::Request { .. })),
+            "{actions:?}"
+        );
+        assert!(!events(&mut engine)
+            .iter()
+            .any(|e| matches!(e, SessionEvent::RuntimeStarted { .. })));
+        assert!(
+            engine.audit_violations().is_empty(),
+            "{:?}",
+            engine.audit_violations()
+        );
     }
 }

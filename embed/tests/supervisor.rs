@@ -735,6 +735,39 @@ async fn cancel_during_a_delayed_load_then_retry_gives_exactly_two_answers() {
     let _ = std::fs::remove_file(log);
 }
 
+/// Runtime reuse on: the supervisor runs the same engine; since it reports a spawn in the
+/// very call that carried it out, no start is ever in flight when a retry comes, so the
+/// retry after a cancel is served as without reuse: it completes, once, and nothing leaks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_runtime_reuse_a_cancelled_prompt_then_a_retry_completes() {
+    let log = temp_path("reuse", "log");
+    let agent = test_agent(&["--log", log.to_str().unwrap()]);
+    let mut config = config();
+    config.reuse_runtimes = true;
+    let mut h = Harness::start(config, agent, None);
+    let cancelled = h.supervisor.prompt(session(), "first").await.unwrap();
+    assert_eq!(h.supervisor.cancel(session()).await, Ok(Verdict::Accepted));
+    let retried = h.supervisor.prompt(session(), "again").await.unwrap();
+    assert_eq!(h.turn_end(retried).await.0, TurnOutcome::Completed);
+    h.settle().await;
+    assert_eq!(
+        h.turn_ends(),
+        [
+            (cancelled, TurnOutcome::Cancelled),
+            (retried, TurnOutcome::Completed)
+        ]
+    );
+    let entries = read_log(&log);
+    let received = prompts_received(&entries);
+    assert_eq!(
+        received.iter().filter(|p| *p == "again").count(),
+        1,
+        "the retry reached an agent exactly once: {received:?}"
+    );
+    h.finish(true).await;
+    let _ = std::fs::remove_file(log);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_from_the_state_file_recovers_the_turn_and_rejects_old_epoch_callbacks() {
     let log = temp_path("restart", "log");

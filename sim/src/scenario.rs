@@ -319,6 +319,12 @@ pub struct Workload {
     pub think_ms: Bounds<u64>,
     /// How long an agent process takes from spawn to `agent_ready`.
     pub boot_delay_ms: Bounds<u64>,
+    /// How long starting a process takes before the shell can report it (a launcher, a
+    /// container): other inputs reach the engine meanwhile. `[0, 0]`: the shell reports
+    /// it in the same call, as `palisade-supervise` does.
+    pub spawn_delay_ms: Bounds<u64>,
+    /// The engine's runtime reuse (`SupervisorConfig::reuse_runtimes`).
+    pub reuse_runtimes: bool,
 }
 
 impl Default for Workload {
@@ -332,6 +338,8 @@ impl Default for Workload {
             load_delay_ms: Bounds::new(1, 50),
             think_ms: Bounds::new(1, 100),
             boot_delay_ms: Bounds::new(1, 3),
+            spawn_delay_ms: Bounds::new(0, 0),
+            reuse_runtimes: false,
         }
     }
 }
@@ -849,11 +857,17 @@ impl Scenario {
             u64::from(MAX_NOTIFICATION_BYTES),
             "MAX_NOTIFICATION_BYTES",
         )?;
-        for name in ["load_delay_ms", "think_ms", "boot_delay_ms"] {
+        for name in [
+            "load_delay_ms",
+            "think_ms",
+            "boot_delay_ms",
+            "spawn_delay_ms",
+        ] {
             let range = match name {
                 "load_delay_ms" => w.load_delay_ms,
                 "think_ms" => w.think_ms,
-                _ => w.boot_delay_ms,
+                "boot_delay_ms" => w.boot_delay_ms,
+                _ => w.spawn_delay_ms,
             };
             check_range(&at(name), range)?;
             at_most(

@@ -79,6 +79,13 @@ enum Ev {
     ClientStep { session: u32 },
     /// The stalled caller takes events again.
     CallerResumes,
+    /// A process the engine asked for is up (a slow start: `spawn_delay_ms`); the engine
+    /// of `incarnation` asked for it (a crashed one's start is lost with it).
+    Spawned {
+        session: SessionId,
+        attempt: AttemptId,
+        incarnation: u32,
+    },
 }
 
 /// One simulated agent process and the engine's connection to it.
@@ -297,6 +304,12 @@ pub(crate) struct World {
     /// The caller takes no events before this (a caller that stops reading).
     caller_stall_until: u64,
     next_pid: u32,
+    /// How long a start takes (its environment's, else its workload's).
+    spawn_delay_ms: crate::scenario::Bounds<u64>,
+    /// Starts asked for so far (keys their delays).
+    spawns_asked: u64,
+    /// Orchestrator restarts so far.
+    incarnation: u32,
     workload: WorkloadCut,
     violation: Option<Violation>,
 }
@@ -443,65 +456,85 @@ impl World {
         }
     }
 
+    /// A process the engine asked for is up: the shell reports it to the engine, and the
+    /// simulated agent runs.
+    fn start_process(&mut self, session: SessionId, attempt: AttemptId) {
+        let now = self.ts();
+        self.next_pid += 1;
+        let pid = self.next_pid;
+        let s = session.get() as u32;
+        let behaviour = behaviour(&self.scenario, self.env.as_ref(), self.seed, u64::from(pid));
+        let execution = self.engine.spawned(now, session, attempt, Ok(Some(pid)));
+        let spawn_line = self.note(
+            "env",
+            "spawn",
+            &[("session", u64::from(s)), ("execution", execution.get())],
+        );
+        let mut model = AgentModel::new(
+            execution.get().to_string(),
+            behaviour.clone(),
+            self.key(u64::from(pid), 17, 0),
+            self.now,
+        );
+        if let Some(cap) = self.workload.notifications_per_turn {
+            model.cap_events(cap);
+        }
+        let arms = self.arms.entry(s).or_default();
+        let exit_after_event = arms.exits > 0;
+        if exit_after_event {
+            arms.exits -= 1;
+        }
+        let late = arms.late.take();
+        let ignores_eof = std::mem::take(&mut arms.hang_teardown) || late.is_some();
+        let stall_until = late.map_or(0, |d| self.now.saturating_add(d));
+        let exit_after_answer = std::mem::take(&mut arms.kill_between_turns);
+        self.oracle
+            .spawned(execution, s, behaviour.clone(), spawn_line);
+        self.procs.insert(
+            execution,
+            Proc {
+                session: s,
+                model,
+                wire: Wire::new(self.config.connection.garbage_budget),
+                alive: true,
+                stdin_open: true,
+                ignores_eof,
+                stdout: VecDeque::new(),
+                stall_until,
+                exit: None,
+                kill_requested: false,
+                reap_pending: false,
+                closed: false,
+                reaped: false,
+                orphaned: false,
+                wake_at: None,
+                read_at: None,
+                exit_after_event,
+                exit_after_answer,
+            },
+        );
+        self.drive_agent(execution);
+    }
+
     fn carry_out(&mut self, action: Action) {
         let now = self.ts();
         match action {
             Action::Spawn { session, attempt } => {
-                self.next_pid += 1;
-                let pid = self.next_pid;
-                let s = session.get() as u32;
-                let behaviour =
-                    behaviour(&self.scenario, self.env.as_ref(), self.seed, u64::from(pid));
-                let execution = self.engine.spawned(now, session, attempt, Ok(Some(pid)));
-                let spawn_line = self.note(
-                    "env",
-                    "spawn",
-                    &[("session", u64::from(s)), ("execution", execution.get())],
-                );
-                let mut model = AgentModel::new(
-                    execution.get().to_string(),
-                    behaviour.clone(),
-                    self.key(u64::from(pid), 17, 0),
-                    self.now,
-                );
-                if let Some(cap) = self.workload.notifications_per_turn {
-                    model.cap_events(cap);
+                let d = self.spawn_delay_ms;
+                if d.hi == 0 {
+                    self.start_process(session, attempt);
+                } else {
+                    self.spawns_asked += 1;
+                    let delay = pick(self.key(self.spawns_asked, 44, 0), d.lo, d.hi);
+                    self.post(
+                        self.now + delay,
+                        Ev::Spawned {
+                            session,
+                            attempt,
+                            incarnation: self.incarnation,
+                        },
+                    );
                 }
-                let arms = self.arms.entry(s).or_default();
-                let exit_after_event = arms.exits > 0;
-                if exit_after_event {
-                    arms.exits -= 1;
-                }
-                let late = arms.late.take();
-                let ignores_eof = std::mem::take(&mut arms.hang_teardown) || late.is_some();
-                let stall_until = late.map_or(0, |d| self.now.saturating_add(d));
-                let exit_after_answer = std::mem::take(&mut arms.kill_between_turns);
-                self.oracle
-                    .spawned(execution, s, behaviour.clone(), spawn_line);
-                self.procs.insert(
-                    execution,
-                    Proc {
-                        session: s,
-                        model,
-                        wire: Wire::new(self.config.connection.garbage_budget),
-                        alive: true,
-                        stdin_open: true,
-                        ignores_eof,
-                        stdout: VecDeque::new(),
-                        stall_until,
-                        exit: None,
-                        kill_requested: false,
-                        reap_pending: false,
-                        closed: false,
-                        reaped: false,
-                        orphaned: false,
-                        wake_at: None,
-                        read_at: None,
-                        exit_after_event,
-                        exit_after_answer,
-                    },
-                );
-                self.drive_agent(execution);
             }
             Action::Request {
                 execution,
@@ -1175,6 +1208,8 @@ impl World {
     /// The orchestrator crashes and restarts from its state: its agent processes die with
     /// it (their process group), and a new engine restores the state of its last step.
     fn crash_restart(&mut self) {
+        // Starts the crashed orchestrator asked for are lost with it.
+        self.incarnation += 1;
         let ts = self.ts();
         let bytes = self.engine.encode_state(ts);
         let in_flight = self
@@ -1303,6 +1338,16 @@ impl World {
                     self.settle();
                 }
             }
+            Ev::Spawned {
+                session,
+                attempt,
+                incarnation,
+            } => {
+                if incarnation == self.incarnation {
+                    self.start_process(session, attempt);
+                    self.settle();
+                }
+            }
         }
     }
 }
@@ -1378,6 +1423,12 @@ pub(crate) async fn run(
         blocked: BTreeSet::new(),
         caller_stall_until: 0,
         next_pid: 1000,
+        spawn_delay_ms: plan
+            .environment
+            .as_ref()
+            .map_or(scenario.workload.spawn_delay_ms, |e| e.spawn_delay_ms),
+        spawns_asked: 0,
+        incarnation: 0,
         workload: plan.workload.clone(),
         violation: None,
     };

@@ -41,6 +41,12 @@ use crate::scenario::{Agent, Bounds, Scenario};
 const SETUP_SALT: u64 = 0x5e70_c0f1_6000_0001;
 /// Salt of the per-burst and per-load keys.
 const FIT_SALT: u64 = 0x5e70_c0f1_6000_0002;
+/// Salt of the runtime-reuse draw (its own stream: every other draw stays as it was).
+const REUSE_SALT: u64 = 0x5e70_c0f1_6000_0003;
+
+/// Spawn delays a seed that reuses runtimes draws: its starts take long enough that a
+/// cancel and a retry often come while a process is still starting (what reuse is for).
+const DRAWN_SPAWN_DELAY_MS: Bounds<u64> = Bounds::new(1, 400);
 
 /// The engine's request deadlines in the sim: short enough that a hung agent is given up
 /// on well inside the liveness window.
@@ -77,6 +83,9 @@ pub struct RunConfig {
     pub coalesce_events: u32,
     /// The coalescer's byte cap.
     pub coalesce_bytes: u64,
+    /// The engine's runtime reuse (`SupervisorConfig::reuse_runtimes`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reuse_runtimes: bool,
 }
 
 impl RunConfig {
@@ -99,6 +108,7 @@ impl RunConfig {
             coalesce_delay_ms: coalescer.max_delay_ms,
             coalesce_events: coalescer.max_events as u32,
             coalesce_bytes: coalescer.max_bytes,
+            reuse_runtimes: scenario.workload.reuse_runtimes,
         }
     }
 
@@ -131,6 +141,7 @@ impl RunConfig {
                 max_events: self.coalesce_events as usize,
                 max_bytes: self.coalesce_bytes,
             },
+            reuse_runtimes: self.reuse_runtimes,
             ..SupervisorConfig::default()
         }
     }
@@ -250,6 +261,7 @@ impl RunConfig {
         field!(coalesce_delay_ms);
         field!(coalesce_events);
         field!(coalesce_bytes);
+        field!(reuse_runtimes);
         out
     }
 }
@@ -273,6 +285,13 @@ pub struct Environment {
     pub tool_call_per_mille: u16,
     /// Per mille of events that are resource blocks (the payload in the resource's text).
     pub resource_per_mille: u16,
+    /// How long starting a process takes (see `Workload::spawn_delay_ms`).
+    #[serde(default, skip_serializing_if = "no_delay")]
+    pub spawn_delay_ms: Bounds<u64>,
+}
+
+fn no_delay(b: &Bounds<u64>) -> bool {
+    b.hi == 0
 }
 
 impl Environment {
@@ -286,6 +305,7 @@ impl Environment {
             wire_bytes: None,
             tool_call_per_mille: 100,
             resource_per_mille: 0,
+            spawn_delay_ms: w.spawn_delay_ms,
         }
     }
 
@@ -323,6 +343,16 @@ impl Environment {
                 );
             }
         }
+        let d = self.spawn_delay_ms;
+        if d.lo > d.hi || d.hi > late {
+            return bad(
+                "spawn_delay_ms",
+                format!(
+                    "[{}, {}] is not a range within 0..={late} (a quarter of quiesce_ms)",
+                    d.lo, d.hi
+                ),
+            );
+        }
         if u32::from(self.tool_call_per_mille) + u32::from(self.resource_per_mille) > 1000 {
             return bad(
                 "resource_per_mille",
@@ -351,6 +381,7 @@ impl Environment {
         field!(wire_bytes);
         field!(tool_call_per_mille);
         field!(resource_per_mille);
+        field!(spawn_delay_ms);
         out
     }
 }
@@ -417,6 +448,9 @@ pub fn draw_config(scenario: &Scenario, seed: u64, agent: Agent) -> RunConfig {
     } else {
         any_profile
     };
+    // From a stream of its own, so that every draw above is what it was before reuse.
+    let reuse_runtimes = scenario.workload.reuse_runtimes
+        || ChaCha8Rng::seed_from_u64(seed ^ SETUP_SALT ^ REUSE_SALT).gen_bool(0.5);
     RunConfig {
         recovery_delays_ms: pinned.recovery_delays_ms.clone().unwrap_or(delays),
         join_wait_ms: pinned.join_wait_ms.unwrap_or(join_wait_ms),
@@ -428,6 +462,7 @@ pub fn draw_config(scenario: &Scenario, seed: u64, agent: Agent) -> RunConfig {
         coalesce_delay_ms,
         coalesce_events,
         coalesce_bytes,
+        reuse_runtimes,
     }
 }
 
@@ -493,7 +528,22 @@ pub fn draw_environment(scenario: &Scenario, seed: u64, config: &RunConfig) -> E
             ..fixed.clone()
         },
     };
-    Environment { agent, ..env }
+    // A seed that reuses runtimes starts them slowly (its own stream, as above); one that
+    // does not keeps the scenario's starts, so its run is what it was before reuse.
+    let spawn_delay_ms = if config.reuse_runtimes && fixed.spawn_delay_ms.hi == 0 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ SETUP_SALT ^ REUSE_SALT ^ 1);
+        let hi = rng
+            .gen_range(DRAWN_SPAWN_DELAY_MS.lo..=DRAWN_SPAWN_DELAY_MS.hi)
+            .min(late);
+        Bounds::new(DRAWN_SPAWN_DELAY_MS.lo.min(hi), hi)
+    } else {
+        fixed.spawn_delay_ms
+    };
+    Environment {
+        agent,
+        spawn_delay_ms,
+        ..env
+    }
 }
 
 /// The configuration and environment `seed` runs with, put into its plan, and the plan's
