@@ -186,7 +186,7 @@ pub fn build(
     let runs = search::run_guided(
         &mut guided,
         jobs,
-        false,
+        None,
         |c| (search::run_candidate(scenarios, c, None, false).0, ()),
         |r| bar.tick(r.failure.is_some()),
     );

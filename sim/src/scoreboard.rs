@@ -34,12 +34,10 @@ pub fn unreachable_reason(mutant: Mutant) -> Option<&'static str> {
         Mutant::ToctouGeneration => Some(
             "no replacement can slip between a lease's check and its act in the production \
              embedding: the driver confirms a lease in the call that hands its effect out, \
-             inputs raised meanwhile wait in its FIFO inbox, and the engine gives every runtime \
-             a fresh execution ID (no later generation of an execution exists)",
-        ),
-        Mutant::OldAttemptStopsSuccessor => Some(
-            "the engine gives every runtime a fresh execution ID, so no later attempt ever binds \
-             an execution an earlier attempt still holds",
+             inputs raised meanwhile wait in its FIFO inbox, and only `Bound`, which hands out \
+             no effect, rebinds an execution (under runtime reuse too: the engine binds a reused \
+             process before any lease on it exists), so no later generation of an execution \
+             appears while a lease on it is outstanding",
         ),
         _ => None,
     }
@@ -132,6 +130,17 @@ fn first_failures(
 ) -> (u64, Option<(u64, SeedRecord)>) {
     let total = seeds.saturating_mul(scenarios.len() as u64);
     let mut bar = Progress::new(progress, total, mutant.name());
+    // Judged by behaviour alone (`--checks ground-truth`), a run catches the mutant only
+    // when ground truth or liveness failed it: a world check failing first (the engine
+    // refusing to restore its own state after a crash, a livelock, a panic) is passed over,
+    // and the search goes on until behaviour shows the bug. With every checker on, any
+    // failure catches it.
+    let by_behaviour = crate::world::checks() == crate::world::Checks::GroundTruth;
+    let catches = move |r: &SeedRecord| {
+        r.failure
+            .as_ref()
+            .is_some_and(|f| !by_behaviour || f.caught_by.is_behaviour())
+    };
     let found = match strategy {
         Strategy::Uniform => {
             let items: Vec<(usize, u64)> = (0..seeds)
@@ -145,14 +154,14 @@ fn first_failures(
                         runner::run_isolated(&scenarios[s].scenario, seed, None, Some(mutant));
                     sweep::record(s, seed, timed, false).0
                 },
-                Some(|r: &SeedRecord| r.failure.is_some()),
+                Some(catches),
                 |_, r| bar.tick(r.failure.is_some()),
             );
             let runs = outcomes.iter().filter(|o| o.is_some()).count() as u64;
             let first = outcomes
                 .into_iter()
                 .enumerate()
-                .find_map(|(i, o)| o.filter(|r| r.failure.is_some()).map(|r| (i as u64 + 1, r)));
+                .find_map(|(i, o)| o.filter(catches).map(|r| (i as u64 + 1, r)));
             (runs, first)
         }
         Strategy::Coverage | Strategy::Corpus => {
@@ -166,7 +175,7 @@ fn first_failures(
             let runs = search::run_guided(
                 &mut guided,
                 jobs,
-                true,
+                Some(&catches),
                 |c| {
                     (
                         search::run_candidate(scenarios, c, Some(mutant), false).0,
@@ -179,7 +188,7 @@ fn first_failures(
             let first = runs
                 .into_iter()
                 .last()
-                .filter(|(_, r, ())| r.failure.is_some())
+                .filter(|(_, r, ())| catches(r))
                 .map(|(_, r, ())| (n, r));
             (n, first)
         }
@@ -349,7 +358,10 @@ pub fn render(
                 "Checks: **ground truth and liveness only** (`--checks ground-truth`): the core's \
                  reference model and `check_invariants`, which read what the core says about \
                  itself, are off, so a mutant counts as caught only by its behaviour — what the \
-                 agents received and sent, what the clients got, which processes ran."
+                 agents received and sent, what the clients got, which processes ran. A run \
+                 that fails a world check instead (the engine refusing to restore its own \
+                 state after a crash, a livelock, a panic) does not count: the search goes on \
+                 until ground truth or liveness fails a run."
             }
             Checks::All => {
                 "Checks: all (`--checks all`): the core-belief checks (its reference model and \
@@ -379,6 +391,7 @@ pub fn render(
         by_behaviour,
         match results.len() - reachable {
             0 => String::new(),
+            1 => " (1 mutant the production embedding cannot show, below)".to_string(),
             n => format!(" ({n} mutants the production embedding cannot show, below)"),
         },
         median.map_or("–".into(), |m| m.to_string()),

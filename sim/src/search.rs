@@ -520,15 +520,15 @@ fn mutate(
     }
 }
 
-/// Runs a guided search to the end of its budget (or, with `stop_at_failure`, up to and
-/// including the first failing run, in candidate order). Returns every run in order.
+/// Runs a guided search to the end of its budget (or, with `stop_when`, up to and including
+/// the first run it holds for, in candidate order). Returns every run in order.
 ///
 /// `work` runs one candidate and turns it into a record and anything else the caller
 /// keeps (a trace); `tick` sees each record as it arrives, for progress.
 pub fn run_guided<X, W, P>(
     search: &mut Guided<'_>,
     jobs: usize,
-    stop_at_failure: bool,
+    stop_when: Option<&(dyn Fn(&SeedRecord) -> bool + Sync)>,
     work: W,
     mut tick: P,
 ) -> Vec<(Candidate, SeedRecord, X)>
@@ -547,7 +547,7 @@ where
             &batch,
             jobs,
             &work,
-            stop_at_failure.then_some(|r: &(SeedRecord, X)| r.0.failure.is_some()),
+            stop_when.map(|stop| move |r: &(SeedRecord, X)| stop(&r.0)),
             |_, r| tick(&r.0),
         );
         for (candidate, result) in batch.into_iter().zip(results) {
@@ -559,9 +559,9 @@ where
             search.observe(&candidate, &record);
             // The edges served the search; the reports do not need them.
             record.edges = Vec::new();
-            let failed = record.failure.is_some();
+            let stop = stop_when.is_some_and(|stop| stop(&record));
             out.push((candidate, record, extra));
-            if failed && stop_at_failure {
+            if stop {
                 return out;
             }
         }

@@ -511,7 +511,7 @@ pub fn sweep(config: &SweepConfig) -> SweepResult {
             let mut runs: Vec<(Job, SeedRecord, Option<Vec<String>>)> = crate::search::run_guided(
                 &mut search,
                 config.jobs,
-                false,
+                None,
                 |c| {
                     run_job(&Job {
                         scenario: c.scenario,

@@ -747,10 +747,10 @@ fn scenarios_lists_every_shipped_scenario() {
 
 #[test]
 fn mutants_scoreboard_is_written_and_exit_code_matches_it() {
-    // Seeds 0..60 of every scenario, interleaved, catch all 19 mutants the production
-    // embedding can show (`old-attempt-stops-successor` since the engine reuses runtimes,
-    // in `reuse-after-cancelled-start`); `toctou-generation` is listed as unreachable,
-    // with the reason.
+    // Up to 60 seed runs per scenario under the default strategy (`corpus`: the shipped
+    // seed corpus first) catch all 19 mutants the production embedding can show
+    // (`old-attempt-stops-successor` since the engine reuses runtimes); `toctou-generation`
+    // is listed as unreachable, with the reason.
     let dir = Scratch::new("mutants");
     let out = palisade(
         &dir.0,
@@ -769,9 +769,7 @@ fn mutants_scoreboard_is_written_and_exit_code_matches_it() {
     let md = std::fs::read_to_string(dir.path("reports/mutants.md")).expect("mutants.md");
     expect_code(&out, 0);
     assert!(!md.contains("survived |"), "{md}");
-    // `scoreboard::unreachable_reason` still names `old-attempt-stops-successor` (caught
-    // now), so the header counts 18 reachable: "19 of 18" until that entry goes.
-    assert!(md.contains("**19 of "), "{md}");
+    assert!(md.contains("**19 of 19 caught**"), "{md}");
     let rows: Vec<&str> = md.lines().filter(|l| l.starts_with("| `")).collect();
     assert_eq!(rows.len(), 20, "{md}");
     let caught = rows.iter().filter(|r| r.contains(" | ✅ | ")).count();
