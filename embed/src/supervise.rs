@@ -34,8 +34,9 @@ options:
   --agent-cmd CMD            the agent's command line, split like a shell does (quotes and
                              backslashes; no variables, globs or pipes)
   --state FILE               persist the supervisor's state here; restore it on start
-  --prompt TEXT              a prompt (repeatable; each waits for the previous turn to end);
-                             without any, prompts are read from stdin, one per line
+  --prompt TEXT              a prompt, not blank (repeatable; each waits for the previous
+                             turn to end); without any, prompts are read from stdin, one per
+                             line (blank lines are skipped)
   --session N                the session id (default 1)
   --cwd DIR                  working directory of the agent's conversations (default: here)
   --recovery-delays-ms LIST  comma-separated delays, e.g. 1000,2000,4000; empty disables
@@ -198,7 +199,15 @@ pub fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
         match name {
             "agent-cmd" => agent = Some(value()?),
             "state" => options.state = Some(PathBuf::from(value()?)),
-            "prompt" => options.prompts.push(value()?),
+            "prompt" => {
+                let text = value()?;
+                // A blank stdin line is no prompt; a blank `--prompt` (say an unset shell
+                // variable) is a mistake, refused rather than sent to the agent.
+                if text.trim().is_empty() {
+                    return Err("--prompt: the prompt is empty".to_string());
+                }
+                options.prompts.push(text);
+            }
             "session" => {
                 let raw = value()?;
                 options.session = raw
@@ -783,6 +792,8 @@ mod tests {
             &["--agent-cmd", "a", "--session", "0"][..],
             &["--agent-cmd", "a", "--bogus", "1"][..],
             &["--agent-cmd", "a", "stray"][..],
+            &["--agent-cmd", "a", "--prompt", ""][..],
+            &["--agent-cmd", "a", "--prompt=  "][..],
             &["--agent-cmd", "a", "--recovery-delays-ms", "1,x"][..],
             &["--agent-cmd", "a", "--agent-profile", "nope"][..],
             &[

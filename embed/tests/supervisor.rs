@@ -1111,6 +1111,8 @@ fn palisade_supervise_runs_an_agent_and_prints_one_json_line_per_event() {
         &[][..],
         &["--agent-cmd", "x", "--bogus"][..],
         &["--agent-cmd", "'x"][..],
+        // A blank prompt (an unset shell variable) is refused, not sent.
+        &["--agent-cmd", "x", "--prompt", ""][..],
     ] {
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_palisade-supervise"))
             .args(bad)
