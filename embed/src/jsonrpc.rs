@@ -82,9 +82,16 @@ impl std::error::Error for RpcError {}
 /// Every constructor takes text that is one valid JSON value (serde validated it, or it
 /// is a member's value cut out of text serde validated), so reading it is free; the
 /// [`RawValue`] of [`RawJson::raw`] (and of serialization) is made on first use.
+///
+/// The text is shared: a member cut out of a `RawJson` ([`RawJson::part`], e.g. a
+/// notification's `update` out of its params) and a clone point into the same bytes
+/// instead of copying them.
 #[derive(Clone)]
 pub struct RawJson {
-    text: Box<str>,
+    /// The text this value is a part of (all of it, or the text it was cut out of).
+    whole: std::sync::Arc<str>,
+    /// Where this value's text lies in `whole` (on character boundaries).
+    span: std::ops::Range<usize>,
     raw: std::sync::OnceLock<Box<RawValue>>,
 }
 
@@ -92,7 +99,25 @@ impl RawJson {
     /// The JSON text.
     #[must_use]
     pub fn get(&self) -> &str {
-        &self.text
+        &self.whole[self.span.clone()]
+    }
+
+    /// `part`, one valid JSON value cut out of this value's text (as [`crate::jsonscan`]
+    /// cuts a member's value out of it), sharing the text instead of copying it. Text that
+    /// does not lie inside this value's is copied.
+    pub(crate) fn part(&self, part: &str) -> RawJson {
+        let text = self.get();
+        let start = (part.as_ptr() as usize).wrapping_sub(text.as_ptr() as usize);
+        let inside = start <= text.len() && part.len() <= text.len() - start;
+        if !inside {
+            return RawJson::valid(part);
+        }
+        let start = self.span.start + start;
+        RawJson {
+            whole: std::sync::Arc::clone(&self.whole),
+            span: start..start + part.len(),
+            raw: std::sync::OnceLock::new(),
+        }
     }
 
     /// The raw value, to embed in a larger serialization.
@@ -100,19 +125,19 @@ impl RawJson {
     pub fn raw(&self) -> &RawValue {
         self.raw.get_or_init(|| {
             // The text is valid JSON (see the type), so this does not fall back.
-            RawValue::from_string(self.text.to_string()).unwrap_or_else(|_| null_params())
+            RawValue::from_string(self.get().to_owned()).unwrap_or_else(|_| null_params())
         })
     }
 
     /// Parsed into a tree.
     #[must_use]
     pub fn to_value(&self) -> Value {
-        serde_json::from_str(&self.text).unwrap_or(Value::Null)
+        serde_json::from_str(self.get()).unwrap_or(Value::Null)
     }
 
     /// Parsed into `T`.
     pub fn parse<'a, T: serde::Deserialize<'a>>(&'a self) -> serde_json::Result<T> {
-        serde_json::from_str(&self.text)
+        serde_json::from_str(self.get())
     }
 
     /// The text of `value`.
@@ -134,14 +159,16 @@ impl RawJson {
     /// member's value as [`crate::jsonscan`] cuts it out of validated text.
     pub(crate) fn valid(text: &str) -> RawJson {
         RawJson {
-            text: text.into(),
+            whole: text.into(),
+            span: 0..text.len(),
             raw: std::sync::OnceLock::new(),
         }
     }
 
     fn from_box(raw: Box<RawValue>) -> RawJson {
         RawJson {
-            text: raw.get().into(),
+            whole: raw.get().into(),
+            span: 0..raw.get().len(),
             raw: std::sync::OnceLock::from(raw),
         }
     }
@@ -158,7 +185,7 @@ impl std::fmt::Debug for RawJson {
                     .finish()
             }
         }
-        f.debug_tuple("RawJson").field(&Shown(&self.text)).finish()
+        f.debug_tuple("RawJson").field(&Shown(self.get())).finish()
     }
 }
 
@@ -477,6 +504,27 @@ mod tests {
 
     fn parse(value: Value) -> Result<Frame, FrameError> {
         parse_frame(value.to_string().as_bytes())
+    }
+
+    #[test]
+    fn a_part_shares_the_text_it_is_cut_from_and_reads_the_same() {
+        let params = RawJson::valid(r#"{"sessionId":"s","update":{"text":"\u00e9 long"}}"#);
+        let update = &params.get()[26..params.get().len() - 1];
+        let part = params.part(update);
+        assert_eq!(part.get(), r#"{"text":"\u00e9 long"}"#);
+        assert_eq!(part.get().as_ptr(), update.as_ptr(), "shared, not copied");
+        assert_eq!(part.to_value(), json!({"text": "\u{e9} long"}));
+        assert_eq!(part, RawJson::valid(update));
+        // A part of a part is still the same bytes.
+        let inner = part.part(&part.get()[8..part.get().len() - 1]);
+        assert_eq!(inner.get(), r#""\u00e9 long""#);
+        assert_eq!(inner.raw().get(), inner.get());
+        // Text from elsewhere is copied.
+        let elsewhere = String::from("[1,2]");
+        let copied = params.part(&elsewhere);
+        assert_eq!(copied.get(), "[1,2]");
+        assert_ne!(copied.get().as_ptr(), elsewhere.as_ptr());
+        assert_eq!(format!("{part:?}"), format!("{:?}", RawJson::valid(update)));
     }
 
     #[test]
