@@ -1,8 +1,9 @@
 //! JSON-RPC 2.0 framing for ACP's stdio transport: one JSON object per line.
 //!
 //! This layer knows envelopes, not payloads: it tells a response from a request from a
-//! notification, keeps `params`/`result` as [`serde_json::Value`] (so a newer agent's
-//! unknown fields and update kinds pass through untouched), and turns everything else into
+//! notification, keeps `params` as raw JSON ([`RawJson`]) and `result` as
+//! [`serde_json::Value`] (so a newer agent's unknown fields and update kinds pass through
+//! untouched), and turns everything else into
 //! a [`FrameError`] a caller can count and report. It never panics on input.
 
 use serde_json::value::RawValue;
@@ -229,8 +230,9 @@ pub enum Frame {
         id: RequestId,
         /// The method name.
         method: String,
-        /// The parameters; `Null` when absent.
-        params: Value,
+        /// The parameters as raw JSON (`null` when absent): the receiver reads what it
+        /// needs of them, so they are not parsed into a tree here.
+        params: RawJson,
     },
     /// A message without an id; never answered.
     Notification {
@@ -364,7 +366,7 @@ fn frame(envelope: Envelope<'_>) -> Result<Frame, FrameError> {
                 Some(id) => Frame::Request {
                     id,
                     method,
-                    params: envelope.params.map_or(Value::Null, value),
+                    params: envelope.params.map_or_else(RawJson::null, RawJson::valid),
                 },
                 None => Frame::Notification {
                     method,
