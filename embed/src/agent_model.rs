@@ -1498,12 +1498,27 @@ impl AgentModel {
     }
 
     fn finish(&mut self, now: u64, p: Prompting, answer: Result<String, RpcError>) {
-        let note = Seen::PromptAnswered {
-            tag: p.tag.clone(),
-            answer: answer.clone(),
-        };
-        let outcome = answer.map(|stop| json!({ "stopReason": stop }));
-        self.answer_noted(now, &p.id, outcome, Some(note));
+        match answer {
+            Ok(stop) => {
+                // `{"stopReason": stop}`, written without building a tree.
+                let mut result = String::from(r#"{"stopReason":"#);
+                result.push_str(&serde_json::to_string(&stop).expect("a string serializes"));
+                result.push('}');
+                let line = crate::jsonrpc::encode_response_raw(&p.id, &result);
+                let note = Seen::PromptAnswered {
+                    tag: p.tag.clone(),
+                    answer: Ok(stop),
+                };
+                self.emit_noted(now, Out::Line(line), Some(note));
+            }
+            Err(error) => {
+                let note = Seen::PromptAnswered {
+                    tag: p.tag.clone(),
+                    answer: Err(error.clone()),
+                };
+                self.answer_noted(now, &p.id, Err(error), Some(note));
+            }
+        }
         self.answered = self.answered.saturating_add(1);
         if self.script.exit_after_prompts == Some(self.answered) {
             self.exit_at(now, 0);

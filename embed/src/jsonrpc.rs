@@ -499,6 +499,20 @@ pub fn encode_response(id: &RequestId, outcome: &Result<Value, RpcError>) -> Str
     .line()
 }
 
+/// Encodes a response whose result is `result`, the compact JSON text of one value written
+/// as is, newline included: the line [`encode_response`] writes for that value, without
+/// building it.
+#[must_use]
+pub fn encode_response_raw(id: &RequestId, result: &str) -> String {
+    let mut line = Vec::with_capacity(result.len() + 48);
+    line.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    serde_json::to_writer(&mut line, id).expect("a request id always serializes");
+    line.extend_from_slice(br#","result":"#);
+    line.extend_from_slice(result.as_bytes());
+    line.extend_from_slice(b"}\n");
+    String::from_utf8(line).expect("serde_json writes UTF-8 and the result is a str")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -527,6 +541,31 @@ mod tests {
         assert_eq!(copied.get(), "[1,2]");
         assert_ne!(copied.get().as_ptr(), elsewhere.as_ptr());
         assert_eq!(format!("{part:?}"), format!("{:?}", RawJson::valid(update)));
+    }
+
+    #[test]
+    fn a_raw_result_is_the_line_of_its_value() {
+        let ids = [
+            RequestId::Number(7),
+            RequestId::Number(-1),
+            RequestId::Str("a \"b\"\n".into()),
+            RequestId::Null,
+        ];
+        let results = [
+            json!({"stopReason": "end_turn"}),
+            json!({"stopReason": "c\u{e9} \"x\""}),
+            json!({}),
+            json!(null),
+            json!([1, "two", {"three": 3.5}]),
+        ];
+        for id in &ids {
+            for result in &results {
+                assert_eq!(
+                    encode_response_raw(id, &result.to_string()),
+                    encode_response(id, &Ok(result.clone())),
+                );
+            }
+        }
     }
 
     #[test]
