@@ -33,7 +33,7 @@ use serde_json::{json, Value};
 
 use palisade_core::classify::AgentProfile;
 
-use crate::jsonrpc::{parse_frame, Frame, RequestId, RpcError};
+use crate::jsonrpc::{parse_frame, Frame, RawJson, RequestId, RpcError};
 
 /// What `initialize` says about `session/load`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -1094,11 +1094,12 @@ impl AgentModel {
         now: u64,
         id: RequestId,
         method: &str,
-        params: &Value,
+        params: &RawJson,
         store: &mut dyn ConversationStore,
     ) {
         let session_param = || {
             params
+                .to_value()
                 .get("sessionId")
                 .and_then(Value::as_str)
                 .unwrap_or_default()
@@ -1245,23 +1246,8 @@ impl AgentModel {
         }
     }
 
-    fn prompt(&mut self, now: u64, id: RequestId, params: &Value) {
-        let session = params
-            .get("sessionId")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let text = params
-            .get("prompt")
-            .and_then(Value::as_array)
-            .map(|blocks| {
-                blocks
-                    .iter()
-                    .filter_map(|b| b.get("text").and_then(Value::as_str))
-                    .collect::<Vec<_>>()
-                    .join("")
-            })
-            .unwrap_or_default();
+    fn prompt(&mut self, now: u64, id: RequestId, params: &RawJson) {
+        let (session, text) = prompt_params(params);
         self.prompts = (self.prompts + 1).min(MAX_PROMPTS_PER_PROCESS);
         let tag = format!("{}.{}", self.name, self.prompts);
         self.seen.push(Seen::Prompt {
@@ -1512,12 +1498,27 @@ impl AgentModel {
     }
 
     fn finish(&mut self, now: u64, p: Prompting, answer: Result<String, RpcError>) {
-        let note = Seen::PromptAnswered {
-            tag: p.tag.clone(),
-            answer: answer.clone(),
-        };
-        let outcome = answer.map(|stop| json!({ "stopReason": stop }));
-        self.answer_noted(now, &p.id, outcome, Some(note));
+        match answer {
+            Ok(stop) => {
+                // `{"stopReason": stop}`, written without building a tree.
+                let mut result = String::from(r#"{"stopReason":"#);
+                result.push_str(&serde_json::to_string(&stop).expect("a string serializes"));
+                result.push('}');
+                let line = crate::jsonrpc::encode_response_raw(&p.id, &result);
+                let note = Seen::PromptAnswered {
+                    tag: p.tag.clone(),
+                    answer: Ok(stop),
+                };
+                self.emit_noted(now, Out::Line(line), Some(note));
+            }
+            Err(error) => {
+                let note = Seen::PromptAnswered {
+                    tag: p.tag.clone(),
+                    answer: Err(error.clone()),
+                };
+                self.answer_noted(now, &p.id, Err(error), Some(note));
+            }
+        }
         self.answered = self.answered.saturating_add(1);
         if self.script.exit_after_prompts == Some(self.answered) {
             self.exit_at(now, 0);
@@ -1551,10 +1552,210 @@ impl AgentModel {
     }
 }
 
+/// A `session/prompt`'s session id and the text of its blocks, joined (each `""` when
+/// absent or not a string; blocks without a string `text` are skipped).
+///
+/// Read in one pass without building a tree when the params have the usual shape (an
+/// object whose `sessionId` is a string and whose `prompt` is an array of objects with a
+/// string `text`, each given once); anything else is read from a tree. Either way the
+/// answer is [`prompt_params_of_tree`]'s on every input (a proptest checks it).
+fn prompt_params(params: &RawJson) -> (String, String) {
+    match params.parse::<PromptParams>() {
+        Ok(p) => (
+            p.session.unwrap_or_default(),
+            p.blocks
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|b| b.0)
+                .collect(),
+        ),
+        Err(_) => prompt_params_of_tree(&params.to_value()),
+    }
+}
+
+/// The members of a `session/prompt`'s params the model reads. Deserializing fails, and
+/// the tree decides, whenever the shape is not the usual one.
+struct PromptParams {
+    session: Option<String>,
+    blocks: Option<Vec<PromptBlock>>,
+}
+
+/// A prompt block's `text`.
+struct PromptBlock(Option<String>);
+
+/// Reads a map's members into `read(name, map)`; members it does not read are parsed into
+/// a tree and dropped, so the text is checked exactly as serde's tree checks it.
+fn visit_members<'de, A: serde::de::MapAccess<'de>>(
+    mut map: A,
+    mut read: impl FnMut(&str, &mut A) -> Result<bool, A::Error>,
+) -> Result<(), A::Error> {
+    while let Some(name) = map.next_key::<String>()? {
+        if !read(&name, &mut map)? {
+            map.next_value::<Value>()?;
+        }
+    }
+    Ok(())
+}
+
+/// The first value of a member, or an error for a repeated one (the tree keeps the last).
+fn once<'de, T: serde::Deserialize<'de>, A: serde::de::MapAccess<'de>>(
+    slot: &mut Option<T>,
+    map: &mut A,
+) -> Result<bool, A::Error> {
+    if slot.is_some() {
+        return Err(serde::de::Error::custom(
+            "a repeated member: the tree decides",
+        ));
+    }
+    *slot = Some(map.next_value()?);
+    Ok(true)
+}
+
+impl<'de> serde::Deserialize<'de> for PromptParams {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<PromptParams, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = PromptParams;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("session/prompt params")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<PromptParams, A::Error> {
+                let (mut session, mut blocks) = (None, None);
+                visit_members(map, |name, map| match name {
+                    "sessionId" => once::<Option<String>, A>(&mut session, map),
+                    "prompt" => once::<Option<Vec<PromptBlock>>, A>(&mut blocks, map),
+                    _ => Ok(false),
+                })?;
+                Ok(PromptParams {
+                    session: session.flatten(),
+                    blocks: blocks.flatten(),
+                })
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for PromptBlock {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<PromptBlock, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = PromptBlock;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a prompt block")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<PromptBlock, A::Error> {
+                let mut text = None;
+                visit_members(map, |name, map| match name {
+                    "text" => once::<Option<String>, A>(&mut text, map),
+                    _ => Ok(false),
+                })?;
+                Ok(PromptBlock(text.flatten()))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
+/// [`prompt_params`] read from a tree: the reference.
+fn prompt_params_of_tree(params: &Value) -> (String, String) {
+    let session = params
+        .get("sessionId")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let text = params
+        .get("prompt")
+        .and_then(Value::as_array)
+        .map(|blocks| {
+            blocks
+                .iter()
+                .filter_map(|b| b.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join("")
+        })
+        .unwrap_or_default();
+    (session, text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::wire::{Incoming, Wire};
+
+    /// Params text from an alphabet that hits every branch of [`prompt_params`]: the
+    /// members it reads, an escaped spelling of one, repeats, values of every kind
+    /// (including a number serde's tree refuses), nesting and whitespace.
+    fn prompt_params_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let ws = prop::sample::select(vec!["", " ", "\n\t "]);
+        let names = prop::sample::select(vec![
+            r#""sessionId""#,
+            r#""prompt""#,
+            r#""text""#,
+            r#""type""#,
+            r#""te\u0078t""#,
+            r#""other""#,
+        ]);
+        let leaf = prop::sample::select(vec![
+            "null",
+            "true",
+            "-1.5e3",
+            "1e400",
+            "7",
+            r#""""#,
+            r#""s-1""#,
+            r#""a \"quoted\" \\ b\n\u00e9""#,
+            r#""text""#,
+        ])
+        .prop_map(str::to_owned);
+        leaf.prop_recursive(4, 48, 6, move |inner| {
+            let member = (names.clone(), ws.clone(), inner.clone())
+                .prop_map(|(n, w, v)| format!("{n}{w}:{w}{v}"));
+            prop_oneof![
+                (prop::collection::vec(member, 0..5), ws.clone())
+                    .prop_map(|(ms, w)| format!("{{{w}{}{w}}}", ms.join(","))),
+                prop::collection::vec(inner, 0..4).prop_map(|vs| format!("[{}]", vs.join(","))),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(20_000))]
+
+        /// The params read in one pass are the tree's reading on every input.
+        #[test]
+        fn prompt_params_are_the_trees_reading(text in prompt_params_text()) {
+            let params = RawJson::valid(&text);
+            let tree = serde_json::from_str(&text).unwrap_or(Value::Null);
+            proptest::prop_assert_eq!(prompt_params(&params), prompt_params_of_tree(&tree), "{}", text);
+        }
+    }
+
+    #[test]
+    fn prompt_params_of_the_usual_shape_are_read_in_one_pass() {
+        let text = r#"{"sessionId":"s-1","prompt":[{"type":"text","text":"a\n"},{"type":"image"},{"text":"b"}]}"#;
+        let expected = ("s-1".to_owned(), "a\nb".to_owned());
+        assert!(serde_json::from_str::<PromptParams>(text).is_ok());
+        assert_eq!(prompt_params(&RawJson::valid(text)), expected);
+        // A repeated member is left to the tree, which keeps the last.
+        let repeated =
+            r#"{"sessionId":"x","sessionId":"s-1","prompt":[{"text":"a\n"},{"text":"b"}]}"#;
+        assert!(serde_json::from_str::<PromptParams>(repeated).is_err());
+        assert_eq!(prompt_params(&RawJson::valid(repeated)), expected);
+        // A number the tree refuses anywhere makes the params null for both readings.
+        let refused = r#"{"sessionId":"s-1","n":1e400,"prompt":[{"text":"a"}]}"#;
+        assert_eq!(
+            prompt_params(&RawJson::valid(refused)),
+            (String::new(), String::new())
+        );
+    }
 
     fn drain(model: &mut AgentModel, until: u64) -> Vec<String> {
         let mut lines = Vec::new();

@@ -1812,7 +1812,8 @@ impl Engine {
         let parsed = UpdateParams::of(&params);
         let ours = runtime.conversation.is_some()
             && parsed.session_id.as_deref() == runtime.conversation.as_deref();
-        let update = parsed.update.map_or_else(RawJson::null, RawJson::valid);
+        // The update shares the params' text: a chunk's bytes are not copied again.
+        let update = parsed.update.map_or_else(RawJson::null, |u| params.part(u));
         let head = UpdateHead::of(&update);
         // The session's own state (its commands, mode, title) is not a turn's output, nor a
         // sign the agent took a prompt: agents send it unprompted, e.g. right after

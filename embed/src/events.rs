@@ -469,7 +469,8 @@ impl<'a> UpdateHead<'a> {
     fn scan(text: &'a str) -> Option<UpdateHead<'a>> {
         let mut head = UpdateHead::default();
         let (mut kind_seen, mut content_seen) = (false, false);
-        for (name, value) in jsonscan::members(text)? {
+        let mut members = jsonscan::members(text)?;
+        while let Some((name, start)) = members.next_name() {
             match name {
                 // An escaped name may spell a member's name: serde decides.
                 _ if name.contains('\\') => return None,
@@ -478,7 +479,7 @@ impl<'a> UpdateHead<'a> {
                     if std::mem::replace(&mut kind_seen, true) {
                         return None;
                     }
-                    head.kind = match jsonscan::plain(value)? {
+                    head.kind = match jsonscan::plain(members.value_at(start)?)? {
                         Plain::Null => None,
                         Plain::Str(kind) => Some(std::borrow::Cow::Borrowed(kind)),
                         Plain::Object(_) => return None,
@@ -488,13 +489,20 @@ impl<'a> UpdateHead<'a> {
                     if std::mem::replace(&mut content_seen, true) {
                         return None;
                     }
-                    head.content = match jsonscan::plain(value)? {
+                    // An object is walked once, for its head and to find its end.
+                    if let Some(mut content) = members.object_at(start) {
+                        head.content = Some(ContentHead::scan(&mut content)?);
+                        members.resume_after(&content)?;
+                        continue;
+                    }
+                    head.content = match jsonscan::plain(members.value_at(start)?)? {
                         Plain::Null => None,
-                        Plain::Object(content) => Some(ContentHead::scan(content)?),
-                        Plain::Str(_) => return None,
+                        Plain::Object(_) | Plain::Str(_) => return None,
                     };
                 }
-                _ => {}
+                _ => {
+                    members.value_at(start)?;
+                }
             }
         }
         Some(head)
@@ -502,10 +510,11 @@ impl<'a> UpdateHead<'a> {
 }
 
 impl<'a> ContentHead<'a> {
-    fn scan(text: &'a str) -> Option<ContentHead<'a>> {
+    /// The head of a content object, read from its members to the end.
+    fn scan(members: &mut jsonscan::Members<'a>) -> Option<ContentHead<'a>> {
         let mut content = ContentHead::default();
         let mut kind_seen = false;
-        for (name, value) in jsonscan::members(text)? {
+        for (name, value) in members.by_ref() {
             if name.contains('\\') {
                 return None;
             }

@@ -1,8 +1,9 @@
 //! JSON-RPC 2.0 framing for ACP's stdio transport: one JSON object per line.
 //!
 //! This layer knows envelopes, not payloads: it tells a response from a request from a
-//! notification, keeps `params`/`result` as [`serde_json::Value`] (so a newer agent's
-//! unknown fields and update kinds pass through untouched), and turns everything else into
+//! notification, keeps `params` as raw JSON ([`RawJson`]) and `result` as
+//! [`serde_json::Value`] (so a newer agent's unknown fields and update kinds pass through
+//! untouched), and turns everything else into
 //! a [`FrameError`] a caller can count and report. It never panics on input.
 
 use serde_json::value::RawValue;
@@ -82,9 +83,16 @@ impl std::error::Error for RpcError {}
 /// Every constructor takes text that is one valid JSON value (serde validated it, or it
 /// is a member's value cut out of text serde validated), so reading it is free; the
 /// [`RawValue`] of [`RawJson::raw`] (and of serialization) is made on first use.
+///
+/// The text is shared: a member cut out of a `RawJson` ([`RawJson::part`], e.g. a
+/// notification's `update` out of its params) and a clone point into the same bytes
+/// instead of copying them.
 #[derive(Clone)]
 pub struct RawJson {
-    text: Box<str>,
+    /// The text this value is a part of (all of it, or the text it was cut out of).
+    whole: std::sync::Arc<str>,
+    /// Where this value's text lies in `whole` (on character boundaries).
+    span: std::ops::Range<usize>,
     raw: std::sync::OnceLock<Box<RawValue>>,
 }
 
@@ -92,7 +100,25 @@ impl RawJson {
     /// The JSON text.
     #[must_use]
     pub fn get(&self) -> &str {
-        &self.text
+        &self.whole[self.span.clone()]
+    }
+
+    /// `part`, one valid JSON value cut out of this value's text (as [`crate::jsonscan`]
+    /// cuts a member's value out of it), sharing the text instead of copying it. Text that
+    /// does not lie inside this value's is copied.
+    pub(crate) fn part(&self, part: &str) -> RawJson {
+        let text = self.get();
+        let start = (part.as_ptr() as usize).wrapping_sub(text.as_ptr() as usize);
+        let inside = start <= text.len() && part.len() <= text.len() - start;
+        if !inside {
+            return RawJson::valid(part);
+        }
+        let start = self.span.start + start;
+        RawJson {
+            whole: std::sync::Arc::clone(&self.whole),
+            span: start..start + part.len(),
+            raw: std::sync::OnceLock::new(),
+        }
     }
 
     /// The raw value, to embed in a larger serialization.
@@ -100,19 +126,19 @@ impl RawJson {
     pub fn raw(&self) -> &RawValue {
         self.raw.get_or_init(|| {
             // The text is valid JSON (see the type), so this does not fall back.
-            RawValue::from_string(self.text.to_string()).unwrap_or_else(|_| null_params())
+            RawValue::from_string(self.get().to_owned()).unwrap_or_else(|_| null_params())
         })
     }
 
     /// Parsed into a tree.
     #[must_use]
     pub fn to_value(&self) -> Value {
-        serde_json::from_str(&self.text).unwrap_or(Value::Null)
+        serde_json::from_str(self.get()).unwrap_or(Value::Null)
     }
 
     /// Parsed into `T`.
     pub fn parse<'a, T: serde::Deserialize<'a>>(&'a self) -> serde_json::Result<T> {
-        serde_json::from_str(&self.text)
+        serde_json::from_str(self.get())
     }
 
     /// The text of `value`.
@@ -134,14 +160,16 @@ impl RawJson {
     /// member's value as [`crate::jsonscan`] cuts it out of validated text.
     pub(crate) fn valid(text: &str) -> RawJson {
         RawJson {
-            text: text.into(),
+            whole: text.into(),
+            span: 0..text.len(),
             raw: std::sync::OnceLock::new(),
         }
     }
 
     fn from_box(raw: Box<RawValue>) -> RawJson {
         RawJson {
-            text: raw.get().into(),
+            whole: raw.get().into(),
+            span: 0..raw.get().len(),
             raw: std::sync::OnceLock::from(raw),
         }
     }
@@ -158,7 +186,7 @@ impl std::fmt::Debug for RawJson {
                     .finish()
             }
         }
-        f.debug_tuple("RawJson").field(&Shown(&self.text)).finish()
+        f.debug_tuple("RawJson").field(&Shown(self.get())).finish()
     }
 }
 
@@ -202,8 +230,9 @@ pub enum Frame {
         id: RequestId,
         /// The method name.
         method: String,
-        /// The parameters; `Null` when absent.
-        params: Value,
+        /// The parameters as raw JSON (`null` when absent): the receiver reads what it
+        /// needs of them, so they are not parsed into a tree here.
+        params: RawJson,
     },
     /// A message without an id; never answered.
     Notification {
@@ -337,7 +366,7 @@ fn frame(envelope: Envelope<'_>) -> Result<Frame, FrameError> {
                 Some(id) => Frame::Request {
                     id,
                     method,
-                    params: envelope.params.map_or(Value::Null, value),
+                    params: envelope.params.map_or_else(RawJson::null, RawJson::valid),
                 },
                 None => Frame::Notification {
                     method,
@@ -470,6 +499,20 @@ pub fn encode_response(id: &RequestId, outcome: &Result<Value, RpcError>) -> Str
     .line()
 }
 
+/// Encodes a response whose result is `result`, the compact JSON text of one value written
+/// as is, newline included: the line [`encode_response`] writes for that value, without
+/// building it.
+#[must_use]
+pub fn encode_response_raw(id: &RequestId, result: &str) -> String {
+    let mut line = Vec::with_capacity(result.len() + 48);
+    line.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    serde_json::to_writer(&mut line, id).expect("a request id always serializes");
+    line.extend_from_slice(br#","result":"#);
+    line.extend_from_slice(result.as_bytes());
+    line.extend_from_slice(b"}\n");
+    String::from_utf8(line).expect("serde_json writes UTF-8 and the result is a str")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -477,6 +520,52 @@ mod tests {
 
     fn parse(value: Value) -> Result<Frame, FrameError> {
         parse_frame(value.to_string().as_bytes())
+    }
+
+    #[test]
+    fn a_part_shares_the_text_it_is_cut_from_and_reads_the_same() {
+        let params = RawJson::valid(r#"{"sessionId":"s","update":{"text":"\u00e9 long"}}"#);
+        let update = &params.get()[26..params.get().len() - 1];
+        let part = params.part(update);
+        assert_eq!(part.get(), r#"{"text":"\u00e9 long"}"#);
+        assert_eq!(part.get().as_ptr(), update.as_ptr(), "shared, not copied");
+        assert_eq!(part.to_value(), json!({"text": "\u{e9} long"}));
+        assert_eq!(part, RawJson::valid(update));
+        // A part of a part is still the same bytes.
+        let inner = part.part(&part.get()[8..part.get().len() - 1]);
+        assert_eq!(inner.get(), r#""\u00e9 long""#);
+        assert_eq!(inner.raw().get(), inner.get());
+        // Text from elsewhere is copied.
+        let elsewhere = String::from("[1,2]");
+        let copied = params.part(&elsewhere);
+        assert_eq!(copied.get(), "[1,2]");
+        assert_ne!(copied.get().as_ptr(), elsewhere.as_ptr());
+        assert_eq!(format!("{part:?}"), format!("{:?}", RawJson::valid(update)));
+    }
+
+    #[test]
+    fn a_raw_result_is_the_line_of_its_value() {
+        let ids = [
+            RequestId::Number(7),
+            RequestId::Number(-1),
+            RequestId::Str("a \"b\"\n".into()),
+            RequestId::Null,
+        ];
+        let results = [
+            json!({"stopReason": "end_turn"}),
+            json!({"stopReason": "c\u{e9} \"x\""}),
+            json!({}),
+            json!(null),
+            json!([1, "two", {"three": 3.5}]),
+        ];
+        for id in &ids {
+            for result in &results {
+                assert_eq!(
+                    encode_response_raw(id, &result.to_string()),
+                    encode_response(id, &Ok(result.clone())),
+                );
+            }
+        }
     }
 
     #[test]

@@ -33,10 +33,11 @@ pub(crate) struct Members<'a> {
     done: bool,
 }
 
-impl<'a> Iterator for Members<'a> {
-    type Item = (&'a str, &'a str);
-
-    fn next(&mut self) -> Option<(&'a str, &'a str)> {
+impl<'a> Members<'a> {
+    /// The next member's name and where its value starts, without reading the value: the
+    /// caller then either skips it ([`Members::value_at`]) or walks it
+    /// ([`Members::object_at`], then [`Members::resume_after`]), so an object is walked once.
+    pub(crate) fn next_name(&mut self) -> Option<(&'a str, usize)> {
         if self.done {
             return None;
         }
@@ -48,15 +49,53 @@ impl<'a> Iterator for Members<'a> {
         if b.get(at) != Some(&b'"') {
             // `}`: the end of the object (valid JSON allows nothing else here).
             self.done = true;
+            self.at = at;
             return None;
         }
         let name_end = skip_string(b, at)?;
         let name = self.text.get(at + 1..name_end - 1)?;
         let colon = skip_ws(b, name_end);
         let start = skip_ws(b, colon + 1);
-        let end = skip_value(b, start)?;
+        self.at = start;
+        Some((name, start))
+    }
+
+    /// The text of the value that starts at `start` (from [`Members::next_name`]); the walk
+    /// goes on after it.
+    pub(crate) fn value_at(&mut self, start: usize) -> Option<&'a str> {
+        let end = skip_value(self.text.as_bytes(), start)?;
         self.at = end;
-        Some((name, self.text.get(start..end)?))
+        self.text.get(start..end)
+    }
+
+    /// The members of the value that starts at `start` when it is an object; `None` for
+    /// any other value. Once they are read to the end, [`Members::resume_after`] goes on
+    /// after the object.
+    pub(crate) fn object_at(&self, start: usize) -> Option<Members<'a>> {
+        (self.text.as_bytes().get(start) == Some(&b'{')).then_some(Members {
+            text: self.text,
+            at: start + 1,
+            done: false,
+        })
+    }
+
+    /// Goes on after the object whose members `inner` read to the end; `None` if `inner`
+    /// was not read to its end.
+    pub(crate) fn resume_after(&mut self, inner: &Members<'a>) -> Option<()> {
+        if !inner.done || self.text.as_bytes().get(inner.at) != Some(&b'}') {
+            return None;
+        }
+        self.at = inner.at + 1;
+        Some(())
+    }
+}
+
+impl<'a> Iterator for Members<'a> {
+    type Item = (&'a str, &'a str);
+
+    fn next(&mut self) -> Option<(&'a str, &'a str)> {
+        let (name, start) = self.next_name()?;
+        Some((name, self.value_at(start)?))
     }
 }
 
@@ -355,6 +394,31 @@ fn valid_number(b: &[u8], mut at: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_object_member_walked_in_place_resumes_after_its_brace() {
+        let text = r#"{"a": {"x": "}\"", "y": {}} , "b": [1, {"z": 2}], "c": {}}"#;
+        let mut members = members(text).unwrap();
+        let (name, start) = members.next_name().unwrap();
+        assert_eq!(name, "a");
+        let mut inner = members.object_at(start).unwrap();
+        // Not read to the end yet: no resuming.
+        assert_eq!(inner.next(), Some(("x", r#""}\"""#)));
+        assert!(members.resume_after(&inner).is_none());
+        assert_eq!(inner.next(), Some(("y", "{}")));
+        assert_eq!(inner.next(), None);
+        members.resume_after(&inner).unwrap();
+        let (name, start) = members.next_name().unwrap();
+        assert_eq!(name, "b");
+        assert!(members.object_at(start).is_none(), "an array is not walked");
+        assert_eq!(members.value_at(start), Some(r#"[1, {"z": 2}]"#));
+        let (name, start) = members.next_name().unwrap();
+        assert_eq!(name, "c");
+        let mut empty = members.object_at(start).unwrap();
+        assert_eq!(empty.next(), None);
+        members.resume_after(&empty).unwrap();
+        assert_eq!(members.next_name(), None);
+    }
 
     #[test]
     fn members_are_read_in_order_with_their_values_text() {

@@ -155,7 +155,12 @@ impl<T> Wire<T> {
             }
             Ok(Frame::Request { id, method, params }) => {
                 self.stats.agent_requests += 1;
-                Incoming::Event(AgentEvent::Request { id, method, params })
+                // An agent's request is rare (a permission) and its handler reads a tree.
+                Incoming::Event(AgentEvent::Request {
+                    id,
+                    method,
+                    params: params.to_value(),
+                })
             }
             Err(kind) => {
                 self.stats.garbage_lines += 1;

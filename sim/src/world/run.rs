@@ -950,6 +950,7 @@ impl World {
                         if let Ok(palisade_embed::jsonrpc::Frame::Request { params, .. }) =
                             palisade_embed::jsonrpc::parse_frame(line.trim_end().as_bytes())
                         {
+                            let params = params.to_value();
                             if let Some(id) = params.get("sessionId").and_then(|v| v.as_str()) {
                                 self.store.lose(id);
                             }
