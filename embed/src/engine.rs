@@ -642,7 +642,7 @@ impl Engine {
         };
         for record in header.sessions {
             if let Some((turn, items)) = record.queued_output {
-                engine.restore_outlet(record.session, turn, items);
+                engine.restore_outlet(now, record.session, turn, items);
             }
             engine.books.insert(
                 record.session,
@@ -1319,30 +1319,61 @@ impl Engine {
 
     /// Rebuilds a session's delivery path from the output it held when the state was
     /// written: the caller gets it, under the seqs the core already counted.
-    fn restore_outlet(&mut self, session: SessionId, turn: TurnId, items: Vec<QueuedOutput>) {
-        let Some(first) = items.first().and_then(|i| Seq::new(i.seq)) else {
-            return;
-        };
-        let mut outlet = Outlet {
-            turn,
-            queue: NotificationQueue::starting_at(self.config.delivery_queue_capacity, first),
-            coalescer: Coalescer::new(self.config.coalescer),
-        };
-        for item in items {
+    fn restore_outlet(
+        &mut self,
+        now: Timestamp,
+        session: SessionId,
+        turn: TurnId,
+        items: Vec<QueuedOutput>,
+    ) {
+        // The image lists the coalescer's batch, then the queue, in seq order. The batch
+        // had left the queue, so the two together may hold more than the queue's capacity:
+        // the earliest go back to the coalescer, the last `capacity` to the queue, and none
+        // is dropped (found by the sweep: swarm, a queue of 1, a crash with two events in
+        // the coalescer lost the second).
+        let capacity = self.config.delivery_queue_capacity;
+        let to_coalescer = items.len().saturating_sub(capacity);
+        let mut items = items.into_iter().filter_map(|item| {
+            let seq = Seq::new(item.seq)?;
             let kind = kind_of(&UpdateHead::of(&item.update));
-            let pushed = outlet.queue.try_push((
+            Some((
+                seq,
                 kind,
                 OutputItem {
                     update: item.update,
                     wire_bytes: item.wire_bytes,
                 },
-            ));
-            if pushed.is_err() {
-                // More than the queue holds: the state was written by a larger config.
+            ))
+        });
+        let mut coalescer = Coalescer::new(self.config.coalescer);
+        for (seq, kind, item) in items.by_ref().take(to_coalescer) {
+            for batch in coalescer.push(now, StreamEvent::new(seq, kind, item)) {
+                self.ready.push(output_event(session, turn, batch));
+            }
+        }
+        let mut rest = items.peekable();
+        let Some(first) = rest
+            .peek()
+            .map(|(seq, _, _)| *seq)
+            .or_else(|| coalescer.pending().last().and_then(|e| e.seq.next()))
+        else {
+            return;
+        };
+        let mut queue = NotificationQueue::starting_at(capacity, first);
+        for (_, kind, item) in rest {
+            if queue.try_push((kind, item)).is_err() {
+                // Cannot happen: at most `capacity` items are left for the queue.
                 self.stats.anomalies += 1;
             }
         }
-        self.outlets.insert(session, outlet);
+        self.outlets.insert(
+            session,
+            Outlet {
+                turn,
+                queue,
+                coalescer,
+            },
+        );
     }
 
     // ----- internals: core plumbing --------------------------------------------------------
@@ -2943,6 +2974,43 @@ mod tests {
             .flatten()
             .collect();
         assert_eq!(outputs, [(turn, 1), (turn, 2)]);
+    }
+
+    /// Found by the sweep (`reports/regressions/found/restored-output-beyond-queue-capacity.json`):
+    /// with a queue of one, the coalescer's batch and the queue together hold more than the
+    /// queue does; a restart used to push them all back into the queue and drop what did
+    /// not fit, so the caller never got event 2.
+    #[test]
+    fn output_beyond_the_queue_capacity_survives_a_restart() {
+        let now = Timestamp::from_millis(1);
+        let mut config = config();
+        config.delivery_queue_capacity = 1;
+        let mut engine = Engine::new(config.clone()).unwrap();
+        let execution = ready_session(&mut engine, now);
+        let turn = engine.prompt(now, session(1), "second".into()).unwrap();
+        prompt_request(&mut engine);
+        for text in ["one", "two", "three"] {
+            engine.agent_event(now, execution, chunk(text));
+            engine.pump_outlets(now);
+        }
+        // Three admitted: at most one in the queue, the rest batching for the caller.
+        assert_eq!(engine.backlog().0, 3);
+        let bytes = engine.encode_state(now);
+        let later = now.plus_millis(5);
+        let mut restored = Engine::restore(config, &bytes, later).unwrap();
+        restored.pump_outlets(later);
+        restored.flush_output(later);
+        let outputs: Vec<(TurnId, u64)> = events(&mut restored)
+            .into_iter()
+            .filter_map(|e| match e {
+                SessionEvent::Output { turn, events, .. } => {
+                    Some(events.into_iter().map(move |o| (turn, o.seq)))
+                }
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        assert_eq!(outputs, [(turn, 1), (turn, 2), (turn, 3)]);
     }
 
     #[test]

@@ -496,6 +496,11 @@ pub fn minimize_file(
     let mut min = FailureFile::new(&loaded.scenario, &record, loaded.mutant, out, &file.commit);
     min.plan = Some(shrunk.plan);
     min.commit = crate::report::commit().to_string();
+    // An original whose repro is not its seed's run ran a plan the guided search made: no
+    // seed draws it (nor the minimised plan), so the minimised file's repro is its replay.
+    if file.repro != min.repro {
+        min.repro = min.replay.clone();
+    }
     // A file minimised before keeps its first sizes as the originals; sizes a file of an
     // older palisade did not record are taken from the input.
     let prior = file.minimized.as_ref();
