@@ -2948,6 +2948,20 @@ mod tests {
         );
     }
 
+    /// The (turn, seq) of every output event the engine hands out now, in order.
+    fn output_seqs(engine: &mut Engine) -> Vec<(TurnId, u64)> {
+        events(engine)
+            .into_iter()
+            .filter_map(|e| match e {
+                SessionEvent::Output { turn, events, .. } => {
+                    Some(events.into_iter().map(move |o| (turn, o.seq)))
+                }
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    }
+
     #[test]
     fn output_admitted_but_not_yet_handed_out_survives_a_restart() {
         let now = Timestamp::from_millis(1);
@@ -2963,16 +2977,7 @@ mod tests {
         let bytes = engine.encode_state(now);
         let mut restored = Engine::restore(config(), &bytes, now.plus_millis(5)).unwrap();
         restored.flush_output(now.plus_millis(5));
-        let outputs: Vec<(TurnId, u64)> = events(&mut restored)
-            .into_iter()
-            .filter_map(|e| match e {
-                SessionEvent::Output { turn, events, .. } => {
-                    Some(events.into_iter().map(move |o| (turn, o.seq)))
-                }
-                _ => None,
-            })
-            .flatten()
-            .collect();
+        let outputs = output_seqs(&mut restored);
         assert_eq!(outputs, [(turn, 1), (turn, 2)]);
     }
 
@@ -3000,16 +3005,7 @@ mod tests {
         let mut restored = Engine::restore(config, &bytes, later).unwrap();
         restored.pump_outlets(later);
         restored.flush_output(later);
-        let outputs: Vec<(TurnId, u64)> = events(&mut restored)
-            .into_iter()
-            .filter_map(|e| match e {
-                SessionEvent::Output { turn, events, .. } => {
-                    Some(events.into_iter().map(move |o| (turn, o.seq)))
-                }
-                _ => None,
-            })
-            .flatten()
-            .collect();
+        let outputs = output_seqs(&mut restored);
         assert_eq!(outputs, [(turn, 1), (turn, 2), (turn, 3)]);
     }
 
