@@ -902,28 +902,28 @@ fn cmd_mutants(args: MutantsArgs) -> Result<u8, Fail> {
                         args.report_dir.join(&c.file).display()
                     );
                 }
-                None => match scoreboard::unreachable_reason(r.mutant) {
-                    Some(why) => say!(
-                        "{label}unreachable {:<29} {} seed runs without a failure: {why}",
+                None if r.shown_unreachable() => say!(
+                    "{label}unreachable {:<29} {} seed runs without a failure, each trace as without it: {}",
+                    r.mutant.name(),
+                    r.runs,
+                    scoreboard::unreachable_reason(r.mutant).unwrap_or_default()
+                ),
+                None => {
+                    survived += 1;
+                    say!(
+                        "{label}SURVIVED {:<32} {} seed runs without a failure{}",
                         r.mutant.name(),
-                        r.runs
-                    ),
-                    None => {
-                        survived += 1;
-                        say!(
-                            "{label}SURVIVED {:<32} {} seed runs without a failure",
-                            r.mutant.name(),
-                            r.runs
-                        );
-                    }
-                },
+                        r.runs,
+                        r.equivalence.as_ref().map_or(String::new(), |e| format!(
+                            "; called unreachable, but {}",
+                            e.describe()
+                        ))
+                    );
+                }
             }
         }
         runs.sort_unstable();
-        let unreachable = results
-            .iter()
-            .filter(|r| r.caught.is_none() && scoreboard::unreachable_reason(r.mutant).is_some())
-            .count();
+        let unreachable = results.iter().filter(|r| r.shown_unreachable()).count();
         say!(
             "{label}mutants: {} mutants, {} caught, {survived} survived, {unreachable} unreachable; seed runs to first failure: median {}, max {} ({})",
             results.len(),

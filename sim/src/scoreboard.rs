@@ -71,6 +71,9 @@ pub struct MutantResult {
     pub runs: u64,
     /// How it was caught, if it was.
     pub caught: Option<Caught>,
+    /// For a mutant [`unreachable_reason`] names and no run caught: its runs compared with
+    /// the same search's without it.
+    pub equivalence: Option<Equivalence>,
 }
 
 /// One strategy's scoreboard.
@@ -118,7 +121,70 @@ pub fn run(
     Ok(out)
 }
 
-/// For each mutant: the runs made and the first failing run, if any.
+/// The runs of one search, in the order made, up to and including the first that
+/// `catches` accepts (the search stops there). `mutant` is switched on in every run.
+#[allow(clippy::too_many_arguments)]
+fn search_runs(
+    scenarios: &[Resolved],
+    seeds: u64,
+    jobs: usize,
+    strategy: Strategy,
+    seed_plans: &[search::SeedPlan],
+    mutant: Option<Mutant>,
+    catches: &(dyn Fn(&SeedRecord) -> bool + Sync),
+    bar: &mut Progress,
+) -> Vec<SeedRecord> {
+    let total = seeds.saturating_mul(scenarios.len() as u64);
+    match strategy {
+        Strategy::Uniform => {
+            let items: Vec<(usize, u64)> = (0..seeds)
+                .flat_map(|seed| (0..scenarios.len()).map(move |s| (s, seed)))
+                .collect();
+            let outcomes = runner::parallel_map(
+                &items,
+                jobs,
+                |&(s, seed)| {
+                    let timed = runner::run_isolated(&scenarios[s].scenario, seed, None, mutant);
+                    sweep::record(s, seed, timed, false).0
+                },
+                Some(catches),
+                |_, r| bar.tick(r.failure.is_some()),
+            );
+            // Runs past a catch were skipped (`None`); the ones before it all ran.
+            let mut runs = Vec::new();
+            for record in outcomes.into_iter().flatten() {
+                let caught = catches(&record);
+                runs.push(record);
+                if caught {
+                    break;
+                }
+            }
+            runs
+        }
+        Strategy::Coverage | Strategy::Corpus => {
+            let seeds = if strategy == Strategy::Corpus {
+                seed_plans.to_vec()
+            } else {
+                Vec::new()
+            };
+            let mut guided = search::Guided::new(scenarios, search::Budget::Shared { total })
+                .with_seed_plans(seeds);
+            search::run_guided(
+                &mut guided,
+                jobs,
+                Some(catches),
+                |c| (search::run_candidate(scenarios, c, mutant, false).0, ()),
+                |r| bar.tick(r.failure.is_some()),
+            )
+            .into_iter()
+            .map(|(_, r, ())| r)
+            .collect()
+        }
+    }
+}
+
+/// For each mutant: the runs made and the first failing run, if any; and, for a mutant
+/// [`unreachable_reason`] names, whether its runs are the unmutated runs exactly.
 fn first_failures(
     scenarios: &[Resolved],
     seeds: u64,
@@ -127,7 +193,7 @@ fn first_failures(
     seed_plans: &[search::SeedPlan],
     mutant: Mutant,
     progress: bool,
-) -> (u64, Option<(u64, SeedRecord)>) {
+) -> (u64, Option<(u64, SeedRecord)>, Option<Equivalence>) {
     let total = seeds.saturating_mul(scenarios.len() as u64);
     let mut bar = Progress::new(progress, total, mutant.name());
     // Judged by behaviour alone (`--checks ground-truth`), a run catches the mutant only
@@ -141,60 +207,123 @@ fn first_failures(
             .as_ref()
             .is_some_and(|f| !by_behaviour || f.caught_by.is_behaviour())
     };
-    let found = match strategy {
-        Strategy::Uniform => {
-            let items: Vec<(usize, u64)> = (0..seeds)
-                .flat_map(|seed| (0..scenarios.len()).map(move |s| (s, seed)))
-                .collect();
-            let outcomes = runner::parallel_map(
-                &items,
-                jobs,
-                |&(s, seed)| {
-                    let timed =
-                        runner::run_isolated(&scenarios[s].scenario, seed, None, Some(mutant));
-                    sweep::record(s, seed, timed, false).0
-                },
-                Some(catches),
-                |_, r| bar.tick(r.failure.is_some()),
-            );
-            let runs = outcomes.iter().filter(|o| o.is_some()).count() as u64;
-            let first = outcomes
-                .into_iter()
-                .enumerate()
-                .find_map(|(i, o)| o.filter(catches).map(|r| (i as u64 + 1, r)));
-            (runs, first)
-        }
-        Strategy::Coverage | Strategy::Corpus => {
-            let seeds = if strategy == Strategy::Corpus {
-                seed_plans.to_vec()
-            } else {
-                Vec::new()
-            };
-            let mut guided = search::Guided::new(scenarios, search::Budget::Shared { total })
-                .with_seed_plans(seeds);
-            let runs = search::run_guided(
-                &mut guided,
-                jobs,
-                Some(&catches),
-                |c| {
-                    (
-                        search::run_candidate(scenarios, c, Some(mutant), false).0,
-                        (),
-                    )
-                },
-                |r| bar.tick(r.failure.is_some()),
-            );
-            let n = runs.len() as u64;
-            let first = runs
-                .into_iter()
-                .last()
-                .filter(|(_, r, ())| catches(r))
-                .map(|(_, r, ())| (n, r));
-            (n, first)
-        }
-    };
+    let mut runs = search_runs(
+        scenarios,
+        seeds,
+        jobs,
+        strategy,
+        seed_plans,
+        Some(mutant),
+        &catches,
+        &mut bar,
+    );
     bar.finish();
-    found
+    let n = runs.len() as u64;
+    let first = match runs.last() {
+        Some(r) if catches(r) => runs.pop().map(|r| (n, r)),
+        _ => None,
+    };
+    // A mutant called unreachable and not caught: the claim is checked, not trusted. The
+    // same search without the mutant must make the very same runs, trace for trace (a
+    // guided search steers by what its runs showed, so equal traces mean equal plans).
+    let equivalence = (first.is_none() && unreachable_reason(mutant).is_some()).then(|| {
+        let mut bar = Progress::new(progress, total, "(unmutated)");
+        let none = |_: &SeedRecord| false;
+        let plain = search_runs(
+            scenarios, seeds, jobs, strategy, seed_plans, None, &none, &mut bar,
+        );
+        bar.finish();
+        Equivalence::of(scenarios, &runs, &plain)
+    });
+    (n, first, equivalence)
+}
+
+/// Whether a mutant's runs were the unmutated runs exactly: the evidence behind
+/// [`unreachable_reason`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Equivalence {
+    /// Every run's trace hash equals the same run's without the mutant.
+    Same {
+        /// Runs compared.
+        runs: u64,
+    },
+    /// The first run whose trace differs (or that one side did not make): the mutant
+    /// changed behaviour that no check caught, so it survived.
+    Differs {
+        /// The run's position, from 1.
+        run: u64,
+        /// The scenario's name.
+        scenario: String,
+        /// The seed.
+        seed: u64,
+    },
+}
+
+impl Equivalence {
+    /// Compares a mutant's runs with the unmutated ones, position by position: the same
+    /// scenario and seed, and the same trace hash (a panicked run, with none, differs).
+    fn of(scenarios: &[Resolved], mutated: &[SeedRecord], plain: &[SeedRecord]) -> Equivalence {
+        match first_difference(mutated, plain) {
+            None => Equivalence::Same {
+                runs: mutated.len() as u64,
+            },
+            Some((i, scenario, seed)) => Equivalence::Differs {
+                run: i as u64 + 1,
+                scenario: scenarios[scenario].scenario.name.clone(),
+                seed,
+            },
+        }
+    }
+}
+
+/// The first position where two run lists differ: (position, scenario index, seed).
+fn first_difference(a: &[SeedRecord], b: &[SeedRecord]) -> Option<(usize, usize, u64)> {
+    (0..a.len().max(b.len())).find_map(|i| match (a.get(i), b.get(i)) {
+        (Some(x), Some(y))
+            if (x.scenario, x.seed, x.trace_hash) == (y.scenario, y.seed, y.trace_hash)
+                && x.trace_hash.is_some() =>
+        {
+            None
+        }
+        (Some(r), _) | (None, Some(r)) => Some((i, r.scenario, r.seed)),
+        (None, None) => None,
+    })
+}
+
+impl Equivalence {
+    /// One line for people.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        match self {
+            Equivalence::Same { runs } => {
+                format!("{runs} runs, every trace hash equal to the same run's without the mutant")
+            }
+            Equivalence::Differs {
+                run,
+                scenario,
+                seed,
+            } => format!(
+                "run {run} ({scenario} seed {seed}) differs from the same run without the mutant"
+            ),
+        }
+    }
+}
+
+impl MutantResult {
+    /// Whether the mutant survived: not caught, and either reachable or its runs differ
+    /// from the unmutated ones.
+    #[must_use]
+    pub fn survived(&self) -> bool {
+        self.caught.is_none()
+            && (unreachable_reason(self.mutant).is_none()
+                || !matches!(self.equivalence, Some(Equivalence::Same { .. })))
+    }
+
+    /// Whether the mutant is listed unreachable and its runs were the unmutated runs.
+    #[must_use]
+    pub fn shown_unreachable(&self) -> bool {
+        self.caught.is_none() && !self.survived()
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -212,7 +341,7 @@ fn run_one(
 ) -> Result<Vec<MutantResult>, report::ReportError> {
     let mut results = Vec::new();
     for &mutant in mutants {
-        let (runs, first) = first_failures(
+        let (runs, first, equivalence) = first_failures(
             scenarios, seeds, jobs, strategy, seed_plans, mutant, progress,
         );
         let caught = match first {
@@ -232,6 +361,7 @@ fn run_one(
             mutant,
             runs,
             caught,
+            equivalence,
         });
     }
     Ok(results)
@@ -452,11 +582,20 @@ pub fn render(
                     min
                 );
             }
-            None if unreachable_reason(r.mutant).is_some() => {
+            None if r.shown_unreachable() => {
                 let _ = writeln!(
                     md,
-                    "| `{}` | ⛔ unreachable (below) | – ({} runs) | – | – | – | – | – | – |",
+                    "| `{}` | ⛔ unreachable (below) | – ({} runs, each trace as without it) | – | – | – | – | – | – |",
                     r.mutant.name(),
+                    r.runs
+                );
+            }
+            None if r.equivalence.is_some() => {
+                let _ = writeln!(
+                    md,
+                    "| `{}` | ❌ survived: called unreachable, but {} | – ({} runs) | – | – | – | – | – | – |",
+                    r.mutant.name(),
+                    r.equivalence.as_ref().map_or(String::new(), Equivalence::describe),
                     r.runs
                 );
             }
@@ -484,6 +623,17 @@ pub fn render(
         );
         for (m, why) in unreachable {
             let _ = writeln!(md, "- `{}`: {why}.", m.name());
+        }
+        let _ = writeln!(
+            md,
+            "\nThe claim is checked on every scoreboard: the same search without the mutant \
+             must make the very same runs, each with the same trace hash (a difference would \
+             be behaviour no check caught, and the mutant would count as survived)."
+        );
+        for r in results.iter().filter(|r| r.caught.is_none()) {
+            if let Some(e) = &r.equivalence {
+                let _ = writeln!(md, "- `{}`: {}.", r.mutant.name(), e.describe());
+            }
         }
     }
     if all.len() > 1 {
@@ -523,7 +673,7 @@ fn render_comparison(md: &mut String, all: &[StrategyResults]) {
                 Some(MutantResult {
                     caught: Some(c), ..
                 }) => c.runs_to_failure.to_string(),
-                Some(r) if unreachable_reason(r.mutant).is_some() => "⛔".to_string(),
+                Some(r) if r.shown_unreachable() => "⛔".to_string(),
                 Some(r) => format!("❌ ({} runs)", r.runs),
                 None => "–".to_string(),
             };
@@ -564,4 +714,75 @@ fn percent(ratio: f64) -> String {
 /// The relative path of `mutants.md` inside a report directory.
 pub fn scoreboard_path(dir: &Path) -> PathBuf {
     dir.join("mutants.md")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(scenario: usize, seed: u64, hash: Option<u64>) -> SeedRecord {
+        SeedRecord {
+            scenario,
+            seed,
+            trace_hash: hash,
+            stats: crate::world::SeedStats::default(),
+            marks: std::collections::BTreeMap::new(),
+            edges: Vec::new(),
+            guided_plan: false,
+            wall_nanos: 0,
+            failure: None,
+        }
+    }
+
+    #[test]
+    fn equal_runs_show_no_difference() {
+        let a = [run(0, 0, Some(1)), run(1, 0, Some(2)), run(0, 1, Some(3))];
+        assert_eq!(first_difference(&a, &a.clone()), None);
+        assert_eq!(first_difference(&[], &[]), None);
+    }
+
+    #[test]
+    fn a_different_trace_seed_or_length_is_a_difference() {
+        let a = [run(0, 0, Some(1)), run(1, 0, Some(2)), run(0, 1, Some(3))];
+        let mut b = a.clone();
+        b[1].trace_hash = Some(9);
+        assert_eq!(first_difference(&a, &b), Some((1, 1, 0)));
+        let mut b = a.clone();
+        b[2].seed = 7;
+        assert_eq!(first_difference(&a, &b), Some((2, 0, 1)));
+        // One side made a run the other did not (a guided search that steered elsewhere).
+        assert_eq!(first_difference(&a, &a[..2]), Some((2, 0, 1)));
+        assert_eq!(first_difference(&a[..1], &a), Some((1, 1, 0)));
+        // A panicked run has no trace to compare: never counted as the same.
+        let b = [run(0, 0, None)];
+        assert_eq!(first_difference(&b, &b.clone()), Some((0, 0, 0)));
+    }
+
+    #[test]
+    fn a_mutant_called_unreachable_survives_unless_its_runs_were_the_same() {
+        let result = |equivalence| MutantResult {
+            mutant: Mutant::ToctouGeneration,
+            runs: 3,
+            caught: None,
+            equivalence,
+        };
+        assert!(unreachable_reason(Mutant::ToctouGeneration).is_some());
+        let same = result(Some(Equivalence::Same { runs: 3 }));
+        assert!(same.shown_unreachable() && !same.survived());
+        let differs = result(Some(Equivalence::Differs {
+            run: 2,
+            scenario: "swarm".into(),
+            seed: 4,
+        }));
+        assert!(differs.survived() && !differs.shown_unreachable());
+        assert!(result(None).survived());
+        // A reachable mutant not caught survived, whatever else is known.
+        let reachable = MutantResult {
+            mutant: Mutant::SubstringFallback,
+            runs: 3,
+            caught: None,
+            equivalence: Some(Equivalence::Same { runs: 3 }),
+        };
+        assert!(reachable.survived());
+    }
 }

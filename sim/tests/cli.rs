@@ -750,7 +750,7 @@ fn mutants_scoreboard_is_written_and_exit_code_matches_it() {
     // Up to 60 seed runs per scenario under the default strategy (`corpus`: the shipped
     // seed corpus first) catch all 19 mutants the production embedding can show
     // (`old-attempt-stops-successor` since the engine reuses runtimes); `toctou-generation`
-    // is listed as unreachable, with the reason.
+    // is listed as unreachable, with the reason and the evidence.
     let dir = Scratch::new("mutants");
     let out = palisade(
         &dir.0,
@@ -782,6 +782,14 @@ fn mutants_scoreboard_is_written_and_exit_code_matches_it() {
         unreachable
             .iter()
             .any(|r| r.starts_with("| `toctou-generation` |")),
+        "{md}"
+    );
+    // The claim is checked, not trusted: the same search without the mutant made the same
+    // 1,020 runs, trace for trace.
+    assert!(
+        md.contains(
+            "- `toctou-generation`: 1020 runs, every trace hash equal to the same run's without the mutant."
+        ),
         "{md}"
     );
     let last = stdout(&out);
