@@ -163,6 +163,9 @@ struct Corpus {
     taken: BTreeSet<u64>,
     /// New features found by the last generation's runs (energy).
     recent: u64,
+    /// Generations of fresh seeds this scenario took part in (its own random stream's
+    /// position: see [`scenario_rng`]).
+    generations: u64,
 }
 
 /// Feature ids of marks start here, above every edge bucket.
@@ -261,6 +264,8 @@ impl<'a> Guided<'a> {
 
     /// The next generation's candidates (empty when the budget is spent).
     pub fn next_batch(&mut self) -> Vec<Candidate> {
+        // Only the shared budget's energy draws from the generation's stream; everything
+        // drawn for one scenario comes from its own (`scenario_rng`).
         let mut rng = ChaCha8Rng::seed_from_u64(SEARCH_SALT ^ self.generation);
         self.generation += 1;
         if !self.seeds.is_empty() {
@@ -326,21 +331,36 @@ impl<'a> Guided<'a> {
             c.recent = 0;
         }
         let mut batch = Vec::with_capacity(slots.len());
+        let mut streams: Vec<Option<ChaCha8Rng>> = vec![None; n];
         for s in slots {
             let Some(seed) = self.seed_of(s) else {
                 continue;
             };
             self.issue(s, seed, true);
-            let plan = if first || rng.gen_bool(0.5) {
+            // A scenario's first generation of fresh seeds runs them as drawn; later ones
+            // mutate a kept plan half of the time.
+            let own_first = self.corpora[s].generations == 0;
+            let rng = streams[s].get_or_insert_with(|| {
+                scenario_rng(
+                    &self.scenarios[s].scenario.name,
+                    self.corpora[s].generations,
+                )
+            });
+            let plan = if own_first || rng.gen_bool(0.5) {
                 None
             } else {
-                self.child(s, seed, &mut rng)
+                self.child(s, seed, rng)
             };
             batch.push(Candidate {
                 scenario: s,
                 seed,
                 plan,
             });
+        }
+        for (s, stream) in streams.iter().enumerate() {
+            if stream.is_some() {
+                self.corpora[s].generations += 1;
+            }
         }
         batch
     }
@@ -402,6 +422,18 @@ impl<'a> Guided<'a> {
             corpus.plans[slot] = plan;
         }
     }
+}
+
+/// Scenario `name`'s own random stream for its `generation`-th generation of fresh seeds.
+/// What the search draws for a scenario depends on nothing but its name and its own runs,
+/// so a scenario swept alone (`--scenario swarm`) is searched exactly as it is among the
+/// others (the main job), and a failure seen in one is seen in the other.
+fn scenario_rng(name: &str, generation: u64) -> ChaCha8Rng {
+    // FNV-1a: stable across builds and platforms, unlike `DefaultHasher`.
+    let name = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    ChaCha8Rng::seed_from_u64(sweep::mix64(SEARCH_SALT ^ name) ^ sweep::mix64(generation))
 }
 
 /// A run's coverage features, sorted and without repeats: its edge buckets, and each
