@@ -109,7 +109,7 @@ struct SweepArgs {
     /// A scenario name, a path to a scenario file, or `all`.
     #[arg(long, default_value = "all")]
     scenario: String,
-    /// Seeds 0..N of every scenario [default: 200 for swarm, 100 for the others].
+    /// Seeds 0..N of every scenario [default: its `[limits] default_seeds`, else 2,000].
     #[arg(long, conflicts_with = "seed_range", value_parser = parse_seed_count)]
     seeds: Option<u64>,
     /// Seeds A..B (B excluded) or A..=B of every scenario.
