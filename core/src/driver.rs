@@ -77,7 +77,9 @@ pub enum LeaseCheck {
     OnPull,
     /// The caller, with an explicit [`Input::Perform`] whenever it chooses. For harnesses
     /// that model an embedder with its own asynchronous work between an effect and its
-    /// act (the core's tests, the fuzzer): the lease then guards that gap.
+    /// act (the core's tests, the fuzzer): the lease then guards that gap. Feature
+    /// `harness` only: a production build has no mode that opens the gap.
+    #[cfg(feature = "harness")]
     ByCaller,
 }
 
@@ -187,7 +189,8 @@ impl<O: Observer> Driver<O> {
         driver
     }
 
-    /// Who confirms leases (default: [`LeaseCheck::OnPull`]).
+    /// Who confirms leases (default: [`LeaseCheck::OnPull`]; feature `harness`).
+    #[cfg(feature = "harness")]
     #[must_use]
     pub fn lease_check(mut self, mode: LeaseCheck) -> Self {
         self.leases = mode;

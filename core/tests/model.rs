@@ -2,9 +2,12 @@
 //! with right and wrong attempt / execution / generation, duplicates, reorderings, leases,
 //! timeouts, and restarts via snapshot/restore — are applied to the core, and after every
 //! step the independent reference model (`audit::Auditor`) and `check_invariants()` must
-//! hold. At the end, with inputs stopped and timers run, every turn must have ended.
+//! hold. At the end, with inputs stopped, the provider finishing the turns it has and
+//! timers run, every turn must have ended.
 
 mod common;
+use std::collections::{BTreeMap, BTreeSet};
+
 use common::*;
 use palisade_core::classify::{LoadFailure, LoadOutcome, RpcError, SessionListing, TransportState};
 use palisade_core::*;
@@ -116,6 +119,12 @@ struct World {
     callbacks: Vec<Input>,
     next_turn: u64,
     next_stamp: u64,
+    /// The attempt each (execution, generation) was bound to.
+    bound_to: BTreeMap<(u64, u64), AttemptId>,
+    /// Leases the core confirmed: their effects were carried out.
+    performed: BTreeSet<LeaseId>,
+    /// (session, turn)s whose acceptance or stream the core took: the provider has them.
+    taken: BTreeSet<(u64, u64)>,
 }
 
 impl World {
@@ -171,6 +180,47 @@ impl World {
         Generation::new(raw).unwrap()
     }
 
+    /// The liveness phase's provider: it finishes every turn it has (the last dispatch of
+    /// each turn whose prompt was carried out, or whose acceptance or stream the core took),
+    /// from the runtime it was dispatched to, as a well-behaved agent does. A turn already
+    /// ended is refused by the core as a late callback.
+    fn finish_turns(&mut self) {
+        let mut last: BTreeMap<(u64, u64), (u64, u64, LeaseId)> = BTreeMap::new();
+        for e in self.h.log() {
+            if let Effect::DispatchPrompt {
+                lease,
+                session,
+                execution,
+                generation,
+                turn,
+                ..
+            } = e
+            {
+                last.insert(
+                    (session.get(), turn.get()),
+                    (execution.get(), generation.get(), *lease),
+                );
+            }
+        }
+        for ((session, turn), (exec, generation, lease)) in last {
+            if !self.performed.contains(&lease) && !self.taken.contains(&(session, turn)) {
+                continue;
+            }
+            let Some(&attempt) = self.bound_to.get(&(exec, generation)) else {
+                continue;
+            };
+            self.h.input(Input::Callback(Callback {
+                session: s_id(session),
+                execution: e_id(exec),
+                attempt: Some(attempt),
+                generation: Generation::new(generation).unwrap(),
+                event: RuntimeEvent::PromptCompleted {
+                    turn: TurnId::new(turn).unwrap(),
+                },
+            }));
+        }
+    }
+
     fn collect(&mut self) {
         for e in self.h.last().to_vec().iter() {
             match e {
@@ -202,6 +252,7 @@ impl World {
                 if let Some(a) = self.attempt(session, p) {
                     if let Verdict::Bound { generation } = self.h.bind(session, a, u64::from(*e)) {
                         self.h.bound.insert(u64::from(*e), generation.get());
+                        self.bound_to.insert((u64::from(*e), generation.get()), a);
                     }
                 }
             }
@@ -269,7 +320,10 @@ impl World {
                     event,
                 });
                 self.callbacks.push(input.clone());
-                self.h.input(input);
+                let verdict = self.h.input(input);
+                if verdict == Verdict::Accepted && matches!(v, Ev::Accepted | Ev::Stream(_)) {
+                    self.taken.insert((session, turn.get()));
+                }
             }
             Op::Replay(k) => {
                 if !self.callbacks.is_empty() {
@@ -280,7 +334,9 @@ impl World {
             Op::Perform(k) => {
                 if !self.leases.is_empty() {
                     let lease = self.leases[usize::from(*k) % self.leases.len()];
-                    self.h.perform(lease);
+                    if self.h.perform(lease) == Verdict::Accepted {
+                        self.performed.insert(lease);
+                    }
                 }
             }
             Op::Stopped(e) => {
@@ -338,13 +394,16 @@ proptest! {
 
     #[test]
     fn random_operation_sequences_keep_every_rule(ops in proptest::collection::vec(op(), 1..120)) {
-        let mut w = World { h: with_env_mutant(H::default()), started: vec![], leases: vec![], callbacks: vec![], next_turn: 0, next_stamp: 0 };
+        let mut w = World { h: with_env_mutant(H::default()), started: vec![], leases: vec![], callbacks: vec![], next_turn: 0, next_stamp: 0, bound_to: BTreeMap::new(), performed: BTreeSet::new(), taken: BTreeSet::new() };
         for (i, op) in ops.iter().enumerate() {
             w.apply(op);
             prop_assert!(w.h.violation().is_none(), "after step {i} {op:?}: {:?}", w.h.violation());
         }
-        // Liveness: stop the inputs, let every deadline pass, answer every teardown.
+        // Liveness: stop the inputs, let the provider finish the turns it has (the core sets
+        // no deadline on a turn an agent works on), let every deadline pass, answer every
+        // teardown.
         for _ in 0..8 {
+            w.finish_turns();
             w.h.advance(120_000);
             let stops: Vec<ExecutionId> = w.h.log().iter().filter_map(|e| match e { Effect::StopExecution { execution, .. } => Some(*execution), _ => None }).collect();
             for e in stops {

@@ -37,7 +37,9 @@ pub fn unreachable_reason(mutant: Mutant) -> Option<&'static str> {
              inputs raised meanwhile wait in its FIFO inbox, and only `Bound`, which hands out \
              no effect, rebinds an execution (under runtime reuse too: the engine binds a reused \
              process before any lease on it exists), so no later generation of an execution \
-             appears while a lease on it is outstanding",
+             appears while a lease on it is outstanding; and a production build of the core has \
+             no mode in which the caller confirms leases itself (`LeaseCheck::ByCaller`, which \
+             the core's tests and the fuzzer use to reach the gap, is feature `harness`)",
         ),
         _ => None,
     }
