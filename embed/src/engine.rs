@@ -82,7 +82,7 @@ use crate::acp;
 use crate::config::{SupervisorConfig, SupervisorConfigError, MAX_PROMPT_BYTES, READY_EVENTS};
 use crate::events::{
     self, kind_of, origin_of, ConversationOrigin, FailureCause, OutputEvent, SessionEvent,
-    UpdateHead, UpdateParams,
+    UpdateHead,
 };
 use crate::jsonrpc::{codes, RawJson, RequestId, RpcError};
 use crate::replay::render_prompt;
@@ -1840,12 +1840,12 @@ impl Engine {
             self.stats.notifications_ignored += 1;
             return;
         };
-        let parsed = UpdateParams::of(&params);
+        // One reading of the params and the update's head, from what the frame's walk noted.
+        let (parsed, head) = events::read_update(&params);
         let ours = runtime.conversation.is_some()
             && parsed.session_id.as_deref() == runtime.conversation.as_deref();
         // The update shares the params' text: a chunk's bytes are not copied again.
         let update = parsed.update.map_or_else(RawJson::null, |u| params.part(u));
-        let head = UpdateHead::of(&update);
         // The session's own state (its commands, mode, title) is not a turn's output, nor a
         // sign the agent took a prompt: agents send it unprompted, e.g. right after
         // `session/new`, so it may arrive after a prompt was sent but before it was read.

@@ -373,6 +373,71 @@ pub(crate) fn is_session_state(head: &UpdateHead<'_>) -> bool {
     )
 }
 
+/// What the engine reads of a `session/update`'s params and of its `update`, both borrowed
+/// from the params' text: from the spans the frame's validating walk noted
+/// ([`jsonscan::UpdateSpans`]) when it noted the plain shape, so the chunk is not walked
+/// again; otherwise read afresh ([`UpdateParams::of`], then [`UpdateHead`] of the `update`,
+/// or of `null` when there is none). The two readings agree on every input (a proptest
+/// checks it).
+pub(crate) fn read_update(params: &RawJson) -> (UpdateParams<'_>, UpdateHead<'_>) {
+    if let Some(read) = params
+        .update_spans()
+        .and_then(|spans| read_noted(params.get(), spans))
+    {
+        return read;
+    }
+    let parsed = UpdateParams::of(params);
+    let head = UpdateHead::of_text(parsed.update.unwrap_or("null"));
+    (parsed, head)
+}
+
+/// [`read_update`] from noted spans; `None` for anything but the plain shape (an
+/// `update` that is not an object, a value of an unexpected kind, a string with escapes).
+fn read_noted<'a>(
+    text: &'a str,
+    spans: &jsonscan::UpdateSpans,
+) -> Option<(UpdateParams<'a>, UpdateHead<'a>)> {
+    use jsonscan::UpdateSpans as S;
+    if spans.unsure {
+        return None;
+    }
+    // A member that serde reads as an optional string: absent or `null` is `None`.
+    let string = |which: usize| -> Option<Option<std::borrow::Cow<'a, str>>> {
+        match spans.text(text, which)? {
+            None => Some(None),
+            Some(value) => match jsonscan::plain(value)? {
+                Plain::Null => Some(None),
+                Plain::Str(s) => Some(Some(std::borrow::Cow::Borrowed(s))),
+                Plain::Object(_) => None,
+            },
+        }
+    };
+    let update = spans.text(text, S::UPDATE)??;
+    if !update.starts_with('{') {
+        return None;
+    }
+    let content = match spans.text(text, S::CONTENT)? {
+        None => None,
+        Some(value) => match jsonscan::plain(value)? {
+            Plain::Null => None,
+            Plain::Object(_) => Some(ContentHead {
+                kind: string(S::CONTENT_KIND)?,
+            }),
+            Plain::Str(_) => return None,
+        },
+    };
+    Some((
+        UpdateParams {
+            session_id: string(S::SESSION_ID)?,
+            update: Some(update),
+        },
+        UpdateHead {
+            kind: string(S::KIND)?,
+            content,
+        },
+    ))
+}
+
 /// What the engine reads of a `session/update`'s params: the session id, and the text of
 /// the `update` (`None` when absent or `null`), borrowed from the params.
 #[derive(Debug, Default, PartialEq)]
@@ -456,7 +521,12 @@ struct ContentHead<'a> {
 impl<'a> UpdateHead<'a> {
     /// The head of a raw `update` (an `update` that is not an object has none).
     pub(crate) fn of(update: &'a RawJson) -> UpdateHead<'a> {
-        UpdateHead::scan(update.get()).unwrap_or_else(|| UpdateHead::parse(update.get()))
+        UpdateHead::of_text(update.get())
+    }
+
+    /// [`UpdateHead::of`] the text of an `update`.
+    fn of_text(text: &'a str) -> UpdateHead<'a> {
+        UpdateHead::scan(text).unwrap_or_else(|| UpdateHead::parse(text))
     }
 
     /// What serde reads: the reference for [`UpdateHead::scan`].
@@ -755,6 +825,81 @@ mod tests {
                 proptest::prop_assert_eq!(&scanned, &parsed, "{}", text);
             }
             proptest::prop_assert_eq!(&UpdateParams::of(&params), &parsed, "{}", text);
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(20_000))]
+
+        /// A framed `session/update` read from the spans its frame's walk noted is what
+        /// serde reads of its params and then of its `update` (or of `null`), on lines the
+        /// walk validates (no tabs or newlines: those lines are framed by serde).
+        #[test]
+        fn the_noted_reading_of_a_framed_update_is_serdes(text in params_text()) {
+            let text = text.replace(['\n', '\t', '\r'], " ");
+            let line = format!(r#"{{"jsonrpc":"2.0","method":"session/update","params":{text}}}"#);
+            let Ok(crate::jsonrpc::Frame::Notification { params, .. }) =
+                crate::jsonrpc::parse_frame(line.as_bytes())
+            else {
+                return Err(proptest::test_runner::TestCaseError::fail(line));
+            };
+            let parsed = UpdateParams::parse(&text);
+            let head = UpdateHead::parse(parsed.update.unwrap_or("null"));
+            let got = |(p, h): &(UpdateParams<'_>, UpdateHead<'_>)| {
+                (
+                    p.session_id.as_deref().map(str::to_owned),
+                    p.update.map(str::to_owned),
+                    h.kind.as_deref().map(str::to_owned),
+                    h.content.as_ref().map(|c| c.kind.as_deref().map(str::to_owned)),
+                )
+            };
+            if let Some(spans) = params.update_spans() {
+                if let Some(noted) = read_noted(params.get(), spans) {
+                    proptest::prop_assert_eq!(got(&noted), got(&(parsed, head)), "{}", text);
+                }
+            }
+            let parsed = UpdateParams::parse(&text);
+            let head = UpdateHead::parse(parsed.update.unwrap_or("null"));
+            proptest::prop_assert_eq!(
+                got(&read_update(&params)),
+                got(&(parsed, head)),
+                "{}",
+                text
+            );
+        }
+    }
+
+    #[test]
+    fn a_framed_chunk_is_read_from_the_spans_its_frame_noted() {
+        let line = br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"resource_link","text":"e1.1#1 {\"x\"}"}}}}"#;
+        let Ok(crate::jsonrpc::Frame::Notification { params, .. }) =
+            crate::jsonrpc::parse_frame(line)
+        else {
+            panic!("a notification");
+        };
+        let spans = params
+            .update_spans()
+            .expect("the walk noted the plain shape");
+        let (parsed, head) = read_noted(params.get(), spans).expect("read from the spans");
+        assert_eq!(parsed.session_id.as_deref(), Some("s1"));
+        assert_eq!(
+            parsed.update,
+            Some(
+                r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"resource_link","text":"e1.1#1 {\"x\"}"}}"#
+            )
+        );
+        assert_eq!(kind_of(&head), EventKind::Resource);
+        // A duplicate or an escaped name at a level read is left to the full reading.
+        for line in [
+            br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"plan","sessionUpdate":"tool_call"}}}"#.as_slice(),
+            br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{"session\u0055pdate":"plan"}}}"#.as_slice(),
+        ] {
+            let Ok(crate::jsonrpc::Frame::Notification { params, .. }) =
+                crate::jsonrpc::parse_frame(line)
+            else {
+                panic!("a notification");
+            };
+            assert!(params.update_spans().is_none());
         }
     }
 

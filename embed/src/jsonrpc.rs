@@ -94,6 +94,10 @@ pub struct RawJson {
     /// Where this value's text lies in `whole` (on character boundaries).
     span: std::ops::Range<usize>,
     raw: std::sync::OnceLock<Box<RawValue>>,
+    /// Where a `session/update`'s members lie in this text, when the frame's validating
+    /// walk noted them (params framed by [`parse_frame`] only; see
+    /// [`crate::events::read_update`]).
+    update_spans: Option<Box<jsonscan::UpdateSpans>>,
 }
 
 impl RawJson {
@@ -118,7 +122,14 @@ impl RawJson {
             whole: std::sync::Arc::clone(&self.whole),
             span: start..start + part.len(),
             raw: std::sync::OnceLock::new(),
+            update_spans: None,
         }
+    }
+
+    /// Where a `session/update`'s members lie in [`RawJson::get`]'s text, if the frame's
+    /// validating walk noted them.
+    pub(crate) fn update_spans(&self) -> Option<&jsonscan::UpdateSpans> {
+        self.update_spans.as_deref()
     }
 
     /// The raw value, to embed in a larger serialization.
@@ -163,6 +174,16 @@ impl RawJson {
             whole: text.into(),
             span: 0..text.len(),
             raw: std::sync::OnceLock::new(),
+            update_spans: None,
+        }
+    }
+
+    /// [`RawJson::valid`] with the spans the validating walk noted in `text`.
+    fn noted(text: &str, spans: Option<jsonscan::UpdateSpans>) -> RawJson {
+        RawJson {
+            // Unsure spans are of no use to a reader (it reads the text afresh).
+            update_spans: spans.filter(|s| !s.unsure).map(Box::new),
+            ..RawJson::valid(text)
         }
     }
 
@@ -171,6 +192,7 @@ impl RawJson {
             whole: raw.get().into(),
             span: 0..raw.get().len(),
             raw: std::sync::OnceLock::from(raw),
+            update_spans: None,
         }
     }
 }
@@ -310,6 +332,7 @@ fn serde_envelope(line: &[u8]) -> Result<Envelope<'_>, FrameError> {
             params: envelope.params.map(RawValue::get),
             result: envelope.result.map(RawValue::get),
             error: envelope.error.map(RawValue::get),
+            update_spans: None,
         }),
         Err(_) => {
             // Valid JSON of the wrong shape (an array, a number, a repeated member), or
@@ -370,7 +393,9 @@ fn frame(envelope: Envelope<'_>) -> Result<Frame, FrameError> {
                 },
                 None => Frame::Notification {
                     method,
-                    params: envelope.params.map_or_else(RawJson::null, RawJson::valid),
+                    params: envelope.params.map_or_else(RawJson::null, |params| {
+                        RawJson::noted(params, envelope.update_spans)
+                    }),
                 },
             })
         }
@@ -696,6 +721,11 @@ mod tests {
         for line in lines {
             let line = line.trim_end().as_bytes();
             let scanned = jsonscan::envelope(line).expect("a plain line is scanned");
+            // The spans the walk notes are its own (serde's reading notes none).
+            let scanned = Envelope {
+                update_spans: None,
+                ..scanned
+            };
             assert_eq!(Ok(scanned), serde_envelope(line));
             assert_eq!(parse_frame(line), parse_frame_with_serde(line));
         }
@@ -897,6 +927,8 @@ mod tests {
         fn the_scanned_envelope_is_serdes_envelope(line in hostile_line()) {
             let shown = String::from_utf8_lossy(&line).into_owned();
             if let Some(scanned) = jsonscan::envelope(&line) {
+                // The spans the walk notes are its own (serde's reading notes none).
+                let scanned = Envelope { update_spans: None, ..scanned };
                 proptest::prop_assert_eq!(Ok(scanned), serde_envelope(&line), "{}", shown);
             }
             proptest::prop_assert_eq!(parse_frame(&line), parse_frame_with_serde(&line), "{}", shown);

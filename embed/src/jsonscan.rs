@@ -190,6 +190,55 @@ pub(crate) struct Envelope<'a> {
     pub(crate) params: Option<&'a str>,
     pub(crate) result: Option<&'a str>,
     pub(crate) error: Option<&'a str>,
+    /// Where the members a `session/update` is read for lie in `params`, when `params`
+    /// is an object and the validating walk noted them (see [`UpdateSpans`]).
+    pub(crate) update_spans: Option<UpdateSpans>,
+}
+
+/// Where the members the engine reads of a `session/update` lie in its params' text (byte
+/// ranges from the start of the params, each a value's text): noted by [`envelope`]'s
+/// validating walk as it passes them, so the params are not walked again to find them.
+///
+/// It notes the plain shape only: `unsure` is set when a member name at one of the
+/// levels it reads has an escape (it may spell a name looked for) or a member looked for
+/// is given twice; the reader then reads the params as if nothing had been noted.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct UpdateSpans {
+    /// `sessionId`, `update`, `update.sessionUpdate`, `update.content`,
+    /// `update.content.type`, in that order (see [`UpdateSpans::SESSION_ID`] and the rest).
+    pub(crate) spans: [Option<(usize, usize)>; 5],
+    /// The noted spans may not be what serde reads: read the params without them.
+    pub(crate) unsure: bool,
+}
+
+impl UpdateSpans {
+    /// `params.sessionId`.
+    pub(crate) const SESSION_ID: usize = 0;
+    /// `params.update`.
+    pub(crate) const UPDATE: usize = 1;
+    /// `params.update.sessionUpdate`.
+    pub(crate) const KIND: usize = 2;
+    /// `params.update.content`.
+    pub(crate) const CONTENT: usize = 3;
+    /// `params.update.content.type`.
+    pub(crate) const CONTENT_KIND: usize = 4;
+
+    /// The text of the member `which` in `params` (the text the spans were noted in):
+    /// `Some(None)` when it was not there.
+    pub(crate) fn text<'a>(&self, params: &'a str, which: usize) -> Option<Option<&'a str>> {
+        match self.spans[which] {
+            None => Some(None),
+            Some((start, end)) => params.get(start..end).map(Some),
+        }
+    }
+}
+
+/// Which object [`valid_noting`] walks: the members it notes depend on it.
+#[derive(Debug, Clone, Copy)]
+enum Level {
+    Params,
+    Update,
+    Content,
 }
 
 /// How deep the validating walk follows nested arrays and objects before it leaves the
@@ -238,7 +287,19 @@ pub(crate) fn envelope(line: &[u8]) -> Option<Envelope<'_>> {
                 return None;
             }
             let start = skip_spaces(b, at + 1);
-            let end = valid_value(b, start, MAX_DEPTH)?;
+            // The params are validated by the same grammar either way; an object is also
+            // walked for the members a `session/update` is read for.
+            let end = if name == "params" && b.get(start) == Some(&b'{') {
+                let mut spans = UpdateSpans::default();
+                let end = valid_noting(b, start, MAX_DEPTH, Level::Params, &mut spans)?;
+                for span in spans.spans.iter_mut().flatten() {
+                    *span = (span.0 - start, span.1 - start);
+                }
+                envelope.update_spans = Some(spans);
+                end
+            } else {
+                valid_value(b, start, MAX_DEPTH)?
+            };
             let value = text.get(start..end)?;
             let slot = match name {
                 "jsonrpc" => Some((0, &mut envelope.jsonrpc)),
@@ -355,6 +416,66 @@ fn valid_value(b: &[u8], at: usize, depth: usize) -> Option<usize> {
         b'n' => literal(b, at, b"null"),
         b'-' | b'0'..=b'9' => valid_number(b, at),
         _ => None,
+    }
+}
+
+/// [`valid_value`] of the object at `at` (the same grammar and depth), noting in `spans`
+/// where the members of `level` that a `session/update` is read for lie, and walking
+/// the `update` and its `content` the same way when they are objects.
+fn valid_noting(
+    b: &[u8],
+    at: usize,
+    depth: usize,
+    level: Level,
+    spans: &mut UpdateSpans,
+) -> Option<usize> {
+    let depth = depth.checked_sub(1)?;
+    let mut at = skip_spaces(b, at + 1);
+    if b.get(at) == Some(&b'}') {
+        return Some(at + 1);
+    }
+    loop {
+        if b.get(at) != Some(&b'"') {
+            return None;
+        }
+        let name_end = valid_string(b, at)?;
+        let name = &b[at + 1..name_end - 1];
+        at = skip_spaces(b, name_end);
+        if b.get(at) != Some(&b':') {
+            return None;
+        }
+        let start = skip_spaces(b, at + 1);
+        let (slot, inner) = match (level, name) {
+            (Level::Params, b"sessionId") => (Some(UpdateSpans::SESSION_ID), None),
+            (Level::Params, b"update") => (Some(UpdateSpans::UPDATE), Some(Level::Update)),
+            (Level::Update, b"sessionUpdate") => (Some(UpdateSpans::KIND), None),
+            (Level::Update, b"content") => (Some(UpdateSpans::CONTENT), Some(Level::Content)),
+            (Level::Content, b"type") => (Some(UpdateSpans::CONTENT_KIND), None),
+            _ => {
+                // An escaped name may spell one looked for.
+                if name.contains(&b'\\') {
+                    spans.unsure = true;
+                }
+                (None, None)
+            }
+        };
+        let end = match inner {
+            Some(inner) if b.get(start) == Some(&b'{') => {
+                valid_noting(b, start, depth, inner, spans)?
+            }
+            _ => valid_value(b, start, depth)?,
+        };
+        if let Some(slot) = slot {
+            if spans.spans[slot].replace((start, end)).is_some() {
+                spans.unsure = true;
+            }
+        }
+        at = skip_spaces(b, end);
+        match b.get(at)? {
+            b',' => at = skip_spaces(b, at + 1),
+            b'}' => return Some(at + 1),
+            _ => return None,
+        }
     }
 }
 
