@@ -1052,10 +1052,21 @@ impl AgentModel {
 
     /// A line the client wrote to its stdin (without the newline).
     pub fn on_line(&mut self, now: u64, line: &[u8], store: &mut dyn ConversationStore) {
+        self.on_frame(now, parse_frame(line), store);
+    }
+
+    /// A line the client wrote to its stdin, as [`parse_frame`] read it (for a caller that
+    /// read the line already): what [`AgentModel::on_line`] does with that line.
+    pub fn on_frame(
+        &mut self,
+        now: u64,
+        frame: Result<Frame, crate::jsonrpc::FrameError>,
+        store: &mut dyn ConversationStore,
+    ) {
         if self.exited {
             return;
         }
-        match parse_frame(line) {
+        match frame {
             Ok(Frame::Request { id, method, params }) => {
                 self.request(now, id, &method, &params, store)
             }

@@ -935,21 +935,25 @@ impl World {
         }
         let session = p.session;
         let arms = self.arms.entry(session).or_default();
-        if line.contains("\"session/prompt\"") {
+        // The line is read once, here, for the arms and for the agent.
+        let frame = palisade_embed::jsonrpc::parse_frame(line.trim_end().as_bytes());
+        let method = match &frame {
+            Ok(palisade_embed::jsonrpc::Frame::Request { method, .. }) => method.as_str(),
+            _ => "",
+        };
+        if method == "session/prompt" {
             if let Some(count) = arms.burst.take() {
                 p.model.burst_next(count);
             }
         }
-        if line.contains("\"session/load\"") {
+        if method == "session/load" {
             if std::mem::take(&mut arms.load_hang) {
                 p.model.set_next_load(NextLoad::Hang);
             } else if let Some(class) = arms.load.take() {
                 match class {
                     LoadErrorClass::UnknownSession => {
                         // The agent's disk really lost the conversation.
-                        if let Ok(palisade_embed::jsonrpc::Frame::Request { params, .. }) =
-                            palisade_embed::jsonrpc::parse_frame(line.trim_end().as_bytes())
-                        {
+                        if let Ok(palisade_embed::jsonrpc::Frame::Request { params, .. }) = &frame {
                             let params = params.to_value();
                             if let Some(id) = params.get("sessionId").and_then(|v| v.as_str()) {
                                 self.store.lose(id);
@@ -972,8 +976,7 @@ impl World {
             }
         }
         let now = self.now;
-        p.model
-            .on_line(now, line.trim_end().as_bytes(), &mut self.store);
+        p.model.on_frame(now, frame, &mut self.store);
         self.drive_agent(exec);
     }
 
