@@ -1513,7 +1513,14 @@ pub(crate) async fn run(
             continue;
         }
         let target = next.map_or(end, |t| t.min(end));
-        madsim::time::sleep_until(start + ms(target)).await;
+        // The world is this runtime's only task, so nothing can run while it waits: the
+        // clock is moved to the next event directly instead of through a timer and a
+        // task switch (the same times, without the scheduler's cost at every step).
+        let deadline = start + ms(target);
+        let clock_now = world.clock.now_instant();
+        if deadline > clock_now {
+            world.clock.advance(deadline - clock_now);
+        }
     }
     if world.violation.is_none() {
         let idx = world.note("oracle", "liveness", &[]);
