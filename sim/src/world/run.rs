@@ -759,12 +759,14 @@ impl World {
         else {
             return;
         };
-        let mut post = Vec::new();
+        // At most a wake-up and a read, posted in that order (no list to allocate).
+        let mut wake = None;
+        let mut read = None;
         if p.alive {
             if let Some(at) = p.model.next_wake() {
                 if p.wake_at.is_none_or(|w| at < w || w < self.now) {
                     p.wake_at = Some(at);
-                    post.push((at, Ev::AgentWake { exec }));
+                    wake = Some(at);
                 }
             }
         }
@@ -776,11 +778,14 @@ impl World {
         if let Some(at) = readable {
             if p.read_at.is_none_or(|r| at < r || r < self.now) {
                 p.read_at = Some(at);
-                post.push((at, Ev::Readable { exec }));
+                read = Some(at);
             }
         }
-        for (at, ev) in post {
-            self.post(at, ev);
+        if let Some(at) = wake {
+            self.post(at, Ev::AgentWake { exec });
+        }
+        if let Some(at) = read {
+            self.post(at, Ev::Readable { exec });
         }
     }
 
