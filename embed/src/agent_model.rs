@@ -1052,10 +1052,21 @@ impl AgentModel {
 
     /// A line the client wrote to its stdin (without the newline).
     pub fn on_line(&mut self, now: u64, line: &[u8], store: &mut dyn ConversationStore) {
+        self.on_frame(now, parse_frame(line), store);
+    }
+
+    /// A line the client wrote to its stdin, as [`parse_frame`] read it (for a caller that
+    /// read the line already): what [`AgentModel::on_line`] does with that line.
+    pub fn on_frame(
+        &mut self,
+        now: u64,
+        frame: Result<Frame, crate::jsonrpc::FrameError>,
+        store: &mut dyn ConversationStore,
+    ) {
         if self.exited {
             return;
         }
-        match parse_frame(line) {
+        match frame {
             Ok(Frame::Request { id, method, params }) => {
                 self.request(now, id, &method, &params, store)
             }
@@ -1109,31 +1120,13 @@ impl AgentModel {
         match method {
             "initialize" => {
                 self.seen.push(Seen::Initialize);
-                let mut caps = serde_json::Map::new();
-                match self.behaviour.load_capability {
-                    LoadCapability::True => {
-                        caps.insert("loadSession".into(), Value::Bool(true));
-                    }
-                    LoadCapability::False => {
-                        caps.insert("loadSession".into(), Value::Bool(false));
-                    }
-                    LoadCapability::Absent => {}
-                }
-                if self.behaviour.lists_sessions {
-                    caps.insert("sessionCapabilities".into(), json!({"list": {}}));
-                }
-                if self.script.malformed_load_capability {
-                    caps.insert("loadSession".into(), json!("yes"));
-                }
-                self.answer(
-                    at,
-                    &id,
-                    Ok(json!({
-                        "protocolVersion": crate::acp::PROTOCOL_VERSION,
-                        "agentCapabilities": caps,
-                        "authMethods": [],
-                    })),
+                let result = initialize_result(
+                    self.behaviour.load_capability,
+                    self.behaviour.lists_sessions,
+                    self.script.malformed_load_capability,
                 );
+                let line = crate::jsonrpc::encode_response_raw(&id, &result);
+                self.emit(at, Out::Line(line));
             }
             "session/new" => {
                 if let Some(failure) = self.behaviour.new_fails {
@@ -1413,7 +1406,11 @@ impl AgentModel {
     }
 
     fn stream_event(&mut self, now: u64, p: &Prompting) {
-        let marker = format!("{}#{}", p.tag, p.sent);
+        // `<tag>#<sent>`, written without the formatting machinery (one per event).
+        let mut marker = String::with_capacity(p.tag.len() + 11);
+        marker.push_str(&p.tag);
+        marker.push('#');
+        push_decimal(&mut marker, u64::from(p.sent));
         let (lo, hi) = self
             .behaviour
             .event_wire_bytes
@@ -1550,6 +1547,76 @@ impl AgentModel {
     pub fn prompting(&self) -> bool {
         self.prompt.is_some()
     }
+}
+
+/// Appends `n` in decimal (what `format!("{n}")` writes).
+fn push_decimal(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.push_str(std::str::from_utf8(&digits[start..]).expect("ASCII digits"));
+}
+
+/// The compact JSON text of `initialize`'s result, written without building a tree: the
+/// text [`initialize_result_of_tree`] serializes to (a test checks every combination).
+/// `agentCapabilities` keeps the tree's member order: `loadSession` first when the
+/// behaviour has one (a malformed capability replaces its value in place), else last.
+fn initialize_result(load: LoadCapability, lists_sessions: bool, malformed: bool) -> String {
+    let mut result = String::with_capacity(128);
+    result.push_str(r#"{"protocolVersion":"#);
+    push_decimal(&mut result, u64::from(crate::acp::PROTOCOL_VERSION));
+    result.push_str(r#","agentCapabilities":{"#);
+    let mut members = Vec::with_capacity(2);
+    let malformed_member = r#""loadSession":"yes""#;
+    match load {
+        _ if malformed && load != LoadCapability::Absent => members.push(malformed_member),
+        LoadCapability::True => members.push(r#""loadSession":true"#),
+        LoadCapability::False => members.push(r#""loadSession":false"#),
+        LoadCapability::Absent => {}
+    }
+    if lists_sessions {
+        members.push(r#""sessionCapabilities":{"list":{}}"#);
+    }
+    if malformed && load == LoadCapability::Absent {
+        members.push(malformed_member);
+    }
+    result.push_str(&members.join(","));
+    result.push_str(r#"},"authMethods":[]}"#);
+    result
+}
+
+/// `initialize`'s result as the tree it was first written as (the reference for
+/// [`initialize_result`]).
+#[cfg(test)]
+fn initialize_result_of_tree(load: LoadCapability, lists_sessions: bool, malformed: bool) -> Value {
+    let mut caps = serde_json::Map::new();
+    match load {
+        LoadCapability::True => {
+            caps.insert("loadSession".into(), Value::Bool(true));
+        }
+        LoadCapability::False => {
+            caps.insert("loadSession".into(), Value::Bool(false));
+        }
+        LoadCapability::Absent => {}
+    }
+    if lists_sessions {
+        caps.insert("sessionCapabilities".into(), json!({"list": {}}));
+    }
+    if malformed {
+        caps.insert("loadSession".into(), json!("yes"));
+    }
+    json!({
+        "protocolVersion": crate::acp::PROTOCOL_VERSION,
+        "agentCapabilities": caps,
+        "authMethods": [],
+    })
 }
 
 /// A `session/prompt`'s session id and the text of its blocks, joined (each `""` when
@@ -1735,6 +1802,39 @@ mod tests {
             let params = RawJson::valid(&text);
             let tree = serde_json::from_str(&text).unwrap_or(Value::Null);
             proptest::prop_assert_eq!(prompt_params(&params), prompt_params_of_tree(&tree), "{}", text);
+        }
+    }
+
+    #[test]
+    fn initialize_answers_are_the_lines_the_tree_wrote() {
+        let id = RequestId::Number(7);
+        for load in [
+            LoadCapability::True,
+            LoadCapability::False,
+            LoadCapability::Absent,
+        ] {
+            for lists in [false, true] {
+                for malformed in [false, true] {
+                    let tree = initialize_result_of_tree(load, lists, malformed);
+                    assert_eq!(
+                        crate::jsonrpc::encode_response_raw(
+                            &id,
+                            &initialize_result(load, lists, malformed)
+                        ),
+                        crate::jsonrpc::encode_response(&id, &Ok(tree)),
+                        "{load:?} lists {lists} malformed {malformed}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn decimals_are_what_format_writes() {
+        for n in [0, 1, 9, 10, 99, 100, 12_345, u64::from(u32::MAX), u64::MAX] {
+            let mut s = String::from("x");
+            push_decimal(&mut s, n);
+            assert_eq!(s, format!("x{n}"));
         }
     }
 
