@@ -160,6 +160,39 @@ impl Ring {
             .filter_map(move |k| self.slot((usize::from(self.head) + k) % TOMBSTONES_PER_SESSION))
     }
 
+    /// Calls `f` with the attempt of every tombstone [`Ring::iter`] yields, in the same
+    /// order, stopping at the first `Err`. `check_invariants` walks every ring every few
+    /// steps and reads only the attempts: this walks the window as (at most) two runs of
+    /// slots and builds no tombstone.
+    pub(crate) fn try_for_each_attempt<E>(
+        &self,
+        mut f: impl FnMut(AttemptId) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let len = self.len();
+        if len > TOMBSTONES_PER_SESSION {
+            // Only a corrupt ring (never pushed nor restored so) wraps more than once.
+            return self.iter().try_for_each(|t| f(t.attempt));
+        }
+        let head = usize::from(self.head) % TOMBSTONES_PER_SESSION;
+        let end = head + len;
+        let runs = [
+            head..end.min(TOMBSTONES_PER_SESSION),
+            0..end.saturating_sub(TOMBSTONES_PER_SESSION),
+        ];
+        for run in runs {
+            for i in run {
+                // As `slot`: a slot never written, or whose outcome bits do not decode
+                // (0, the only two-bit value `Retired::from_bits` refuses), is skipped.
+                if let Some(&Some((attempt, _))) = self.slots.get(i) {
+                    if (self.outcomes >> (2 * i)) & 0b11 != 0 {
+                        f(attempt)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     pub(crate) fn find(&self, attempt: AttemptId) -> Option<Tombstone> {
         // Admission asks this for every callback of a retired attempt, so scan the slots
         // directly rather than walking the ring in order. A slot counts only inside the
@@ -318,6 +351,76 @@ mod tests {
             let back: Ring = postcard::from_bytes(&bytes).unwrap();
             assert_eq!(back, ring, "after {n} pushes");
             assert!(back.is_well_formed(), "after {n} pushes");
+        }
+    }
+    /// `try_for_each_attempt` yields exactly what `iter` yields, for every ring pushes
+    /// produce and for corrupt ones (lengths past the array, heads anywhere, holes, outcome
+    /// bits that do not decode), and stops at the first error.
+    #[test]
+    fn the_attempt_walk_matches_iter_on_every_ring_shape() {
+        let walk = |ring: &Ring| {
+            let mut seen = Vec::new();
+            let ok: Result<(), ()> = ring.try_for_each_attempt(|a| {
+                seen.push(a);
+                Ok(())
+            });
+            assert_eq!(ok, Ok(()));
+            seen
+        };
+        let via_iter = |ring: &Ring| ring.iter().map(|t| t.attempt).collect::<Vec<_>>();
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut ring = Ring::default();
+        for n in 1..=40 {
+            assert_eq!(walk(&ring), via_iter(&ring), "after {} pushes", n - 1);
+            ring.push(Tombstone {
+                attempt: id(n),
+                execution: None,
+                outcome: Retired::Failed,
+            });
+        }
+        for round in 0..2_000 {
+            let used = (next() % 17) as usize;
+            let mut slots: Vec<Slot> = (0..used)
+                .map(|k| {
+                    (next() % 5 != 0).then(|| (id(1 + next() % 50), ExecutionId::new(k as u64)))
+                })
+                .collect();
+            if next() % 2 == 0 {
+                slots.truncate(used / 2);
+            }
+            let corrupt = Ring {
+                slots,
+                outcomes: next() as u32,
+                head: (next() % 40) as u8,
+                len: (next() % 40) as u8,
+            };
+            assert_eq!(
+                walk(&corrupt),
+                via_iter(&corrupt),
+                "round {round}: {corrupt:?}"
+            );
+            // An error stops the walk where it happened.
+            let all = via_iter(&corrupt);
+            if let Some(&stop) = all.get(all.len() / 2) {
+                let mut seen = Vec::new();
+                let r = corrupt.try_for_each_attempt(|a| {
+                    seen.push(a);
+                    if a == stop {
+                        Err(a)
+                    } else {
+                        Ok(())
+                    }
+                });
+                assert_eq!(r, Err(stop));
+                let at = all.iter().position(|&a| a == stop).unwrap();
+                assert_eq!(seen, all[..=at]);
+            }
         }
     }
 }

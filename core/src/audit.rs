@@ -123,7 +123,18 @@ impl Auditor {
     /// Whether `attempt` may speak for `session` now: it is live, or it is the newest
     /// attempt and finished ready.
     fn may_speak(&self, session: SessionId, attempt: AttemptId) -> bool {
-        let Some(rec) = self.attempts.get(&attempt) else {
+        self.may_speak_as(session, attempt, self.attempts.get(&attempt))
+    }
+
+    /// [`Auditor::may_speak`] with the attempt's record already looked up (`rec` is
+    /// `self.attempts.get(&attempt)`), for a caller that reads the record again.
+    fn may_speak_as(
+        &self,
+        session: SessionId,
+        attempt: AttemptId,
+        rec: Option<&AttemptRec>,
+    ) -> bool {
+        let Some(rec) = rec else {
             return false;
         };
         if rec.session != session {
@@ -233,16 +244,17 @@ impl Auditor {
                     }
                     return self.effects(now, effects);
                 };
-                if !self.may_speak(cb.session, attempt) {
+                let rec = self.attempts.get(&attempt);
+                if !self.may_speak_as(cb.session, attempt, rec) {
                     fail!(
                         "R2-fail-closed",
                         "session {}: {} from attempt {attempt} accepted, but it is {:?}",
                         cb.session,
                         cb.event.name(),
-                        self.attempts.get(&attempt).map(|a| a.fate)
+                        rec.map(|a| a.fate)
                     );
                 }
-                let binding = self.attempts.get(&attempt).and_then(|a| a.binding);
+                let binding = rec.and_then(|a| a.binding);
                 if binding != Some((cb.execution, cb.generation)) {
                     fail!(
                         "R4-generation",
@@ -253,13 +265,14 @@ impl Auditor {
                         cb.generation
                     );
                 }
-                if self.bindings.get(&cb.execution) != Some(&(attempt, cb.generation)) {
+                let current = self.bindings.get(&cb.execution);
+                if current != Some(&(attempt, cb.generation)) {
                     fail!(
                         "R4-generation",
                         "{}: callback of generation {} accepted, current is {:?}",
                         cb.execution,
                         cb.generation,
-                        self.bindings.get(&cb.execution)
+                        current
                     );
                 }
                 if let RuntimeEvent::LoadFailed(outcome) = &cb.event {

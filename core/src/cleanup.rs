@@ -180,7 +180,10 @@ impl Execution {
         }
     }
 
-    /// The attempt bound to `generation`, if still in the history.
+    /// The attempt bound to `generation`, if still in the history. (`check_invariants`
+    /// reads the same in its one walk of the history; this is the reference its test
+    /// compares it with.)
+    #[cfg(test)]
     pub(crate) fn bound_attempt(&self, generation: Generation) -> Option<AttemptId> {
         self.history()
             .find(|(g, _)| *g == generation)
@@ -213,6 +216,12 @@ impl Execution {
         self.history = History::from(prefix);
         self.hist_len = hist_len;
         self
+    }
+
+    /// The history's length as recorded (`history_is_well_formed` checks it against the
+    /// entries).
+    pub(crate) fn history_len(&self) -> usize {
+        usize::from(self.hist_len)
     }
 
     /// Bindings oldest first.

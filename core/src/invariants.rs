@@ -6,7 +6,7 @@ use crate::cleanup::Execution;
 use crate::cleanup::StopState;
 use crate::config::{GENERATIONS_PER_EXECUTION, MAX_RECOVERY_STEPS, TOMBSTONES_PER_SESSION};
 use crate::core::{Core, Session, Timer};
-use crate::ids::{AttemptId, ExecutionId, LeaseId, SessionId};
+use crate::ids::{AttemptId, ExecutionId, Generation, LeaseId, SessionId};
 use crate::lease::Lease;
 use crate::turn::TurnPhase;
 
@@ -35,21 +35,66 @@ macro_rules! ensure {
     };
 }
 
+/// What [`Core::check_invariants`] reads from an execution's history, in one walk instead
+/// of one per rule: exactly `Execution::history_is_well_formed`, `Execution::bound_attempt`
+/// of the current generation, and whether the generations strictly increase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct HistoryFacts {
+    well_formed: bool,
+    bound_current: Option<AttemptId>,
+    increasing: bool,
+}
+
+impl HistoryFacts {
+    fn of(e: &Execution) -> HistoryFacts {
+        let mut count = 0;
+        let mut bound_current = None;
+        let mut increasing = true;
+        let mut last: Option<Generation> = None;
+        for (g, a) in e.history() {
+            count += 1;
+            if bound_current.is_none() && g == e.generation {
+                bound_current = Some(a);
+            }
+            increasing &= last.is_none_or(|l| l < g);
+            last = Some(g);
+        }
+        let n = e.history_len();
+        HistoryFacts {
+            well_formed: (1..=GENERATIONS_PER_EXECUTION).contains(&n) && count == n,
+            bound_current,
+            increasing,
+        }
+    }
+}
+
 impl Core {
     /// Checks every internal invariant; `Err` names the first broken one.
     pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
         self.check_bounds()?;
         // One pass over executions for the per-session teardown counts, so the whole check
-        // stays linear in the state.
-        let mut stopping: std::collections::BTreeMap<SessionId, usize> =
-            std::collections::BTreeMap::new();
+        // stays linear in the state. Sorted by session, as few as the teardowns pending
+        // (usually none: then nothing is allocated); a count goes to 0 once its session
+        // took it, so the first nonzero one left is the smallest unknown session.
+        let mut stopping: Vec<(SessionId, usize)> = Vec::new();
         for e in self.executions.values().filter(|e| e.is_stopping()) {
-            *stopping.entry(e.session).or_insert(0) += 1;
+            match stopping.binary_search_by_key(&e.session, |&(s, _)| s) {
+                Ok(at) => stopping[at].1 += 1,
+                Err(at) => stopping.insert(at, (e.session, 1)),
+            }
         }
         for (&id, s) in &self.sessions {
-            self.check_session(id, s, stopping.remove(&id).unwrap_or(0))?;
+            let n = if stopping.is_empty() {
+                0
+            } else {
+                match stopping.binary_search_by_key(&id, |&(s, _)| s) {
+                    Ok(at) => std::mem::take(&mut stopping[at].1),
+                    Err(_) => 0,
+                }
+            };
+            self.check_session(id, s, n)?;
         }
-        if let Some((id, n)) = stopping.first_key_value() {
+        if let Some((id, n)) = stopping.iter().find(|&&(_, n)| n > 0) {
             return Err(InvariantViolation {
                 rule: "R5-stop-count",
                 detail: format!("{n} executions stopping for unknown session {id}"),
@@ -126,16 +171,17 @@ impl Core {
         // newest tombstone cannot also be retired (rule 3).
         let mut prev: Option<AttemptId> = None;
         let mut oldest: Option<AttemptId> = None;
-        for t in s.ring.iter() {
+        s.ring.try_for_each_attempt(|attempt| {
             ensure!(
-                prev.is_none_or(|p| p < t.attempt),
+                prev.is_none_or(|p| p < attempt),
                 "R3-one-tombstone",
                 "session {id}: tombstones out of order at {}",
-                t.attempt
+                attempt
             );
-            oldest = oldest.or(Some(t.attempt));
-            prev = Some(t.attempt);
-        }
+            oldest = oldest.or(Some(attempt));
+            prev = Some(attempt);
+            Ok(())
+        })?;
         if let Some(newest) = prev {
             ensure!(
                 self.minted(newest),
@@ -276,8 +322,9 @@ impl Core {
     }
 
     fn check_execution(&self, eid: ExecutionId, e: &Execution) -> Result<(), InvariantViolation> {
+        let history = HistoryFacts::of(e);
         ensure!(
-            e.history_is_well_formed(),
+            history.well_formed,
             "R4-bounded-history",
             "execution {eid}: generation history malformed or longer than {GENERATIONS_PER_EXECUTION}"
         );
@@ -292,19 +339,15 @@ impl Core {
             "execution {eid}: generation never minted"
         );
         ensure!(
-            e.bound_attempt(e.generation) == Some(e.owner),
+            history.bound_current == Some(e.owner),
             "R4-binding-frozen",
             "execution {eid}: current generation not bound to its owner"
         );
-        let mut last = None;
-        for (g, _) in e.history() {
-            ensure!(
-                last.is_none_or(|l| l < g),
-                "R4-generations",
-                "execution {eid}: history not increasing"
-            );
-            last = Some(g);
-        }
+        ensure!(
+            history.increasing,
+            "R4-generations",
+            "execution {eid}: history not increasing"
+        );
         if let StopState::Stopping { deadline } = e.stop {
             ensure!(
                 deadline == crate::time::Timestamp::MAX
@@ -389,5 +432,98 @@ mod tests {
         assert!(core.check_invariants().is_err());
         assert!(core.check_invariants_of(&[sid(2)]).is_err());
         assert_eq!(core.check_invariants_of(&[sid(1)]), Ok(()));
+    }
+    #[test]
+    fn teardown_counts_are_matched_per_session_and_the_smallest_unknown_one_is_named() {
+        use crate::cleanup::StopState;
+        let stop = |core: &mut Core, e: u64, session: u64| {
+            let exec = core
+                .executions
+                .get_mut(&ExecutionId::new(e).unwrap())
+                .unwrap();
+            exec.stop = StopState::Stopping {
+                deadline: Timestamp::MAX,
+            };
+            exec.session = sid(session);
+        };
+        let mut core = two_sessions();
+        stop(&mut core, 20, 2);
+        core.sessions.get_mut(&sid(2)).unwrap().stopping = 1;
+        assert_eq!(core.check_invariants(), Ok(()));
+        // Both executions stop for sessions the core does not know: the smaller is named,
+        // with its own count.
+        core.sessions.get_mut(&sid(2)).unwrap().stopping = 0;
+        stop(&mut core, 10, 9);
+        stop(&mut core, 20, 8);
+        let err = core.check_invariants().unwrap_err();
+        assert_eq!(err.rule, "R5-stop-count");
+        assert_eq!(
+            err.detail,
+            format!("1 executions stopping for unknown session {}", sid(8))
+        );
+        stop(&mut core, 20, 9);
+        let err = core.check_invariants().unwrap_err();
+        assert_eq!(
+            err.detail,
+            format!("2 executions stopping for unknown session {}", sid(9))
+        );
+        // A known session's count is taken by that session, never reported as unknown.
+        stop(&mut core, 10, 2);
+        stop(&mut core, 20, 2);
+        core.sessions.get_mut(&sid(2)).unwrap().stopping = 2;
+        assert_eq!(core.check_invariants(), Ok(()));
+        core.sessions.get_mut(&sid(2)).unwrap().stopping = 1;
+        let err = core.check_invariants().unwrap_err();
+        assert_eq!(err.rule, "R5-stop-count");
+        assert_eq!(
+            err.detail,
+            format!("session {}: counts 1 stopping, 2 are", sid(2))
+        );
+    }
+
+    /// The one walk of the history reads what the three per-rule walks read, on histories
+    /// binding produces and on corrupt ones.
+    #[test]
+    fn the_history_walk_matches_the_per_rule_reads() {
+        use super::HistoryFacts;
+        use crate::cleanup::Execution;
+        use crate::ids::{AttemptId, Generation};
+        let g = |n: u64| Generation::new(n).unwrap();
+        let a = |n: u64| AttemptId::new(Epoch::FIRST, n).unwrap();
+        let reference = |e: &Execution| {
+            let mut last = None;
+            let mut increasing = true;
+            for (g, _) in e.history() {
+                increasing &= last.is_none_or(|l| l < g);
+                last = Some(g);
+            }
+            HistoryFacts {
+                well_formed: e.history_is_well_formed(),
+                bound_current: e.bound_attempt(e.generation),
+                increasing,
+            }
+        };
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut e = Execution::new(sid(1), g(1), a(1));
+        for n in 2..=20 {
+            assert_eq!(HistoryFacts::of(&e), reference(&e), "after {n} bindings");
+            e.rebind(g(n), a(n));
+        }
+        for round in 0..2_000 {
+            let used = (next() % 12) as usize;
+            let prefix = (0..used)
+                .map(|_| (next() % 4 != 0).then(|| (g(1 + next() % 6), a(1 + next() % 6))))
+                .collect();
+            let mut e = Execution::new(sid(1), g(1 + next() % 6), a(1))
+                .with_history_for_test(prefix, (next() % 12) as u8);
+            e.owner = a(1 + next() % 6);
+            assert_eq!(HistoryFacts::of(&e), reference(&e), "round {round}: {e:?}");
+        }
     }
 }
