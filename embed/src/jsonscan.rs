@@ -376,25 +376,7 @@ fn valid_value(b: &[u8], at: usize, depth: usize) -> Option<usize> {
         b'"' => valid_string(b, at),
         b'{' => {
             let depth = depth.checked_sub(1)?;
-            let mut at = skip_spaces(b, at + 1);
-            if b.get(at) == Some(&b'}') {
-                return Some(at + 1);
-            }
-            loop {
-                if b.get(at) != Some(&b'"') {
-                    return None;
-                }
-                at = skip_spaces(b, valid_string(b, at)?);
-                if b.get(at) != Some(&b':') {
-                    return None;
-                }
-                at = skip_spaces(b, valid_value(b, skip_spaces(b, at + 1), depth)?);
-                match b.get(at)? {
-                    b',' => at = skip_spaces(b, at + 1),
-                    b'}' => return Some(at + 1),
-                    _ => return None,
-                }
-            }
+            valid_object(b, at, |_, start| valid_value(b, start, depth))
         }
         b'[' => {
             let depth = depth.checked_sub(1)?;
@@ -430,21 +412,7 @@ fn valid_noting(
     spans: &mut UpdateSpans,
 ) -> Option<usize> {
     let depth = depth.checked_sub(1)?;
-    let mut at = skip_spaces(b, at + 1);
-    if b.get(at) == Some(&b'}') {
-        return Some(at + 1);
-    }
-    loop {
-        if b.get(at) != Some(&b'"') {
-            return None;
-        }
-        let name_end = valid_string(b, at)?;
-        let name = &b[at + 1..name_end - 1];
-        at = skip_spaces(b, name_end);
-        if b.get(at) != Some(&b':') {
-            return None;
-        }
-        let start = skip_spaces(b, at + 1);
+    valid_object(b, at, |name, start| {
         let (slot, inner) = match (level, name) {
             (Level::Params, b"sessionId") => (Some(UpdateSpans::SESSION_ID), None),
             (Level::Params, b"update") => (Some(UpdateSpans::UPDATE), Some(Level::Update)),
@@ -470,7 +438,34 @@ fn valid_noting(
                 spans.unsure = true;
             }
         }
-        at = skip_spaces(b, end);
+        Some(end)
+    })
+}
+
+/// The index just past the object that starts at `at` (its `{`; the caller has counted its
+/// depth): each member's name is checked here, and `value(name, start)` checks the value
+/// that starts at `start` and returns the index just past it. `name` is the raw text
+/// between the quotes, escapes unresolved.
+fn valid_object(
+    b: &[u8],
+    at: usize,
+    mut value: impl FnMut(&[u8], usize) -> Option<usize>,
+) -> Option<usize> {
+    let mut at = skip_spaces(b, at + 1);
+    if b.get(at) == Some(&b'}') {
+        return Some(at + 1);
+    }
+    loop {
+        if b.get(at) != Some(&b'"') {
+            return None;
+        }
+        let name_end = valid_string(b, at)?;
+        let name = &b[at + 1..name_end - 1];
+        at = skip_spaces(b, name_end);
+        if b.get(at) != Some(&b':') {
+            return None;
+        }
+        at = skip_spaces(b, value(name, skip_spaces(b, at + 1))?);
         match b.get(at)? {
             b',' => at = skip_spaces(b, at + 1),
             b'}' => return Some(at + 1),
