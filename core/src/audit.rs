@@ -743,6 +743,11 @@ impl Auditor {
     }
 }
 
+/// Forgotten executions the checker's map of execution owners keeps before it is rebuilt
+/// (beyond twice the core's executions): a rebuild costs a walk of the executions, so
+/// this many entries pay for one.
+const OWNERS_SLACK: usize = 64;
+
 /// What a [`Checker`] found, and after which step.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Found {
@@ -766,30 +771,50 @@ impl std::fmt::Display for Found {
 
 /// The checks every harness runs after each step of the core, as a
 /// [`crate::driver::Observer`]: the reference model ([`Auditor`]) and the core's own
-/// `check_invariants`. The core's invariants are checked for the sessions the step named
-/// (its input's and its effects'), and for the whole core every
-/// [`Checker::full_check_every`]-th step and after every timeout and restore. It keeps the
-/// first violation and stops checking after it.
+/// `check_invariants`. After every step (timeouts that fired nothing included) its verdict
+/// on the core's invariants is exactly [`crate::core::Core::check_invariants`]'s, but it
+/// walks only the records the step could have changed (see [`Checker::scope`]); the
+/// full walk runs after timeouts, restores and steps whose records it cannot name, and
+/// names the violation whenever the partial check finds one. It keeps the first
+/// violation and stops checking after it.
 #[derive(Clone, Debug)]
 pub struct Checker {
     /// The reference model; `None` for a core of unknown history (restored from bytes),
     /// whose legitimate behaviour no model can know.
     model: Option<Auditor>,
-    full_every: u64,
     steps: u64,
     touched: Vec<SessionId>,
+    /// The session of every execution the core holds (and of some it forgot), as of the
+    /// last step: an input that names an execution may change that execution's session
+    /// even when it names another session (a forged or stale callback), and once the step
+    /// forgot the execution the core can no longer say whose it was. An execution's
+    /// session is fixed when `Input::Bound` creates it, the only place one is created, so
+    /// the entries are refreshed for the executions each step names. Entries of executions
+    /// forgotten otherwise (a teardown timer) stay until the map is rebuilt from the core:
+    /// after a restore, and when they outnumber the core's executions (so at most twice
+    /// as many entries as the core has executions, plus [`OWNERS_SLACK`]).
+    owners: BTreeMap<ExecutionId, SessionId>,
+    /// Whether `owners` was built from this core (not before the first step seen).
+    mirrored: bool,
+    /// Every session's records that are not its own, as of the last step (see
+    /// [`crate::invariants::Foreign`]; none unless the core has a bug): a step that may
+    /// change one re-checks the session that reads it. Noted by the checks themselves,
+    /// so at most a few per session.
+    foreign: Vec<(SessionId, crate::invariants::Foreign)>,
     found: Option<Found>,
     enabled: bool,
 }
 
 impl Checker {
-    /// A checker for a core with `config` that checks the whole core after every step.
+    /// A checker for a core with `config`.
     pub fn new(config: &Config) -> Checker {
         Checker {
             model: Some(Auditor::new(config)),
-            full_every: 1,
             steps: 0,
             touched: Vec::new(),
+            owners: BTreeMap::new(),
+            mirrored: false,
+            foreign: Vec::new(),
             found: None,
             enabled: true,
         }
@@ -808,15 +833,6 @@ impl Checker {
     #[must_use]
     pub fn auditor(&self) -> Option<&Auditor> {
         self.model.as_ref()
-    }
-
-    /// Checks the whole core only every `n`-th step (and after timeouts and restores); the
-    /// other steps check the sessions they named. A step that wrongly writes to a session
-    /// it was not about is then caught up to `n - 1` steps late.
-    #[must_use]
-    pub fn full_check_every(mut self, n: u64) -> Checker {
-        self.full_every = n.max(1);
-        self
     }
 
     /// Turns the checks off (to measure their cost) or on; the model still follows.
@@ -843,6 +859,97 @@ impl Checker {
         self.steps
     }
 
+    /// The sessions whose records `step` could have changed, into `self.touched`; `false`
+    /// when it cannot name them (then the whole core is checked).
+    ///
+    /// An input changes only the records (session, executions, leases, timers) of the
+    /// session it is about, of the session that owned the execution it names, and of the
+    /// sessions its effects name: the core keys every record by its session, creates an
+    /// execution only for the session that binds it, and writes to another session only
+    /// to tear down or settle something, which names that session in an effect.
+    /// Everything else a session's check reads (the ID counters) only grows, which never
+    /// breaks an invariant that held. Timers fire for any session, and a restore replaces
+    /// everything: those get the full walk, and so does the first step this checker sees.
+    /// `core/tests/incremental.rs` holds this against the full walk after every step of
+    /// random operation sequences, with each mutant on.
+    fn scope(
+        &mut self,
+        core: &crate::core::Core,
+        step: crate::driver::Step<'_>,
+        effects: &[Effect],
+    ) -> bool {
+        use crate::driver::Step;
+        self.touched.clear();
+        let Step::Input { input, session, .. } = step else {
+            return false;
+        };
+        if !self.mirrored {
+            return false;
+        }
+        let execution = match input {
+            Input::Bound { execution, .. } | Input::Stopped { execution } => Some(*execution),
+            Input::Callback(cb) => Some(cb.execution),
+            _ => None,
+        };
+        if let Some(s) = session {
+            self.touched.push(s);
+        }
+        if let Some(e) = execution {
+            // Its session before the step; none if the core did not hold it.
+            let before = self.owners.get(&e).copied();
+            match core.executions.get(&e) {
+                Some(x) if before != Some(x.session) => {
+                    self.owners.insert(e, x.session);
+                }
+                None if before.is_some() => {
+                    self.owners.remove(&e);
+                }
+                _ => {}
+            }
+            if let Some(s) = before {
+                if !self.touched.contains(&s) {
+                    self.touched.push(s);
+                }
+            }
+        }
+        if self.touched.is_empty() {
+            // An input about nothing the checker can name (an unknown lease performed).
+            return false;
+        }
+        for e in effects {
+            let s = e.session();
+            if !self.touched.contains(&s) {
+                self.touched.push(s);
+            }
+        }
+        // The sessions that read a record of a session the step wrote to, or the
+        // execution it named (one pass: they read, they were not written).
+        let written = self.touched.len();
+        for &(reader, record) in &self.foreign {
+            if self.touched.contains(&reader) {
+                continue;
+            }
+            let owner = match record {
+                crate::invariants::Foreign::Execution(e) if Some(e) == execution => None,
+                // Its session before the step (`owners` is, but for the named execution).
+                crate::invariants::Foreign::Execution(e) => self.owners.get(&e).copied(),
+                crate::invariants::Foreign::Lease(l) => core.leases.get(&l).map(|l| l.session),
+            };
+            if owner.is_none_or(|o| self.touched[..written].contains(&o)) {
+                self.touched.push(reader);
+            }
+        }
+        true
+    }
+
+    /// Rebuilds `owners` from the core.
+    fn mirror(&mut self, core: &crate::core::Core) {
+        self.owners.clear();
+        self.owners
+            .extend(core.executions.iter().map(|(&e, x)| (e, x.session)));
+        self.mirrored = true;
+    }
+
     fn check(
         &mut self,
         now: Timestamp,
@@ -862,27 +969,26 @@ impl Checker {
             }
             model.observe_next_timer(core.poll_timeout())?;
         }
+        let partial = self.scope(core, step, effects);
+        if matches!(step, Step::Restored)
+            || !self.mirrored
+            || self.owners.len() > 2 * core.executions.len() + OWNERS_SLACK
+        {
+            self.mirror(core);
+        }
         if !self.enabled {
             return Ok(());
         }
-        let session = match step {
-            Step::Input { session, .. } => session,
-            Step::Timeout if effects.is_empty() => return Ok(()),
-            Step::Timeout | Step::Restored => None,
-        };
-        let result = match session {
-            Some(s) if !self.steps.is_multiple_of(self.full_every) => {
-                self.touched.clear();
-                self.touched.push(s);
-                for e in effects {
-                    let s = e.session();
-                    if !self.touched.contains(&s) {
-                        self.touched.push(s);
-                    }
-                }
-                core.check_invariants_of(&self.touched)
-            }
-            _ => core.check_invariants(),
+        let result = if partial {
+            // The partial check is part of the full one, so the full one fails too; it
+            // names the violation the full walk meets first.
+            let touched = &self.touched;
+            self.foreign.retain(|(s, _)| !touched.contains(s));
+            core.check_sessions_noting(&self.touched, &mut self.foreign)
+                .map_err(|e| core.check_invariants().err().unwrap_or(e))
+        } else {
+            self.foreign.clear();
+            core.check_all_noting(&mut self.foreign)
         };
         result.map_err(|e| AuditViolation {
             rule: e.rule,

@@ -68,9 +68,31 @@ impl HistoryFacts {
     }
 }
 
+/// A record a session's check reads that is not that session's own: an execution or a
+/// lease it points at that belongs to another session, or to none. The core never makes
+/// one (it keys every record by its session), but a bug can, and then a step about the
+/// other session can break this session's invariants: the incremental checker
+/// (`audit::Checker`) re-checks the session whenever a step may have changed the record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Foreign {
+    /// An execution the session's live attempt, runtime or turn points at.
+    Execution(ExecutionId),
+    /// The lease the session's dispatched turn waits on.
+    Lease(LeaseId),
+}
+
 impl Core {
     /// Checks every internal invariant; `Err` names the first broken one.
     pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
+        self.check_all_noting(&mut Vec::new())
+    }
+
+    /// [`Core::check_invariants`], noting every session's [`Foreign`] records into
+    /// `foreign` (complete when it returns `Ok`).
+    pub(crate) fn check_all_noting(
+        &self,
+        foreign: &mut Vec<(SessionId, Foreign)>,
+    ) -> Result<(), InvariantViolation> {
         self.check_bounds()?;
         // One pass over executions for the per-session teardown counts, so the whole check
         // stays linear in the state. Sorted by session, as few as the teardowns pending
@@ -92,7 +114,7 @@ impl Core {
                     Err(_) => 0,
                 }
             };
-            self.check_session(id, s, n)?;
+            self.check_session(id, s, n, foreign)?;
         }
         if let Some((id, n)) = stopping.iter().find(|&&(_, n)| n > 0) {
             return Err(InvariantViolation {
@@ -114,28 +136,51 @@ impl Core {
     ///
     /// This is the check to run after a step that named only these sessions (its input
     /// and its effects), and it costs that step's share of the state instead of all of
-    /// it. It cannot see a step that wrongly wrote to a session it was not about, so a
-    /// caller that relies on it runs the full [`Core::check_invariants`] every so often
-    /// too (the simulator does, every few steps and after every timer and restart).
+    /// it. Every check it makes is one the full check makes, so when it fails the full one
+    /// fails too. It cannot see a step that wrongly wrote to a session it was not about:
+    /// [`crate::audit::Checker`] uses it only for the sessions a step could have changed
+    /// (see `Checker::scope`), and `core/tests/incremental.rs` holds the two equal.
     pub fn check_invariants_of(&self, sessions: &[SessionId]) -> Result<(), InvariantViolation> {
+        self.check_sessions_noting(sessions, &mut Vec::new())
+    }
+
+    /// [`Core::check_invariants_of`], noting the [`Foreign`] records of `sessions` into
+    /// `foreign` (complete for them when it returns `Ok`).
+    pub(crate) fn check_sessions_noting(
+        &self,
+        sessions: &[SessionId],
+        foreign: &mut Vec<(SessionId, Foreign)>,
+    ) -> Result<(), InvariantViolation> {
         self.check_bounds()?;
-        for &id in sessions {
+        // One pass over executions for all the sessions; a step names one to three.
+        let mut stopping = [0usize; 4];
+        let counted = sessions.len() <= stopping.len();
+        for (&eid, e) in &self.executions {
+            if let Some(at) = sessions.iter().position(|&s| s == e.session) {
+                self.check_execution(eid, e)?;
+                if counted && e.is_stopping() {
+                    stopping[at] += 1;
+                }
+            }
+        }
+        for (at, &id) in sessions.iter().enumerate() {
             let Some(s) = self.sessions.get(&id) else {
                 continue;
             };
-            let mut stopping = 0;
-            for (&eid, e) in self.executions.iter().filter(|(_, e)| e.session == id) {
-                self.check_execution(eid, e)?;
-                stopping += usize::from(e.is_stopping());
-            }
-            self.check_session(id, s, stopping)?;
+            let n = if counted {
+                stopping[at]
+            } else {
+                self.executions
+                    .values()
+                    .filter(|e| e.session == id && e.is_stopping())
+                    .count()
+            };
+            self.check_session(id, s, n, foreign)?;
         }
-        for (&lid, l) in self
-            .leases
-            .iter()
-            .filter(|(_, l)| sessions.contains(&l.session))
-        {
-            self.check_lease(lid, l)?;
+        for (&lid, l) in &self.leases {
+            if sessions.contains(&l.session) {
+                self.check_lease(lid, l)?;
+            }
         }
         Ok(())
     }
@@ -153,13 +198,22 @@ impl Core {
         a.epoch() < self.epoch || (a.epoch() == self.epoch && a.seq() < self.next_attempt_seq)
     }
 
-    /// One session; `stopping` is how many of its executions are being torn down.
+    /// One session; `stopping` is how many of its executions are being torn down. The
+    /// records it reads that are not the session's own go to `foreign`.
     fn check_session(
         &self,
         id: SessionId,
         s: &Session,
         stopping: usize,
+        foreign: &mut Vec<(SessionId, Foreign)>,
     ) -> Result<(), InvariantViolation> {
+        let execution = |e: ExecutionId, foreign: &mut Vec<(SessionId, Foreign)>| {
+            let x = self.executions.get(&e);
+            if x.is_none_or(|x| x.session != id) {
+                foreign.push((id, Foreign::Execution(e)));
+            }
+            x
+        };
         ensure!(
             s.ring.len() <= TOMBSTONES_PER_SESSION,
             "R2-bounded-ring",
@@ -226,8 +280,9 @@ impl Core {
                 "R2-owner",
                 "session {id}: a live attempt and a ready runtime at once"
             );
-            if let (Some(e), Some(g)) = (live.execution, live.generation) {
-                if let Some(exec) = self.executions.get(&e) {
+            let exec = live.execution.map(|e| (e, execution(e, foreign)));
+            if let (Some((e, Some(exec))), Some(g)) = (exec, live.generation) {
+                {
                     ensure!(
                         exec.generation >= g,
                         "R4-generations",
@@ -258,7 +313,7 @@ impl Core {
                 "session {id}: owner without runtime"
             );
             if let Some(e) = e {
-                let exec = self.executions.get(&e);
+                let exec = execution(e, foreign);
                 ensure!(
                     exec.is_some_and(|x| x.owner == owner && !x.is_stopping()),
                     "R5-ownership",
@@ -286,19 +341,27 @@ impl Core {
             // A session is never busy with nothing running.
             let running = match turn.phase {
                 TurnPhase::WaitingRuntime => s.live.is_some(),
-                TurnPhase::Dispatched { lease, execution } => {
-                    self.leases.contains_key(&lease) && self.executions.contains_key(&execution)
+                TurnPhase::Dispatched {
+                    lease,
+                    execution: e,
+                } => {
+                    let l = self.leases.get(&lease);
+                    if l.is_none_or(|l| l.session != id) {
+                        foreign.push((id, Foreign::Lease(lease)));
+                    }
+                    let x = execution(e, foreign);
+                    l.is_some() && x.is_some()
                 }
                 TurnPhase::Performed {
-                    execution,
+                    execution: e,
                     deadline,
                 } => {
-                    self.executions.contains_key(&execution)
+                    execution(e, foreign).is_some()
                         && self
                             .timers
                             .contains(&(deadline, Timer::Accept(id, turn.id)))
                 }
-                TurnPhase::Accepted { execution } => self.executions.contains_key(&execution),
+                TurnPhase::Accepted { execution: e } => execution(e, foreign).is_some(),
                 TurnPhase::Recovering { at } => {
                     self.timers.contains(&(at, Timer::Recovery(id, turn.id)))
                 }

@@ -199,7 +199,6 @@ impl Watch {
 fn new_checker(config: &SupervisorConfig) -> Option<Checker> {
     (super::checks() == Checks::All).then(|| {
         Checker::new(&config.core)
-            .full_check_every(16)
             .enabled(std::env::var_os("PALISADE_ORACLE").is_none_or(|v| v != "off"))
     })
 }
