@@ -477,7 +477,7 @@ mod tests {
         assert_eq!(full.rule, "R5-stop-count");
         assert_eq!(core.check_invariants_of(&[sid(2)]), Err(full));
         // Session 1's check does not look at session 2: the documented blind spot that the
-        // periodic full check covers.
+        // checker covers by choosing every session a step could have changed.
         assert_eq!(core.check_invariants_of(&[sid(1)]), Ok(()));
         // An unknown session is skipped, not an error.
         assert_eq!(core.check_invariants_of(&[sid(9)]), Ok(()));

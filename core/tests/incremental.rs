@@ -76,6 +76,21 @@ impl Rng {
     }
 }
 
+/// Takes an item of a non-empty list: mostly the oldest (in order), one time in
+/// `reorder` any (reordered); and one time in `keep` leaves it there (duplicated).
+fn take<T: Clone>(rng: &mut Rng, list: &mut Vec<T>, reorder: u64, keep: u64) -> T {
+    let at = if rng.below(reorder) == 0 {
+        rng.below(list.len() as u64) as usize
+    } else {
+        0
+    };
+    if rng.below(keep) == 0 {
+        list[at].clone()
+    } else {
+        list.remove(at)
+    }
+}
+
 /// A runtime the harness knows about: what it was bound to.
 #[derive(Clone, Copy, Debug)]
 struct Bound {
@@ -220,17 +235,7 @@ impl World {
         if self.pending.is_empty() {
             return;
         }
-        // Mostly the oldest (in order), sometimes any (reordered); sometimes kept (dup).
-        let at = if self.rng.below(3) == 0 {
-            self.rng.below(self.pending.len() as u64) as usize
-        } else {
-            0
-        };
-        let effect = if self.rng.below(8) == 0 {
-            self.pending[at].clone()
-        } else {
-            self.pending.remove(at)
-        };
+        let effect = take(&mut self.rng, &mut self.pending, 3, 8);
         if let Some(lease) = effect.lease() {
             let _ = self.input(Input::Perform { lease });
         }
@@ -346,16 +351,7 @@ impl World {
         if self.script.is_empty() {
             return self.callback();
         }
-        let at = if self.rng.below(4) == 0 {
-            self.rng.below(self.script.len() as u64) as usize
-        } else {
-            0
-        };
-        let cb = if self.rng.below(10) == 0 {
-            self.script[at].clone()
-        } else {
-            self.script.remove(at)
-        };
+        let cb = take(&mut self.rng, &mut self.script, 4, 10);
         let _ = self.input(Input::Callback(cb));
     }
 
