@@ -1877,7 +1877,11 @@ mod tests {
         let mut wire: Wire<&str> = Wire::new(0);
         let mut model = AgentModel::new("e1", Behaviour::default(), 7, 0);
         let (_, line) = wire
-            .request("session/new", &json!({"cwd": "/"}), "new")
+            .request(
+                "session/new",
+                &crate::acp::Params::Tree(json!({"cwd": "/"})),
+                "new",
+            )
             .unwrap();
         model.on_line(0, line.trim_end().as_bytes(), &mut store);
         let lines = drain(&mut model, 10);
@@ -1891,7 +1895,10 @@ mod tests {
         let (_, line) = wire
             .request(
                 "session/prompt",
-                &crate::acp::prompt_params(&session, "hello"),
+                &crate::acp::Params::Prompt {
+                    session_id: session,
+                    text: "hello".into(),
+                },
                 "prompt",
             )
             .unwrap();

@@ -62,7 +62,6 @@
 //! as the new turn's output (ACP notifications carry no request id to tell them apart).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::LazyLock;
 
 #[cfg(feature = "audit")]
 use palisade_core::audit::{Checker, Found};
@@ -91,11 +90,6 @@ use crate::state::{self, ExecutionRecord, Header, QueuedOutput, SessionRecord, S
 
 /// The name the supervisor gives itself in `initialize`.
 pub const CLIENT_NAME: &str = "palisade-supervise";
-
-/// The `initialize` params, the same for every agent: built once and cloned per start
-/// (serializing the ACP struct into a tree on every start was 2 % of a `swarm` seed).
-static INITIALIZE_PARAMS: LazyLock<Value> =
-    LazyLock::new(|| acp::initialize_params(CLIENT_NAME, env!("CARGO_PKG_VERSION")));
 
 /// Failure causes remembered for [`SessionEvent::FailureReported`]. A cause is looked up
 /// in the same step as (or a few steps after) it was recorded, so a short ring suffices.
@@ -167,7 +161,7 @@ pub enum Action {
         /// The ACP method.
         method: &'static str,
         /// Its params.
-        params: Value,
+        params: acp::Params,
         /// When to give up waiting.
         deadline: Timestamp,
     },
@@ -178,7 +172,7 @@ pub enum Action {
         /// The ACP method.
         method: &'static str,
         /// Its params.
-        params: Value,
+        params: acp::Params,
     },
     /// Answer a request the agent sent.
     Respond {
@@ -314,7 +308,7 @@ struct Runtime {
     prompt: Option<PromptState>,
     /// A dispatch waiting for the agent to answer the prompt before it (ACP runs one
     /// prompt at a time per session): its state and its request's params.
-    held: Option<(PromptState, Value)>,
+    held: Option<(PromptState, acp::Params)>,
     close_reason: Option<CloseReason>,
     reaped: Option<Option<ProcessExit>>,
     /// The agent advertised `session/list` in `initialize`.
@@ -1019,7 +1013,7 @@ impl Engine {
                     execution,
                     op: Op::Initialize,
                     method: acp::INITIALIZE,
-                    params: INITIALIZE_PARAMS.clone(),
+                    params: acp::Params::Initialize,
                     deadline,
                 });
             }
@@ -1545,7 +1539,10 @@ impl Engine {
                 if let Some(runtime) = self.runtimes.get_mut(&execution) {
                     runtime.loading = Some(conversation.clone());
                 }
-                let params = acp::load_session_params(&conversation, self.config.cwd.clone());
+                let params = acp::Params::LoadSession {
+                    session_id: conversation.clone(),
+                    cwd: self.config.cwd.clone(),
+                };
                 self.emit(SessionEvent::ConversationLoading {
                     session,
                     execution,
@@ -1577,7 +1574,9 @@ impl Engine {
                     execution,
                     op: Op::New { reason },
                     method: acp::SESSION_NEW,
-                    params: acp::new_session_params(self.config.cwd.clone()),
+                    params: acp::Params::NewSession {
+                        cwd: self.config.cwd.clone(),
+                    },
                     deadline: now.plus_millis(self.config.new_session_timeout_ms),
                 });
             }
@@ -1620,7 +1619,10 @@ impl Engine {
                     idle_deadline,
                     superseded: false,
                 };
-                let params = acp::prompt_params(&conversation, &text);
+                let params = acp::Params::Prompt {
+                    session_id: conversation,
+                    text,
+                };
                 let Some(runtime) = self.runtimes.get_mut(&execution) else {
                     return;
                 };
@@ -1660,7 +1662,9 @@ impl Engine {
                     self.actions.push_back(Action::Notify {
                         execution,
                         method: acp::SESSION_CANCEL,
-                        params: acp::cancel_params(&conversation),
+                        params: acp::Params::Cancel {
+                            session_id: conversation,
+                        },
                     });
                 }
             }
@@ -1963,7 +1967,9 @@ impl Engine {
             execution,
             op: Op::List,
             method: acp::SESSION_LIST,
-            params: acp::list_sessions_params(cursor),
+            params: acp::Params::ListSessions {
+                cursor: cursor.map(str::to_owned),
+            },
             deadline: now.plus_millis(self.config.load_timeout_ms),
         });
     }
@@ -2110,7 +2116,7 @@ impl Engine {
         now: Timestamp,
         execution: ExecutionId,
         state: PromptState,
-        params: Value,
+        params: acp::Params,
     ) {
         self.actions.push_back(Action::Request {
             execution,
@@ -2484,7 +2490,7 @@ mod tests {
                 ..
             }) => {
                 assert_eq!(t, turn);
-                let text = params["prompt"][0]["text"].as_str().unwrap();
+                let text = params.prompt_text().unwrap();
                 assert_eq!(text.matches(crate::replay::REPLAY_BLOCK_TAG).count(), 1);
                 assert!(text.contains("delivered-through=\"1\""));
                 assert!(text.ends_with("hello"));

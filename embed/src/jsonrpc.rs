@@ -506,6 +506,32 @@ pub fn encode_notification(method: &str, params: &Value) -> String {
     .line()
 }
 
+/// Encodes a request (with `id`) or a notification (without) whose params `params` appends
+/// to the line as compact JSON text (returning `false`, having written nothing, when there
+/// are none): the line [`encode_request`] or [`encode_notification`] writes for the same
+/// params, newline included, without building them into a tree.
+pub fn encode_with(
+    id: Option<&RequestId>,
+    method: &str,
+    params: impl FnOnce(&mut Vec<u8>) -> bool,
+) -> String {
+    let mut line = Vec::with_capacity(128);
+    line.extend_from_slice(br#"{"jsonrpc":"2.0""#);
+    if let Some(id) = id {
+        line.extend_from_slice(br#","id":"#);
+        serde_json::to_writer(&mut line, id).expect("a request id always serializes");
+    }
+    line.extend_from_slice(br#","method":"#);
+    serde_json::to_writer(&mut line, method).expect("a string always serializes");
+    let before = line.len();
+    line.extend_from_slice(br#","params":"#);
+    if !params(&mut line) {
+        line.truncate(before);
+    }
+    line.extend_from_slice(b"}\n");
+    String::from_utf8(line).expect("serde_json writes UTF-8 and the params are JSON text")
+}
+
 /// Encodes a response (result or error) as one line, newline included.
 #[must_use]
 pub fn encode_response(id: &RequestId, outcome: &Result<Value, RpcError>) -> String {

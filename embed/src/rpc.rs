@@ -42,9 +42,8 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use crate::jsonrpc::{
-    encode_notification, encode_response, FrameError, RawJson, RequestId, RpcError,
-};
+use crate::acp::Params;
+use crate::jsonrpc::{encode_response, FrameError, RawJson, RequestId, RpcError};
 use crate::platform::{timeout_at, AgentTree, Platform, Task, TokioPlatform, TreeSignal};
 use crate::process::WatchdogProgram;
 use crate::wire::{Incoming, Wire};
@@ -647,11 +646,11 @@ impl AgentConnection {
     pub async fn request(
         &self,
         method: &str,
-        params: Value,
+        params: impl Into<Params>,
         deadline: Instant,
     ) -> Result<Value, RpcFailure> {
         let (reply_tx, mut reply_rx) = oneshot::channel();
-        let registered = self.shared.wire().request(method, &params, reply_tx);
+        let registered = self.shared.wire().request(method, &params.into(), reply_tx);
         let (id, line) = registered.map_err(|(_, failure)| failure)?;
         // From here on, however this future ends (answer, failure, deadline, or the caller
         // dropping it), the guard takes the id out of `pending`.
@@ -684,11 +683,11 @@ impl AgentConnection {
     pub async fn notify(
         &self,
         method: &str,
-        params: Value,
+        params: impl Into<Params>,
         deadline: Instant,
     ) -> Result<(), RpcFailure> {
         self.fail_if_closed()?;
-        let line = encode_notification(method, &params);
+        let line = params.into().notification_line(method);
         timeout_at(&*self.platform, deadline, self.write_line(line))
             .await
             .unwrap_or(Err(RpcFailure::TimedOut))

@@ -560,7 +560,7 @@ struct Handle {
 struct PumpRequest {
     op: Op,
     method: &'static str,
-    params: Value,
+    params: crate::acp::Params,
     deadline: Instant,
 }
 

@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde_json::Value;
 
-use crate::jsonrpc::{encode_request, parse_frame, Frame, RequestId};
+use crate::acp::Params;
+use crate::jsonrpc::{parse_frame, Frame, RequestId};
 use crate::rpc::{
     AgentEvent, Anomaly, CloseReason, ConnectionStats, RpcFailure, GARBAGE_SAMPLE_BYTES,
     LATE_IDS_REMEMBERED, MAX_PENDING_REQUESTS,
@@ -85,7 +86,7 @@ impl<T> Wire<T> {
     pub fn request(
         &mut self,
         method: &str,
-        params: &Value,
+        params: &Params,
         tag: T,
     ) -> Result<(i64, String), (T, RpcFailure)> {
         if let Some(reason) = &self.closed {
@@ -97,7 +98,7 @@ impl<T> Wire<T> {
         let id = self.next_id;
         self.next_id = self.next_id.saturating_add(1);
         self.pending.insert(id, tag);
-        Ok((id, encode_request(&RequestId::Number(id), method, params)))
+        Ok((id, params.request_line(&RequestId::Number(id), method)))
     }
 
     /// The request `id` is no longer awaited (its deadline passed): its tag comes back, and
@@ -225,9 +226,13 @@ mod tests {
     #[test]
     fn answers_reach_their_request_by_id_and_late_ones_are_named_late() {
         let mut wire: Wire<&str> = Wire::new(0);
-        let (first, line) = wire.request("initialize", &json!({}), "init").unwrap();
+        let (first, line) = wire
+            .request("initialize", &Params::Tree(json!({})), "init")
+            .unwrap();
         assert!(line.ends_with('\n') && line.contains("\"id\":1"));
-        let (second, _) = wire.request("session/new", &json!({}), "new").unwrap();
+        let (second, _) = wire
+            .request("session/new", &Params::Tree(json!({})), "new")
+            .unwrap();
         let answer = encode_response(&RequestId::Number(second), &Ok(json!({"sessionId": "s"})));
         assert_eq!(
             wire.receive(answer.trim_end().as_bytes()),
@@ -252,8 +257,8 @@ mod tests {
     #[test]
     fn closing_fails_every_waiting_request_and_refuses_new_ones() {
         let mut wire: Wire<u8> = Wire::new(0);
-        wire.request("a", &json!(null), 1).unwrap();
-        wire.request("b", &json!(null), 2).unwrap();
+        wire.request("a", &Params::Tree(json!(null)), 1).unwrap();
+        wire.request("b", &Params::Tree(json!(null)), 2).unwrap();
         let failed = wire.close(CloseReason::StdoutClosed);
         assert_eq!(
             failed,
@@ -263,7 +268,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            wire.request("c", &json!(null), 3),
+            wire.request("c", &Params::Tree(json!(null)), 3),
             Err((3, RpcFailure::TransportClosed))
         );
     }
