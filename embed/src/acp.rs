@@ -14,7 +14,8 @@ use agent_client_protocol_schema::ProtocolVersion;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::jsonrpc::{encode_with, RequestId};
+use crate::jsonrpc::{encode_with, RawJson, RequestId};
+use crate::jsonscan::{self, Plain};
 
 pub use agent_client_protocol_schema::v1 as schema;
 
@@ -79,6 +80,121 @@ pub fn list_sessions_support(initialize_result: &Value) -> bool {
         .and_then(|c| c.get("sessionCapabilities"))
         .and_then(|c| c.get("list"));
     matches!(list, Some(Value::Object(_) | Value::Bool(true)))
+}
+
+/// What an agent's `initialize` answer says about sessions, as the engine reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionSupport {
+    /// `agentCapabilities.loadSession` ([`load_session_support`]).
+    pub load: LoadSessionSupport,
+    /// `loadSession` is the literal `false` (not absent, not `null`).
+    pub load_false: bool,
+    /// [`list_sessions_support`].
+    pub list: bool,
+}
+
+/// [`SessionSupport`] read from a tree of the answer: the reference.
+#[must_use]
+pub fn session_support_of_tree(initialize_result: &Value) -> SessionSupport {
+    SessionSupport {
+        load: load_session_support(initialize_result),
+        load_false: initialize_result
+            .get("agentCapabilities")
+            .and_then(|c| c.get("loadSession"))
+            == Some(&Value::Bool(false)),
+        list: list_sessions_support(initialize_result),
+    }
+}
+
+/// [`SessionSupport`] of a raw `initialize` answer: read from its text when it has the
+/// plain shape, else from a tree; always the tree's reading (a test compares the two).
+#[must_use]
+pub fn session_support(initialize_result: &RawJson) -> SessionSupport {
+    scan_session_support(initialize_result.get())
+        .unwrap_or_else(|| session_support_of_tree(&initialize_result.to_value()))
+}
+
+fn scan_session_support(text: &str) -> Option<SessionSupport> {
+    let none = SessionSupport {
+        load: LoadSessionSupport::NotAdvertised,
+        load_false: false,
+        list: false,
+    };
+    let [capabilities] = scan_members(text, ["agentCapabilities"])?;
+    let capabilities = match capabilities.map(jsonscan::plain) {
+        None | Some(Some(Plain::Null)) => return Some(none),
+        Some(Some(Plain::Object(capabilities))) => capabilities,
+        Some(_) => {
+            return Some(SessionSupport {
+                load: LoadSessionSupport::Malformed,
+                ..none
+            })
+        }
+    };
+    let [load, sessions] = scan_members(capabilities, ["loadSession", "sessionCapabilities"])?;
+    let (load, load_false) = match load {
+        None | Some("null") => (LoadSessionSupport::NotAdvertised, false),
+        Some("false") => (LoadSessionSupport::NotAdvertised, true),
+        Some("true") => (LoadSessionSupport::Advertised, false),
+        Some(_) => (LoadSessionSupport::Malformed, false),
+    };
+    let list = match sessions.map(jsonscan::plain) {
+        Some(Some(Plain::Object(sessions))) => {
+            let [list] = scan_members(sessions, ["list"])?;
+            list.is_some_and(|list| list == "true" || list.starts_with('{'))
+        }
+        _ => false,
+    };
+    Some(SessionSupport {
+        load,
+        load_false,
+        list,
+    })
+}
+
+/// The string member `name` of a raw answer (`sessionId` of `session/new`, `stopReason` of
+/// `session/prompt`), as a tree reads it: `None` when absent or not a string, or when the
+/// answer is not an object. Read from the text when the member is a plain string.
+#[must_use]
+pub fn string_member(answer: &RawJson, name: &str) -> Option<String> {
+    let scanned = scan_members(answer.get(), [name]).and_then(|[value]| match value {
+        None => Some(None),
+        Some(value) if value.starts_with('"') => match jsonscan::plain(value) {
+            Some(Plain::Str(text)) => Some(Some(text.to_owned())),
+            // Escapes: serde decodes them.
+            _ => None,
+        },
+        Some(_) => Some(None),
+    });
+    scanned.unwrap_or_else(|| {
+        answer
+            .to_value()
+            .get(name)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    })
+}
+
+/// The values of the members `names` of the object `text` (valid JSON) as a tree reads
+/// them: each one's text, `None` when absent. `None` altogether when the scan cannot be
+/// sure: `text` is not an object, a member name has an escape (it may spell a name looked
+/// for), or a name looked for is given twice (the tree keeps the last).
+fn scan_members<'a, const N: usize>(
+    text: &'a str,
+    names: [&str; N],
+) -> Option<[Option<&'a str>; N]> {
+    let mut found = [None; N];
+    for (name, value) in jsonscan::members(text)? {
+        if name.contains('\\') {
+            return None;
+        }
+        if let Some(at) = names.iter().position(|n| *n == name) {
+            if found[at].replace(value).is_some() {
+                return None;
+            }
+        }
+    }
+    Some(found)
 }
 
 /// `session/list` params: every session, from `cursor` on.
@@ -467,6 +583,92 @@ mod tests {
                 encode_notification(&method, &tree)
             );
         }
+    }
+
+    /// An answer's text from an alphabet that hits every branch of the readers: the
+    /// members they look for and escaped spellings of them, duplicates, every kind of
+    /// value, whitespace; not always valid JSON (the invalid ones are skipped).
+    fn answer_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let names = prop::sample::select(vec![
+            r#""agentCapabilities""#,
+            r#""loadSession""#,
+            r#""sessionCapabilities""#,
+            r#""list""#,
+            r#""sessionId""#,
+            r#""stopReason""#,
+            r#""l\u006fadSession""#,
+            r#""sessionI\u0064""#,
+            r#""other""#,
+        ]);
+        let leaf = prop::sample::select(vec![
+            "true",
+            "false",
+            "null",
+            "0",
+            "-1.5e3",
+            r#""end_turn""#,
+            r#""s\"1\u00e9""#,
+            "\"\u{e9}\u{1F600}\"",
+            r#""""#,
+            "[]",
+            "[true,{}]",
+            "{}",
+        ])
+        .prop_map(str::to_owned);
+        let ws = prop::sample::select(vec!["", " ", "\n\t"]);
+        leaf.prop_recursive(3, 24, 4, move |inner| {
+            (
+                prop::collection::vec((names.clone(), ws.clone(), inner), 0..4),
+                ws.clone(),
+            )
+                .prop_map(|(members, w)| {
+                    let members: Vec<String> = members
+                        .into_iter()
+                        .map(|(n, a, v)| format!("{a}{n}{a}:{w}{v}"))
+                        .collect();
+                    format!("{{{w}{}{w}}}", members.join(","))
+                })
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4_000))]
+
+        /// The readers of a raw answer answer as the tree readers do, whatever its shape.
+        #[test]
+        fn raw_answers_are_read_as_their_tree(text in answer_text()) {
+            proptest::prop_assume!(serde_json::from_str::<serde::de::IgnoredAny>(&text).is_ok());
+            let raw = RawJson::valid(&text);
+            let tree = raw.to_value();
+            proptest::prop_assert_eq!(session_support(&raw), session_support_of_tree(&tree));
+            for name in ["sessionId", "stopReason"] {
+                proptest::prop_assert_eq!(
+                    string_member(&raw, name),
+                    tree.get(name).and_then(Value::as_str).map(str::to_owned)
+                );
+            }
+        }
+    }
+
+    /// The property above is not vacuous: the scan answers for most generated answers
+    /// that are objects, and leaves some to the tree.
+    #[test]
+    fn the_scan_reads_most_answers_and_not_all() {
+        use proptest::strategy::ValueTree;
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let (mut objects, mut scanned) = (0, 0);
+        for _ in 0..2_000 {
+            let text = answer_text().new_tree(&mut runner).unwrap().current();
+            if text.starts_with('{') && serde_json::from_str::<Value>(&text).is_ok() {
+                objects += 1;
+                scanned += usize::from(scan_session_support(&text).is_some());
+            }
+        }
+        assert!(
+            scanned * 2 > objects && scanned < objects,
+            "{scanned} of {objects} scanned"
+        );
     }
 
     #[test]

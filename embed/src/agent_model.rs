@@ -1891,7 +1891,7 @@ mod tests {
         else {
             panic!("{lines:?}")
         };
-        let session = answer["sessionId"].as_str().unwrap().to_owned();
+        let session = answer.to_value()["sessionId"].as_str().unwrap().to_owned();
         let (_, line) = wire
             .request(
                 "session/prompt",
@@ -1924,7 +1924,7 @@ mod tests {
         }
         assert!(matches!(
             wire.receive(lines.last().unwrap().trim_end().as_bytes()),
-            Incoming::Reply { tag: "prompt", result: Ok(v) } if v["stopReason"] == "end_turn"
+            Incoming::Reply { tag: "prompt", result: Ok(v) } if v.to_value()["stopReason"] == "end_turn"
         ));
     }
 

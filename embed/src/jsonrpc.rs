@@ -1,9 +1,9 @@
 //! JSON-RPC 2.0 framing for ACP's stdio transport: one JSON object per line.
 //!
 //! This layer knows envelopes, not payloads: it tells a response from a request from a
-//! notification, keeps `params` as raw JSON ([`RawJson`]) and `result` as
-//! [`serde_json::Value`] (so a newer agent's unknown fields and update kinds pass through
-//! untouched), and turns everything else into
+//! notification, keeps `params` and `result` as raw JSON ([`RawJson`]: the receiver reads
+//! the few members it needs, and a newer agent's unknown fields and update kinds pass
+//! through untouched), and turns everything else into
 //! a [`FrameError`] a caller can count and report. It never panics on input.
 
 use serde_json::value::RawValue;
@@ -243,8 +243,9 @@ pub enum Frame {
     Response {
         /// The id of the request it answers.
         id: RequestId,
-        /// `Ok(result)` or `Err(error)`.
-        outcome: Result<Value, RpcError>,
+        /// `Ok(result)` (its raw JSON: the receiver reads the members it needs) or
+        /// `Err(error)`.
+        outcome: Result<RawJson, RpcError>,
     },
     /// A request the peer expects an answer to.
     Request {
@@ -404,7 +405,7 @@ fn frame(envelope: Envelope<'_>) -> Result<Frame, FrameError> {
             // our id, which then matches no request).
             let id = id.ok_or(FrameError::BadResponseShape)?;
             let outcome = match (envelope.result, envelope.error) {
-                (Some(result), None) => Ok(value(result)),
+                (Some(result), None) => Ok(RawJson::valid(result)),
                 (None, Some(error)) => Err(parse_error_object(value(error))?),
                 _ => return Err(FrameError::BadResponseShape),
             };
@@ -628,7 +629,7 @@ mod tests {
             frame,
             Frame::Response {
                 id: RequestId::Number(7),
-                outcome: Ok(json!({"a": 1}))
+                outcome: Ok(RawJson::from_value(&json!({"a": 1})))
             }
         );
     }

@@ -460,7 +460,7 @@ impl std::fmt::Display for SpawnError {
 
 impl std::error::Error for SpawnError {}
 
-type Reply = Result<Value, RpcFailure>;
+type Reply = Result<RawJson, RpcFailure>;
 
 /// The connection's bookkeeping, shared by the reader and the callers under one lock, so
 /// that a request can never be registered after the connection closed (and so wait for
@@ -649,6 +649,19 @@ impl AgentConnection {
         params: impl Into<Params>,
         deadline: Instant,
     ) -> Result<Value, RpcFailure> {
+        self.request_raw(method, params, deadline)
+            .await
+            .map(|result| result.to_value())
+    }
+
+    /// [`AgentConnection::request`] with the answer's result kept raw: the caller reads
+    /// the members it needs instead of a tree.
+    pub async fn request_raw(
+        &self,
+        method: &str,
+        params: impl Into<Params>,
+        deadline: Instant,
+    ) -> Result<RawJson, RpcFailure> {
         let (reply_tx, mut reply_rx) = oneshot::channel();
         let registered = self.shared.wire().request(method, &params.into(), reply_tx);
         let (id, line) = registered.map_err(|(_, failure)| failure)?;

@@ -8,10 +8,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use serde_json::Value;
-
 use crate::acp::Params;
-use crate::jsonrpc::{parse_frame, Frame, RequestId};
+use crate::jsonrpc::{parse_frame, Frame, RawJson, RequestId};
 use crate::rpc::{
     AgentEvent, Anomaly, CloseReason, ConnectionStats, RpcFailure, GARBAGE_SAMPLE_BYTES,
     LATE_IDS_REMEMBERED, MAX_PENDING_REQUESTS,
@@ -24,8 +22,9 @@ pub enum Incoming<T> {
     Reply {
         /// What the sender attached to the request.
         tag: T,
-        /// Its result, or the agent's JSON-RPC error as [`RpcFailure::Rpc`].
-        result: Result<Value, RpcFailure>,
+        /// Its result (raw: the receiver reads the members it needs), or the agent's
+        /// JSON-RPC error as [`RpcFailure::Rpc`].
+        result: Result<RawJson, RpcFailure>,
     },
     /// Something to pass on in wire order: a notification, a request from the agent, or
     /// an anomaly (garbage, an unknown or late response id, an oversized line). Pass an
@@ -238,7 +237,7 @@ mod tests {
             wire.receive(answer.trim_end().as_bytes()),
             Incoming::Reply {
                 tag: "new",
-                result: Ok(json!({"sessionId": "s"}))
+                result: Ok(RawJson::from_value(&json!({"sessionId": "s"})))
             }
         );
         assert_eq!(wire.abandon(first), Some("init"));
