@@ -1044,7 +1044,7 @@ impl Reader {
             };
             match outcome {
                 ReadOutcome::Line(line) => {
-                    if let Some(reason) = self.handle_line(&line).await {
+                    if let Some(reason) = self.handle_line(line).await {
                         return reason;
                     }
                 }
@@ -1065,7 +1065,7 @@ impl Reader {
                         // An agent that dies mid-line leaves a fragment; one that simply
                         // omits the last newline leaves a whole message. Either way EOF
                         // is the reason we close, not the fragment.
-                        let _ = self.handle_line(&line).await;
+                        let _ = self.handle_line(line).await;
                     }
                     return self.end_reason().await;
                 }
@@ -1090,10 +1090,10 @@ impl Reader {
     }
 
     /// Handles one line; `Some` if it closes the connection.
-    async fn handle_line(&mut self, line: &[u8]) -> Option<CloseReason> {
+    async fn handle_line(&mut self, line: Vec<u8>) -> Option<CloseReason> {
         let (event, closes) = {
             let mut wire = self.shared.wire();
-            match wire.receive(line) {
+            match wire.receive_owned(line) {
                 Incoming::Reply { tag, result } => {
                     // The waiter may have just timed out; it then reads nothing.
                     let _ = tag.send(result);

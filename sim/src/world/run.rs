@@ -871,12 +871,13 @@ impl World {
                     self.settle();
                     return;
                 }
-                Next::Line(line) => {
+                Next::Line(mut line) => {
                     let ts = self.ts();
                     let Some(p) = self.procs.get_mut(&exec) else {
                         return;
                     };
-                    match p.wire.receive(line.trim_end().as_bytes()) {
+                    line.truncate(line.trim_end().len());
+                    match p.wire.receive_text(line) {
                         Incoming::Reply { tag, result } => {
                             self.engine.reply(ts, exec, tag, result);
                         }
