@@ -39,7 +39,12 @@ fn streaming_engine(now: Timestamp) -> (Engine, palisade_core::ExecutionId) {
     let answer = |engine: &mut Engine, expected: &str, result: Value| loop {
         match engine.poll_action() {
             Some(Action::Request { op, method, .. }) if method == expected => {
-                engine.reply(now, execution, op, Ok(result));
+                engine.reply(
+                    now,
+                    execution,
+                    op,
+                    Ok(palisade_embed::jsonrpc::RawJson::from_value(&result)),
+                );
                 return op;
             }
             Some(_) => {}

@@ -14,6 +14,9 @@ use agent_client_protocol_schema::ProtocolVersion;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::jsonrpc::{encode_with, RawJson, RequestId};
+use crate::jsonscan::{self, Plain};
+
 pub use agent_client_protocol_schema::v1 as schema;
 
 /// `initialize`: client → agent request.
@@ -79,6 +82,121 @@ pub fn list_sessions_support(initialize_result: &Value) -> bool {
     matches!(list, Some(Value::Object(_) | Value::Bool(true)))
 }
 
+/// What an agent's `initialize` answer says about sessions, as the engine reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionSupport {
+    /// `agentCapabilities.loadSession` ([`load_session_support`]).
+    pub load: LoadSessionSupport,
+    /// `loadSession` is the literal `false` (not absent, not `null`).
+    pub load_false: bool,
+    /// [`list_sessions_support`].
+    pub list: bool,
+}
+
+/// [`SessionSupport`] read from a tree of the answer: the reference.
+#[must_use]
+pub fn session_support_of_tree(initialize_result: &Value) -> SessionSupport {
+    SessionSupport {
+        load: load_session_support(initialize_result),
+        load_false: initialize_result
+            .get("agentCapabilities")
+            .and_then(|c| c.get("loadSession"))
+            == Some(&Value::Bool(false)),
+        list: list_sessions_support(initialize_result),
+    }
+}
+
+/// [`SessionSupport`] of a raw `initialize` answer: read from its text when it has the
+/// plain shape, else from a tree; always the tree's reading (a test compares the two).
+#[must_use]
+pub fn session_support(initialize_result: &RawJson) -> SessionSupport {
+    scan_session_support(initialize_result.get())
+        .unwrap_or_else(|| session_support_of_tree(&initialize_result.to_value()))
+}
+
+fn scan_session_support(text: &str) -> Option<SessionSupport> {
+    let none = SessionSupport {
+        load: LoadSessionSupport::NotAdvertised,
+        load_false: false,
+        list: false,
+    };
+    let [capabilities] = scan_members(text, ["agentCapabilities"])?;
+    let capabilities = match capabilities.map(jsonscan::plain) {
+        None | Some(Some(Plain::Null)) => return Some(none),
+        Some(Some(Plain::Object(capabilities))) => capabilities,
+        Some(_) => {
+            return Some(SessionSupport {
+                load: LoadSessionSupport::Malformed,
+                ..none
+            })
+        }
+    };
+    let [load, sessions] = scan_members(capabilities, ["loadSession", "sessionCapabilities"])?;
+    let (load, load_false) = match load {
+        None | Some("null") => (LoadSessionSupport::NotAdvertised, false),
+        Some("false") => (LoadSessionSupport::NotAdvertised, true),
+        Some("true") => (LoadSessionSupport::Advertised, false),
+        Some(_) => (LoadSessionSupport::Malformed, false),
+    };
+    let list = match sessions.map(jsonscan::plain) {
+        Some(Some(Plain::Object(sessions))) => {
+            let [list] = scan_members(sessions, ["list"])?;
+            list.is_some_and(|list| list == "true" || list.starts_with('{'))
+        }
+        _ => false,
+    };
+    Some(SessionSupport {
+        load,
+        load_false,
+        list,
+    })
+}
+
+/// The string member `name` of a raw answer (`sessionId` of `session/new`, `stopReason` of
+/// `session/prompt`), as a tree reads it: `None` when absent or not a string, or when the
+/// answer is not an object. Read from the text when the member is a plain string.
+#[must_use]
+pub fn string_member(answer: &RawJson, name: &str) -> Option<String> {
+    let scanned = scan_members(answer.get(), [name]).and_then(|[value]| match value {
+        None => Some(None),
+        Some(value) if value.starts_with('"') => match jsonscan::plain(value) {
+            Some(Plain::Str(text)) => Some(Some(text.to_owned())),
+            // Escapes: serde decodes them.
+            _ => None,
+        },
+        Some(_) => Some(None),
+    });
+    scanned.unwrap_or_else(|| {
+        answer
+            .to_value()
+            .get(name)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    })
+}
+
+/// The values of the members `names` of the object `text` (valid JSON) as a tree reads
+/// them: each one's text, `None` when absent. `None` altogether when the scan cannot be
+/// sure: `text` is not an object, a member name has an escape (it may spell a name looked
+/// for), or a name looked for is given twice (the tree keeps the last).
+fn scan_members<'a, const N: usize>(
+    text: &'a str,
+    names: [&str; N],
+) -> Option<[Option<&'a str>; N]> {
+    let mut found = [None; N];
+    for (name, value) in jsonscan::members(text)? {
+        if name.contains('\\') {
+            return None;
+        }
+        if let Some(at) = names.iter().position(|n| *n == name) {
+            if found[at].replace(value).is_some() {
+                return None;
+            }
+        }
+    }
+    Some(found)
+}
+
 /// `session/list` params: every session, from `cursor` on.
 #[must_use]
 pub fn list_sessions_params(cursor: Option<&str>) -> Value {
@@ -104,6 +222,193 @@ pub fn listed_in(answer: &Value, session_id: &str) -> (Option<bool>, Option<Stri
         .and_then(Value::as_str)
         .map(str::to_owned);
     (Some(listed), next)
+}
+
+/// The params of a request or notification the engine sends, kept as their parts and
+/// written straight into the line ([`Params::request_line`]): no tree is built per request.
+/// The bytes are exactly those of the tree the `*_params` builders below make (a test
+/// compares the two on arbitrary texts), so an agent reads the same line either way.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Params {
+    /// `initialize` of [`crate::engine::CLIENT_NAME`] at this crate's version; its text is
+    /// built once.
+    Initialize,
+    /// `session/new` in `cwd`.
+    NewSession {
+        /// The working directory.
+        cwd: PathBuf,
+    },
+    /// `session/load` of `session_id` in `cwd`.
+    LoadSession {
+        /// The conversation to load.
+        session_id: String,
+        /// The working directory.
+        cwd: PathBuf,
+    },
+    /// `session/list` from `cursor`.
+    ListSessions {
+        /// The page to start from.
+        cursor: Option<String>,
+    },
+    /// `session/prompt` of one text block.
+    Prompt {
+        /// The conversation.
+        session_id: String,
+        /// The prompt's text.
+        text: String,
+    },
+    /// `session/cancel`.
+    Cancel {
+        /// The conversation.
+        session_id: String,
+    },
+    /// Any other params, as a tree (`null`: none).
+    Tree(Value),
+}
+
+impl From<Value> for Params {
+    fn from(value: Value) -> Params {
+        Params::Tree(value)
+    }
+}
+
+/// The text of [`Params::Initialize`], built once: the params are the same for every agent.
+static INITIALIZE_TEXT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    initialize_params(crate::engine::CLIENT_NAME, env!("CARGO_PKG_VERSION")).to_string()
+});
+
+/// `session/new`'s params as the schema writes them (the members in its order).
+#[derive(Serialize)]
+struct NewSessionText<'a> {
+    cwd: &'a std::path::Path,
+    #[serde(rename = "mcpServers")]
+    mcp_servers: [(); 0],
+}
+
+/// `session/load`'s params as the schema writes them.
+#[derive(Serialize)]
+struct LoadSessionText<'a> {
+    #[serde(rename = "mcpServers")]
+    mcp_servers: [(); 0],
+    cwd: &'a std::path::Path,
+    #[serde(rename = "sessionId")]
+    session_id: &'a str,
+}
+
+/// `session/prompt`'s params as the schema writes them.
+#[derive(Serialize)]
+struct PromptText<'a> {
+    #[serde(rename = "sessionId")]
+    session_id: &'a str,
+    prompt: [TextBlock<'a>; 1],
+}
+
+/// A text content block as the schema writes it.
+#[derive(Serialize)]
+struct TextBlock<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: &'a str,
+}
+
+/// `session/cancel`'s params as the schema writes them.
+#[derive(Serialize)]
+struct CancelText<'a> {
+    #[serde(rename = "sessionId")]
+    session_id: &'a str,
+}
+
+/// `session/list`'s params.
+#[derive(Serialize)]
+struct ListText<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cursor: Option<&'a str>,
+}
+
+impl Params {
+    /// The text of a `session/prompt`'s one text block.
+    #[must_use]
+    pub fn prompt_text(&self) -> Option<&str> {
+        match self {
+            Params::Prompt { text, .. } => Some(text),
+            _ => None,
+        }
+    }
+
+    /// The params as a tree, built as the `*_params` builders build them.
+    #[must_use]
+    pub fn to_value(&self) -> Value {
+        match self {
+            Params::Initialize => {
+                initialize_params(crate::engine::CLIENT_NAME, env!("CARGO_PKG_VERSION"))
+            }
+            Params::NewSession { cwd } => new_session_params(cwd.clone()),
+            Params::LoadSession { session_id, cwd } => load_session_params(session_id, cwd.clone()),
+            Params::ListSessions { cursor } => list_sessions_params(cursor.as_deref()),
+            Params::Prompt { session_id, text } => prompt_params(session_id, text),
+            Params::Cancel { session_id } => cancel_params(session_id),
+            Params::Tree(value) => value.clone(),
+        }
+    }
+
+    /// Appends the params' compact JSON text to `line`; `false` (and nothing written) when
+    /// there are none.
+    fn write(&self, line: &mut Vec<u8>) -> bool {
+        let written = match self {
+            Params::Initialize => {
+                line.extend_from_slice(INITIALIZE_TEXT.as_bytes());
+                Ok(())
+            }
+            Params::NewSession { cwd } => serde_json::to_writer(
+                &mut *line,
+                &NewSessionText {
+                    cwd,
+                    mcp_servers: [],
+                },
+            ),
+            Params::LoadSession { session_id, cwd } => serde_json::to_writer(
+                &mut *line,
+                &LoadSessionText {
+                    mcp_servers: [],
+                    cwd,
+                    session_id,
+                },
+            ),
+            Params::ListSessions { cursor } => serde_json::to_writer(
+                &mut *line,
+                &ListText {
+                    cursor: cursor.as_deref(),
+                },
+            ),
+            Params::Prompt { session_id, text } => serde_json::to_writer(
+                &mut *line,
+                &PromptText {
+                    session_id,
+                    prompt: [TextBlock { kind: "text", text }],
+                },
+            ),
+            Params::Cancel { session_id } => {
+                serde_json::to_writer(&mut *line, &CancelText { session_id })
+            }
+            Params::Tree(Value::Null) => return false,
+            Params::Tree(value) => serde_json::to_writer(&mut *line, value),
+        };
+        // A path that is not UTF-8 fails here as it fails the schema's serialization.
+        written.expect("params are strings and UTF-8 paths, so they always serialize");
+        true
+    }
+
+    /// The request `id` of `method` with these params, as one line (newline included).
+    #[must_use]
+    pub fn request_line(&self, id: &RequestId, method: &str) -> String {
+        encode_with(Some(id), method, |line| self.write(line))
+    }
+
+    /// The notification `method` with these params, as one line (newline included).
+    #[must_use]
+    pub fn notification_line(&self, method: &str) -> String {
+        encode_with(None, method, |line| self.write(line))
+    }
 }
 
 fn to_params(payload: &impl Serialize) -> Value {
@@ -150,6 +455,7 @@ pub fn cancel_params(session_id: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy as _;
     use serde_json::json;
 
     #[test]
@@ -209,6 +515,176 @@ mod tests {
         assert_eq!(listed_in(&json!({"x": 1}), "s1"), (None, None));
         assert_eq!(list_sessions_params(None), json!({}));
         assert_eq!(list_sessions_params(Some("c2")), json!({"cursor": "c2"}));
+    }
+
+    /// Text with what JSON must escape, and what it must not: quotes, backslashes, every
+    /// control character, DEL, non-ASCII, a lone `/`, and the characters serde writes as
+    /// `\uXXXX`.
+    fn hostile_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let ch = prop_oneof![
+            4 => any::<char>(),
+            4 => prop::sample::select(vec![
+                '"', '\\', '/', '\u{0}', '\u{1}', '\u{8}', '\u{9}', '\u{a}', '\u{c}',
+                '\u{d}', '\u{1b}', '\u{1f}', '\u{7f}', '\u{e9}', '\u{2028}', '\u{1F600}',
+                'a', ' ',
+            ]),
+        ];
+        prop::collection::vec(ch, 0..40).prop_map(|cs| cs.into_iter().collect())
+    }
+
+    /// Every kind of params, with hostile texts in every string.
+    fn any_params() -> impl proptest::strategy::Strategy<Value = Params> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just(Params::Initialize),
+            hostile_text().prop_map(|cwd| Params::NewSession { cwd: cwd.into() }),
+            (hostile_text(), hostile_text()).prop_map(|(session_id, cwd)| {
+                Params::LoadSession {
+                    session_id,
+                    cwd: cwd.into(),
+                }
+            }),
+            proptest::option::of(hostile_text()).prop_map(|cursor| Params::ListSessions { cursor }),
+            (hostile_text(), hostile_text())
+                .prop_map(|(session_id, text)| Params::Prompt { session_id, text }),
+            hostile_text().prop_map(|session_id| Params::Cancel { session_id }),
+            prop_oneof![
+                Just(json!(null)),
+                Just(json!({})),
+                hostile_text().prop_map(|t| json!({"t": t, "n": [1, -2.5, true]})),
+            ]
+            .prop_map(Params::Tree),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4_000))]
+
+        /// The line written from the parts is byte for byte the line of the tree the
+        /// schema's structs make (the digests of the sweep depend on these bytes).
+        #[test]
+        fn params_are_written_as_their_tree_is(
+            params in any_params(),
+            id in proptest::prop_oneof![
+                proptest::prelude::any::<i64>().prop_map(RequestId::Number),
+                hostile_text().prop_map(RequestId::Str),
+            ],
+            method in hostile_text(),
+        ) {
+            use crate::jsonrpc::{encode_notification, encode_request};
+            let tree = params.to_value();
+            proptest::prop_assert_eq!(
+                params.request_line(&id, &method),
+                encode_request(&id, &method, &tree)
+            );
+            proptest::prop_assert_eq!(
+                params.notification_line(&method),
+                encode_notification(&method, &tree)
+            );
+        }
+    }
+
+    /// An answer's text from an alphabet that hits every branch of the readers: the
+    /// members they look for and escaped spellings of them, duplicates, every kind of
+    /// value, whitespace; not always valid JSON (the invalid ones are skipped).
+    fn answer_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let names = prop::sample::select(vec![
+            r#""agentCapabilities""#,
+            r#""loadSession""#,
+            r#""sessionCapabilities""#,
+            r#""list""#,
+            r#""sessionId""#,
+            r#""stopReason""#,
+            r#""l\u006fadSession""#,
+            r#""sessionI\u0064""#,
+            r#""other""#,
+        ]);
+        let leaf = prop::sample::select(vec![
+            "true",
+            "false",
+            "null",
+            "0",
+            "-1.5e3",
+            r#""end_turn""#,
+            r#""s\"1\u00e9""#,
+            "\"\u{e9}\u{1F600}\"",
+            r#""""#,
+            "[]",
+            "[true,{}]",
+            "{}",
+        ])
+        .prop_map(str::to_owned);
+        let ws = prop::sample::select(vec!["", " ", "\n\t"]);
+        leaf.prop_recursive(3, 24, 4, move |inner| {
+            (
+                prop::collection::vec((names.clone(), ws.clone(), inner), 0..4),
+                ws.clone(),
+            )
+                .prop_map(|(members, w)| {
+                    let members: Vec<String> = members
+                        .into_iter()
+                        .map(|(n, a, v)| format!("{a}{n}{a}:{w}{v}"))
+                        .collect();
+                    format!("{{{w}{}{w}}}", members.join(","))
+                })
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4_000))]
+
+        /// The readers of a raw answer answer as the tree readers do, whatever its shape.
+        #[test]
+        fn raw_answers_are_read_as_their_tree(text in answer_text()) {
+            proptest::prop_assume!(serde_json::from_str::<serde::de::IgnoredAny>(&text).is_ok());
+            let raw = RawJson::valid(&text);
+            let tree = raw.to_value();
+            proptest::prop_assert_eq!(session_support(&raw), session_support_of_tree(&tree));
+            for name in ["sessionId", "stopReason"] {
+                proptest::prop_assert_eq!(
+                    string_member(&raw, name),
+                    tree.get(name).and_then(Value::as_str).map(str::to_owned)
+                );
+            }
+        }
+    }
+
+    /// The property above is not vacuous: the scan answers for most generated answers
+    /// that are objects, and leaves some to the tree.
+    #[test]
+    fn the_scan_reads_most_answers_and_not_all() {
+        use proptest::strategy::ValueTree;
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let (mut objects, mut scanned) = (0, 0);
+        for _ in 0..2_000 {
+            let text = answer_text().new_tree(&mut runner).unwrap().current();
+            if text.starts_with('{') && serde_json::from_str::<Value>(&text).is_ok() {
+                objects += 1;
+                scanned += usize::from(scan_session_support(&text).is_some());
+            }
+        }
+        assert!(
+            scanned * 2 > objects && scanned < objects,
+            "{scanned} of {objects} scanned"
+        );
+    }
+
+    #[test]
+    fn the_initialize_line_names_us_once_built() {
+        let line = Params::Initialize.request_line(&RequestId::Number(1), INITIALIZE);
+        let tree = initialize_params(crate::engine::CLIENT_NAME, env!("CARGO_PKG_VERSION"));
+        assert_eq!(
+            line,
+            crate::jsonrpc::encode_request(&RequestId::Number(1), INITIALIZE, &tree)
+        );
+        assert!(line.contains(r#""name":"palisade-supervise""#), "{line}");
+        // A tree of null is no params at all.
+        assert_eq!(
+            Params::Tree(Value::Null).notification_line("m"),
+            "{\"jsonrpc\":\"2.0\",\"method\":\"m\"}\n"
+        );
     }
 
     #[test]

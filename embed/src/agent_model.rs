@@ -1877,7 +1877,11 @@ mod tests {
         let mut wire: Wire<&str> = Wire::new(0);
         let mut model = AgentModel::new("e1", Behaviour::default(), 7, 0);
         let (_, line) = wire
-            .request("session/new", &json!({"cwd": "/"}), "new")
+            .request(
+                "session/new",
+                &crate::acp::Params::Tree(json!({"cwd": "/"})),
+                "new",
+            )
             .unwrap();
         model.on_line(0, line.trim_end().as_bytes(), &mut store);
         let lines = drain(&mut model, 10);
@@ -1887,11 +1891,14 @@ mod tests {
         else {
             panic!("{lines:?}")
         };
-        let session = answer["sessionId"].as_str().unwrap().to_owned();
+        let session = answer.to_value()["sessionId"].as_str().unwrap().to_owned();
         let (_, line) = wire
             .request(
                 "session/prompt",
-                &crate::acp::prompt_params(&session, "hello"),
+                &crate::acp::Params::Prompt {
+                    session_id: session,
+                    text: "hello".into(),
+                },
                 "prompt",
             )
             .unwrap();
@@ -1917,7 +1924,7 @@ mod tests {
         }
         assert!(matches!(
             wire.receive(lines.last().unwrap().trim_end().as_bytes()),
-            Incoming::Reply { tag: "prompt", result: Ok(v) } if v["stopReason"] == "end_turn"
+            Incoming::Reply { tag: "prompt", result: Ok(v) } if v.to_value()["stopReason"] == "end_turn"
         ));
     }
 

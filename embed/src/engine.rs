@@ -62,7 +62,6 @@
 //! as the new turn's output (ACP notifications carry no request id to tell them apart).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::LazyLock;
 
 #[cfg(feature = "audit")]
 use palisade_core::audit::{Checker, Found};
@@ -91,11 +90,6 @@ use crate::state::{self, ExecutionRecord, Header, QueuedOutput, SessionRecord, S
 
 /// The name the supervisor gives itself in `initialize`.
 pub const CLIENT_NAME: &str = "palisade-supervise";
-
-/// The `initialize` params, the same for every agent: built once and cloned per start
-/// (serializing the ACP struct into a tree on every start was 2 % of a `swarm` seed).
-static INITIALIZE_PARAMS: LazyLock<Value> =
-    LazyLock::new(|| acp::initialize_params(CLIENT_NAME, env!("CARGO_PKG_VERSION")));
 
 /// Failure causes remembered for [`SessionEvent::FailureReported`]. A cause is looked up
 /// in the same step as (or a few steps after) it was recorded, so a short ring suffices.
@@ -167,7 +161,7 @@ pub enum Action {
         /// The ACP method.
         method: &'static str,
         /// Its params.
-        params: Value,
+        params: acp::Params,
         /// When to give up waiting.
         deadline: Timestamp,
     },
@@ -178,7 +172,7 @@ pub enum Action {
         /// The ACP method.
         method: &'static str,
         /// Its params.
-        params: Value,
+        params: acp::Params,
     },
     /// Answer a request the agent sent.
     Respond {
@@ -314,7 +308,7 @@ struct Runtime {
     prompt: Option<PromptState>,
     /// A dispatch waiting for the agent to answer the prompt before it (ACP runs one
     /// prompt at a time per session): its state and its request's params.
-    held: Option<(PromptState, Value)>,
+    held: Option<(PromptState, acp::Params)>,
     close_reason: Option<CloseReason>,
     reaped: Option<Option<ProcessExit>>,
     /// The agent advertised `session/list` in `initialize`.
@@ -508,16 +502,10 @@ fn is_transport(failure: &RpcFailure) -> bool {
 
 /// The agent's `loadSession` as the core wants it: `None` when absent. A malformed value
 /// proves nothing, so it is read as "try": the load's own answer then decides (rule 6).
-fn load_capability(initialize_result: &Value) -> Option<bool> {
-    match acp::load_session_support(initialize_result) {
+fn load_capability(support: acp::SessionSupport) -> Option<bool> {
+    match support.load {
         acp::LoadSessionSupport::Advertised | acp::LoadSessionSupport::Malformed => Some(true),
-        acp::LoadSessionSupport::NotAdvertised => {
-            let explicit_false = initialize_result
-                .get("agentCapabilities")
-                .and_then(|c| c.get("loadSession"))
-                == Some(&Value::Bool(false));
-            explicit_false.then_some(false)
-        }
+        acp::LoadSessionSupport::NotAdvertised => support.load_false.then_some(false),
     }
 }
 
@@ -1019,7 +1007,7 @@ impl Engine {
                     execution,
                     op: Op::Initialize,
                     method: acp::INITIALIZE,
-                    params: INITIALIZE_PARAMS.clone(),
+                    params: acp::Params::Initialize,
                     deadline,
                 });
             }
@@ -1067,7 +1055,7 @@ impl Engine {
         now: Timestamp,
         execution: ExecutionId,
         op: Op,
-        result: Result<Value, RpcFailure>,
+        result: Result<RawJson, RpcFailure>,
     ) {
         let Some(runtime) = self.runtimes.get(&execution) else {
             return;
@@ -1076,10 +1064,11 @@ impl Engine {
         match op {
             Op::Initialize => match result {
                 Ok(answer) => {
-                    let capability = load_capability(&answer);
+                    let support = acp::session_support(&answer);
+                    let capability = load_capability(support);
                     if let Some(runtime) = self.runtimes.get_mut(&execution) {
                         runtime.load_capability = capability;
-                        runtime.lists_sessions = acp::list_sessions_support(&answer);
+                        runtime.lists_sessions = support.list;
                     }
                     self.callback(
                         now,
@@ -1545,7 +1534,10 @@ impl Engine {
                 if let Some(runtime) = self.runtimes.get_mut(&execution) {
                     runtime.loading = Some(conversation.clone());
                 }
-                let params = acp::load_session_params(&conversation, self.config.cwd.clone());
+                let params = acp::Params::LoadSession {
+                    session_id: conversation.clone(),
+                    cwd: self.config.cwd.clone(),
+                };
                 self.emit(SessionEvent::ConversationLoading {
                     session,
                     execution,
@@ -1577,7 +1569,9 @@ impl Engine {
                     execution,
                     op: Op::New { reason },
                     method: acp::SESSION_NEW,
-                    params: acp::new_session_params(self.config.cwd.clone()),
+                    params: acp::Params::NewSession {
+                        cwd: self.config.cwd.clone(),
+                    },
                     deadline: now.plus_millis(self.config.new_session_timeout_ms),
                 });
             }
@@ -1620,7 +1614,10 @@ impl Engine {
                     idle_deadline,
                     superseded: false,
                 };
-                let params = acp::prompt_params(&conversation, &text);
+                let params = acp::Params::Prompt {
+                    session_id: conversation,
+                    text,
+                };
                 let Some(runtime) = self.runtimes.get_mut(&execution) else {
                     return;
                 };
@@ -1660,7 +1657,9 @@ impl Engine {
                     self.actions.push_back(Action::Notify {
                         execution,
                         method: acp::SESSION_CANCEL,
-                        params: acp::cancel_params(&conversation),
+                        params: acp::Params::Cancel {
+                            session_id: conversation,
+                        },
                     });
                 }
             }
@@ -1888,7 +1887,7 @@ impl Engine {
         &mut self,
         now: Timestamp,
         execution: ExecutionId,
-        result: Result<Value, RpcFailure>,
+        result: Result<RawJson, RpcFailure>,
     ) {
         let Some(runtime) = self.runtimes.get_mut(&execution) else {
             return;
@@ -1963,7 +1962,9 @@ impl Engine {
             execution,
             op: Op::List,
             method: acp::SESSION_LIST,
-            params: acp::list_sessions_params(cursor),
+            params: acp::Params::ListSessions {
+                cursor: cursor.map(str::to_owned),
+            },
             deadline: now.plus_millis(self.config.load_timeout_ms),
         });
     }
@@ -1974,7 +1975,7 @@ impl Engine {
         &mut self,
         now: Timestamp,
         execution: ExecutionId,
-        result: Result<Value, RpcFailure>,
+        result: Result<RawJson, RpcFailure>,
     ) {
         let Some(runtime) = self.runtimes.get_mut(&execution) else {
             return;
@@ -1984,7 +1985,8 @@ impl Engine {
         };
         match result {
             Ok(answer) => {
-                let (listed, next) = acp::listed_in(&answer, &pending.outcome.requested_session);
+                let (listed, next) =
+                    acp::listed_in(&answer.to_value(), &pending.outcome.requested_session);
                 pending.pages += 1;
                 pending.outcome.listing = match (listed, next) {
                     (Some(true), _) => SessionListing::Listed,
@@ -2016,7 +2018,7 @@ impl Engine {
         now: Timestamp,
         execution: ExecutionId,
         reason: NewConversationReason,
-        result: Result<Value, RpcFailure>,
+        result: Result<RawJson, RpcFailure>,
     ) {
         let Some(runtime) = self.runtimes.get(&execution) else {
             return;
@@ -2025,13 +2027,13 @@ impl Engine {
         let attempt = runtime.attempt;
         match result {
             Ok(answer) => {
-                let Some(id) = answer.get("sessionId").and_then(Value::as_str) else {
-                    let stamp =
-                        self.stamp(attempt, FailureCause::NewSessionAnswer(answer.to_string()));
+                let Some(id) = acp::string_member(&answer, "sessionId") else {
+                    // As the tree prints it, whatever the agent's spacing.
+                    let shown = answer.to_value().to_string();
+                    let stamp = self.stamp(attempt, FailureCause::NewSessionAnswer(shown));
                     self.callback(now, execution, RuntimeEvent::StartFailed { stamp });
                     return;
                 };
-                let id = id.to_owned();
                 let token = ConversationToken::new(self.counters.next_token)
                     .expect("the token counter starts at 1 and only grows");
                 self.counters.next_token = self.counters.next_token.saturating_add(1);
@@ -2071,7 +2073,7 @@ impl Engine {
         execution: ExecutionId,
         turn: TurnId,
         dispatch: u64,
-        result: Result<Value, RpcFailure>,
+        result: Result<RawJson, RpcFailure>,
     ) {
         let Some(runtime) = self.runtimes.get_mut(&execution) else {
             return;
@@ -2110,7 +2112,7 @@ impl Engine {
         now: Timestamp,
         execution: ExecutionId,
         state: PromptState,
-        params: Value,
+        params: acp::Params,
     ) {
         self.actions.push_back(Action::Request {
             execution,
@@ -2133,7 +2135,7 @@ impl Engine {
         attempt: AttemptId,
         turn: TurnId,
         prompt: PromptState,
-        result: Result<Value, RpcFailure>,
+        result: Result<RawJson, RpcFailure>,
     ) {
         let Some(runtime) = self.runtimes.get_mut(&execution) else {
             return;
@@ -2144,10 +2146,7 @@ impl Engine {
                 if !prompt.accepted {
                     self.callback(now, execution, RuntimeEvent::PromptAccepted { turn });
                 }
-                let stop_reason = answer
-                    .get("stopReason")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
+                let stop_reason = acp::string_member(&answer, "stopReason");
                 self.books.entry(session).or_default().stop_reason = stop_reason;
                 self.callback(now, execution, RuntimeEvent::PromptCompleted { turn });
                 if let Some(book) = self.books.get_mut(&session) {
@@ -2341,7 +2340,7 @@ mod tests {
     ) {
         match engine.poll_action() {
             Some(Action::Request { op, method: m, .. }) if m == method => {
-                engine.reply(now, execution, op, Ok(result));
+                engine.reply(now, execution, op, Ok(RawJson::from_value(&result)));
             }
             other => panic!("expected {method}, got {other:?}"),
         }
@@ -2484,7 +2483,7 @@ mod tests {
                 ..
             }) => {
                 assert_eq!(t, turn);
-                let text = params["prompt"][0]["text"].as_str().unwrap();
+                let text = params.prompt_text().unwrap();
                 assert_eq!(text.matches(crate::replay::REPLAY_BLOCK_TAG).count(), 1);
                 assert!(text.contains("delivered-through=\"1\""));
                 assert!(text.ends_with("hello"));
@@ -2516,7 +2515,12 @@ mod tests {
             json!({"sessionId": "c1"}),
         );
         let op = prompt_request(&mut engine);
-        engine.reply(now, execution, op, Ok(json!({"stopReason": "end_turn"})));
+        engine.reply(
+            now,
+            execution,
+            op,
+            Ok(RawJson::from_value(&json!({"stopReason": "end_turn"}))),
+        );
         engine.agent_event(
             now,
             execution,
@@ -2603,7 +2607,12 @@ mod tests {
         let actions: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
         assert!(actions.contains(&Action::Kill { execution }), "{actions:?}");
         // A late initialize answer is ignored; reaping ends the runtime.
-        engine.reply(now, execution, Op::Initialize, Ok(json!({})));
+        engine.reply(
+            now,
+            execution,
+            Op::Initialize,
+            Ok(RawJson::from_value(&json!({}))),
+        );
         assert!(engine.poll_action().is_none());
         engine.reaped(now, execution, Some(ProcessExit::Signal(9)));
         assert_eq!(engine.runtime_count(), 0);
@@ -2711,7 +2720,7 @@ mod tests {
             now,
             second,
             abandoned,
-            Ok(json!({"stopReason": "cancelled"})),
+            Ok(RawJson::from_value(&json!({"stopReason": "cancelled"}))),
         );
         let before = events(&mut engine);
         assert!(
@@ -2723,7 +2732,12 @@ mod tests {
         let current = prompt_request(&mut engine);
         assert_ne!(abandoned, current);
         // The current one ends the turn, once.
-        engine.reply(now, second, current, Ok(json!({"stopReason": "end_turn"})));
+        engine.reply(
+            now,
+            second,
+            current,
+            Ok(RawJson::from_value(&json!({"stopReason": "end_turn"}))),
+        );
         let ended: Vec<_> = events(&mut engine)
             .into_iter()
             .filter_map(|e| match e {
@@ -2744,7 +2758,7 @@ mod tests {
 
     #[test]
     fn load_capability_is_absent_false_or_worth_a_try() {
-        let read = |v: Value| load_capability(&v);
+        let read = |v: Value| load_capability(acp::session_support(&RawJson::from_value(&v)));
         assert_eq!(
             read(json!({"agentCapabilities": {"loadSession": true}})),
             Some(true)
@@ -2796,7 +2810,12 @@ mod tests {
             json!({"sessionId": "c1"}),
         );
         let op = prompt_request(engine);
-        engine.reply(now, execution, op, Ok(json!({"stopReason": "end_turn"})));
+        engine.reply(
+            now,
+            execution,
+            op,
+            Ok(RawJson::from_value(&json!({"stopReason": "end_turn"}))),
+        );
         events(engine);
         execution
     }
@@ -2880,10 +2899,20 @@ mod tests {
         );
         // The agent streams the cancelled prompt's output, then answers it.
         engine.agent_event(now, execution, chunk("late output of the cancelled prompt"));
-        engine.reply(now, execution, old, Ok(json!({"stopReason": "cancelled"})));
+        engine.reply(
+            now,
+            execution,
+            old,
+            Ok(RawJson::from_value(&json!({"stopReason": "cancelled"}))),
+        );
         let new = prompt_request(&mut engine);
         engine.agent_event(now, execution, chunk("third's output"));
-        engine.reply(now, execution, new, Ok(json!({"stopReason": "end_turn"})));
+        engine.reply(
+            now,
+            execution,
+            new,
+            Ok(RawJson::from_value(&json!({"stopReason": "end_turn"}))),
+        );
         let got = events(&mut engine);
         let outputs: Vec<(TurnId, String)> = got
             .iter()
@@ -3074,7 +3103,7 @@ mod tests {
                         other => return Err(format!("unexpected request {other}")),
                     };
                     answered += 1;
-                    engine.reply(now, execution, op, Ok(result));
+                    engine.reply(now, execution, op, Ok(RawJson::from_value(&result)));
                 }
                 Action::Stop { .. } | Action::Kill { .. } => {
                     return Err(format!(

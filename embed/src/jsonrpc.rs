@@ -1,9 +1,9 @@
 //! JSON-RPC 2.0 framing for ACP's stdio transport: one JSON object per line.
 //!
 //! This layer knows envelopes, not payloads: it tells a response from a request from a
-//! notification, keeps `params` as raw JSON ([`RawJson`]) and `result` as
-//! [`serde_json::Value`] (so a newer agent's unknown fields and update kinds pass through
-//! untouched), and turns everything else into
+//! notification, keeps `params` and `result` as raw JSON ([`RawJson`]: the receiver reads
+//! the few members it needs, and a newer agent's unknown fields and update kinds pass
+//! through untouched), and turns everything else into
 //! a [`FrameError`] a caller can count and report. It never panics on input.
 
 use serde_json::value::RawValue;
@@ -85,12 +85,13 @@ impl std::error::Error for RpcError {}
 /// [`RawValue`] of [`RawJson::raw`] (and of serialization) is made on first use.
 ///
 /// The text is shared: a member cut out of a `RawJson` ([`RawJson::part`], e.g. a
-/// notification's `update` out of its params) and a clone point into the same bytes
-/// instead of copying them.
+/// notification's `update` out of its params), a clone, and the params or result of a line
+/// framed by [`parse_shared`] point into the same bytes instead of copying them.
 #[derive(Clone)]
 pub struct RawJson {
-    /// The text this value is a part of (all of it, or the text it was cut out of).
-    whole: std::sync::Arc<str>,
+    /// The text this value is a part of (all of it, the text it was cut out of, or the
+    /// line it came in).
+    whole: std::sync::Arc<String>,
     /// Where this value's text lies in `whole` (on character boundaries).
     span: std::ops::Range<usize>,
     raw: std::sync::OnceLock<Box<RawValue>>,
@@ -117,10 +118,25 @@ impl RawJson {
         if !inside {
             return RawJson::valid(part);
         }
-        let start = self.span.start + start;
+        RawJson::within(&self.whole, self.span.start + start, part.len())
+    }
+
+    /// `part`, one valid JSON value cut out of `whole` (a line framed by [`parse_shared`]),
+    /// sharing `whole`'s text; copied if it does not lie inside it.
+    fn shared(whole: &std::sync::Arc<String>, part: &str) -> RawJson {
+        let start = (part.as_ptr() as usize).wrapping_sub(whole.as_ptr() as usize);
+        let inside = start <= whole.len() && part.len() <= whole.len() - start;
+        if !inside {
+            return RawJson::valid(part);
+        }
+        RawJson::within(whole, start, part.len())
+    }
+
+    /// The `len` bytes of `whole` from `start` (on character boundaries).
+    fn within(whole: &std::sync::Arc<String>, start: usize, len: usize) -> RawJson {
         RawJson {
-            whole: std::sync::Arc::clone(&self.whole),
-            span: start..start + part.len(),
+            whole: std::sync::Arc::clone(whole),
+            span: start..start + len,
             raw: std::sync::OnceLock::new(),
             update_spans: None,
         }
@@ -171,25 +187,25 @@ impl RawJson {
     /// member's value as [`crate::jsonscan`] cuts it out of validated text.
     pub(crate) fn valid(text: &str) -> RawJson {
         RawJson {
-            whole: text.into(),
+            whole: std::sync::Arc::new(text.to_owned()),
             span: 0..text.len(),
             raw: std::sync::OnceLock::new(),
             update_spans: None,
         }
     }
 
-    /// [`RawJson::valid`] with the spans the validating walk noted in `text`.
-    fn noted(text: &str, spans: Option<jsonscan::UpdateSpans>) -> RawJson {
+    /// `raw` with the spans the validating walk noted in its text.
+    fn noted(raw: RawJson, spans: Option<jsonscan::UpdateSpans>) -> RawJson {
         RawJson {
             // Unsure spans are of no use to a reader (it reads the text afresh).
             update_spans: spans.filter(|s| !s.unsure).map(Box::new),
-            ..RawJson::valid(text)
+            ..raw
         }
     }
 
     fn from_box(raw: Box<RawValue>) -> RawJson {
         RawJson {
-            whole: raw.get().into(),
+            whole: std::sync::Arc::new(raw.get().to_owned()),
             span: 0..raw.get().len(),
             raw: std::sync::OnceLock::from(raw),
             update_spans: None,
@@ -243,8 +259,9 @@ pub enum Frame {
     Response {
         /// The id of the request it answers.
         id: RequestId,
-        /// `Ok(result)` or `Err(error)`.
-        outcome: Result<Value, RpcError>,
+        /// `Ok(result)` (its raw JSON: the receiver reads the members it needs) or
+        /// `Err(error)`.
+        outcome: Result<RawJson, RpcError>,
     },
     /// A request the peer expects an answer to.
     Request {
@@ -362,17 +379,37 @@ pub fn parse_frame(line: &[u8]) -> Result<Frame, FrameError> {
         Some(envelope) => envelope,
         None => serde_envelope(line)?,
     };
-    frame(envelope)
+    frame(envelope, None)
+}
+
+/// [`parse_frame`] of a line already checked to be UTF-8 (a `String`), whose frame's
+/// params or result share the line's text instead of copying it: the same frame (or
+/// error), validated once (a test compares the two).
+pub fn parse_shared(line: &std::sync::Arc<String>) -> Result<Frame, FrameError> {
+    let envelope = match jsonscan::envelope_of_text(line) {
+        Some(envelope) => envelope,
+        None => serde_envelope(line.as_bytes())?,
+    };
+    frame(envelope, Some(line))
 }
 
 /// [`parse_frame`] with serde's reading of the envelope only: the reference the scan is
 /// tested against.
 #[cfg(test)]
 fn parse_frame_with_serde(line: &[u8]) -> Result<Frame, FrameError> {
-    frame(serde_envelope(line)?)
+    frame(serde_envelope(line)?, None)
 }
 
-fn frame(envelope: Envelope<'_>) -> Result<Frame, FrameError> {
+/// The frame of `envelope`, whose members are cut out of `line` when it is given (their
+/// text is then shared) and copied otherwise.
+fn frame(
+    envelope: Envelope<'_>,
+    line: Option<&std::sync::Arc<String>>,
+) -> Result<Frame, FrameError> {
+    let raw = |text: &str| match line {
+        Some(line) => RawJson::shared(line, text),
+        None => RawJson::valid(text),
+    };
     if envelope.jsonrpc != Some("\"2.0\"") {
         return Err(FrameError::BadVersion);
     }
@@ -389,12 +426,12 @@ fn frame(envelope: Envelope<'_>) -> Result<Frame, FrameError> {
                 Some(id) => Frame::Request {
                     id,
                     method,
-                    params: envelope.params.map_or_else(RawJson::null, RawJson::valid),
+                    params: envelope.params.map_or_else(RawJson::null, raw),
                 },
                 None => Frame::Notification {
                     method,
                     params: envelope.params.map_or_else(RawJson::null, |params| {
-                        RawJson::noted(params, envelope.update_spans)
+                        RawJson::noted(raw(params), envelope.update_spans)
                     }),
                 },
             })
@@ -404,7 +441,7 @@ fn frame(envelope: Envelope<'_>) -> Result<Frame, FrameError> {
             // our id, which then matches no request).
             let id = id.ok_or(FrameError::BadResponseShape)?;
             let outcome = match (envelope.result, envelope.error) {
-                (Some(result), None) => Ok(value(result)),
+                (Some(result), None) => Ok(raw(result)),
                 (None, Some(error)) => Err(parse_error_object(value(error))?),
                 _ => return Err(FrameError::BadResponseShape),
             };
@@ -506,6 +543,32 @@ pub fn encode_notification(method: &str, params: &Value) -> String {
     .line()
 }
 
+/// Encodes a request (with `id`) or a notification (without) whose params `params` appends
+/// to the line as compact JSON text (returning `false`, having written nothing, when there
+/// are none): the line [`encode_request`] or [`encode_notification`] writes for the same
+/// params, newline included, without building them into a tree.
+pub fn encode_with(
+    id: Option<&RequestId>,
+    method: &str,
+    params: impl FnOnce(&mut Vec<u8>) -> bool,
+) -> String {
+    let mut line = Vec::with_capacity(128);
+    line.extend_from_slice(br#"{"jsonrpc":"2.0""#);
+    if let Some(id) = id {
+        line.extend_from_slice(br#","id":"#);
+        serde_json::to_writer(&mut line, id).expect("a request id always serializes");
+    }
+    line.extend_from_slice(br#","method":"#);
+    serde_json::to_writer(&mut line, method).expect("a string always serializes");
+    let before = line.len();
+    line.extend_from_slice(br#","params":"#);
+    if !params(&mut line) {
+        line.truncate(before);
+    }
+    line.extend_from_slice(b"}\n");
+    String::from_utf8(line).expect("serde_json writes UTF-8 and the params are JSON text")
+}
+
 /// Encodes a response (result or error) as one line, newline included.
 #[must_use]
 pub fn encode_response(id: &RequestId, outcome: &Result<Value, RpcError>) -> String {
@@ -602,7 +665,7 @@ mod tests {
             frame,
             Frame::Response {
                 id: RequestId::Number(7),
-                outcome: Ok(json!({"a": 1}))
+                outcome: Ok(RawJson::from_value(&json!({"a": 1})))
             }
         );
     }
@@ -932,6 +995,18 @@ mod tests {
                 proptest::prop_assert_eq!(Ok(scanned), serde_envelope(&line), "{}", shown);
             }
             proptest::prop_assert_eq!(parse_frame(&line), parse_frame_with_serde(&line), "{}", shown);
+            // A line that is UTF-8 frames the same shared.
+            if let Ok(text) = String::from_utf8(line.clone()) {
+                let shared = parse_shared(&std::sync::Arc::new(text));
+                proptest::prop_assert_eq!(&shared, &parse_frame(&line), "{}", shown);
+                if let Ok(Frame::Notification { params, .. }) = &shared {
+                    // The spans the walk noted read the same text as the copy's.
+                    let Ok(Frame::Notification { params: copied, .. }) = parse_frame(&line) else {
+                        unreachable!("compared equal above");
+                    };
+                    proptest::prop_assert_eq!(params.update_spans(), copied.update_spans());
+                }
+            }
         }
     }
 }

@@ -257,14 +257,20 @@ const MAX_DEPTH: usize = 64;
 /// whole line for control characters and one UTF-8 check), so it can stand in for serde's
 /// validating pass over a message.
 pub(crate) fn envelope(line: &[u8]) -> Option<Envelope<'_>> {
+    envelope_of_text(std::str::from_utf8(line).ok()?)
+}
+
+/// [`envelope`] of a line already known to be UTF-8 (a `String`): its one UTF-8 check is
+/// the one the `String` passed.
+pub(crate) fn envelope_of_text(text: &str) -> Option<Envelope<'_>> {
+    let line = text.as_bytes();
     // A byte below 0x20 is an error inside a string and whitespace (tab, CR, LF) outside:
     // telling the two apart is serde's job. One pass without early exit, which the
     // compiler vectorizes.
     if line.iter().fold(false, |any, &c| any | (c < 0x20)) {
         return None;
     }
-    let text = std::str::from_utf8(line).ok()?;
-    let b = text.as_bytes();
+    let b = line;
     let mut at = skip_spaces(b, 0);
     if b.get(at) != Some(&b'{') {
         return None;

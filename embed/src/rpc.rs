@@ -42,9 +42,8 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use crate::jsonrpc::{
-    encode_notification, encode_response, FrameError, RawJson, RequestId, RpcError,
-};
+use crate::acp::Params;
+use crate::jsonrpc::{encode_response, FrameError, RawJson, RequestId, RpcError};
 use crate::platform::{timeout_at, AgentTree, Platform, Task, TokioPlatform, TreeSignal};
 use crate::process::WatchdogProgram;
 use crate::wire::{Incoming, Wire};
@@ -461,7 +460,7 @@ impl std::fmt::Display for SpawnError {
 
 impl std::error::Error for SpawnError {}
 
-type Reply = Result<Value, RpcFailure>;
+type Reply = Result<RawJson, RpcFailure>;
 
 /// The connection's bookkeeping, shared by the reader and the callers under one lock, so
 /// that a request can never be registered after the connection closed (and so wait for
@@ -647,11 +646,24 @@ impl AgentConnection {
     pub async fn request(
         &self,
         method: &str,
-        params: Value,
+        params: impl Into<Params>,
         deadline: Instant,
     ) -> Result<Value, RpcFailure> {
+        self.request_raw(method, params, deadline)
+            .await
+            .map(|result| result.to_value())
+    }
+
+    /// [`AgentConnection::request`] with the answer's result kept raw: the caller reads
+    /// the members it needs instead of a tree.
+    pub async fn request_raw(
+        &self,
+        method: &str,
+        params: impl Into<Params>,
+        deadline: Instant,
+    ) -> Result<RawJson, RpcFailure> {
         let (reply_tx, mut reply_rx) = oneshot::channel();
-        let registered = self.shared.wire().request(method, &params, reply_tx);
+        let registered = self.shared.wire().request(method, &params.into(), reply_tx);
         let (id, line) = registered.map_err(|(_, failure)| failure)?;
         // From here on, however this future ends (answer, failure, deadline, or the caller
         // dropping it), the guard takes the id out of `pending`.
@@ -684,11 +696,11 @@ impl AgentConnection {
     pub async fn notify(
         &self,
         method: &str,
-        params: Value,
+        params: impl Into<Params>,
         deadline: Instant,
     ) -> Result<(), RpcFailure> {
         self.fail_if_closed()?;
-        let line = encode_notification(method, &params);
+        let line = params.into().notification_line(method);
         timeout_at(&*self.platform, deadline, self.write_line(line))
             .await
             .unwrap_or(Err(RpcFailure::TimedOut))
@@ -1032,7 +1044,7 @@ impl Reader {
             };
             match outcome {
                 ReadOutcome::Line(line) => {
-                    if let Some(reason) = self.handle_line(&line).await {
+                    if let Some(reason) = self.handle_line(line).await {
                         return reason;
                     }
                 }
@@ -1053,7 +1065,7 @@ impl Reader {
                         // An agent that dies mid-line leaves a fragment; one that simply
                         // omits the last newline leaves a whole message. Either way EOF
                         // is the reason we close, not the fragment.
-                        let _ = self.handle_line(&line).await;
+                        let _ = self.handle_line(line).await;
                     }
                     return self.end_reason().await;
                 }
@@ -1078,10 +1090,10 @@ impl Reader {
     }
 
     /// Handles one line; `Some` if it closes the connection.
-    async fn handle_line(&mut self, line: &[u8]) -> Option<CloseReason> {
+    async fn handle_line(&mut self, line: Vec<u8>) -> Option<CloseReason> {
         let (event, closes) = {
             let mut wire = self.shared.wire();
-            match wire.receive(line) {
+            match wire.receive_owned(line) {
                 Incoming::Reply { tag, result } => {
                     // The waiter may have just timed out; it then reads nothing.
                     let _ = tag.send(result);

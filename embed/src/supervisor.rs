@@ -28,9 +28,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::jsonrpc::RawJson;
 use palisade_core::driver::Observer;
 use palisade_core::{Config, Epoch, Input, SessionId, Timestamp, TurnId, Verdict};
-use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -560,7 +560,7 @@ struct Handle {
 struct PumpRequest {
     op: Op,
     method: &'static str,
-    params: Value,
+    params: crate::acp::Params,
     deadline: Instant,
 }
 
@@ -573,7 +573,7 @@ enum Inbox {
     Reply {
         execution: palisade_core::ExecutionId,
         op: Op,
-        result: Result<Value, RpcFailure>,
+        result: Result<RawJson, RpcFailure>,
     },
     Reaped {
         execution: palisade_core::ExecutionId,
@@ -1044,8 +1044,8 @@ struct InFlight {
     platform: Arc<dyn Platform>,
     tasks: BTreeMap<u64, Task>,
     next: u64,
-    done_tx: mpsc::Sender<(u64, Op, Result<Value, RpcFailure>)>,
-    done: mpsc::Receiver<(u64, Op, Result<Value, RpcFailure>)>,
+    done_tx: mpsc::Sender<(u64, Op, Result<RawJson, RpcFailure>)>,
+    done: mpsc::Receiver<(u64, Op, Result<RawJson, RpcFailure>)>,
 }
 
 impl InFlight {
@@ -1071,7 +1071,7 @@ impl InFlight {
         let done = self.done_tx.clone();
         let task = self.platform.spawn(Box::pin(async move {
             let result = conn
-                .request(request.method, request.params, request.deadline)
+                .request_raw(request.method, request.params, request.deadline)
                 .await;
             // The pump may be gone; nobody waits for the answer then.
             let _ = done.send((n, request.op, result)).await;
@@ -1080,7 +1080,7 @@ impl InFlight {
     }
 
     /// The next answer; `None` if nothing is in flight.
-    async fn next(&mut self) -> Option<(Op, Result<Value, RpcFailure>)> {
+    async fn next(&mut self) -> Option<(Op, Result<RawJson, RpcFailure>)> {
         if self.tasks.is_empty() {
             return None;
         }

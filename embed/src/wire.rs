@@ -8,9 +8,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use serde_json::Value;
-
-use crate::jsonrpc::{encode_request, parse_frame, Frame, RequestId};
+use crate::acp::Params;
+use crate::jsonrpc::{parse_frame, parse_shared, Frame, FrameError, RawJson, RequestId};
 use crate::rpc::{
     AgentEvent, Anomaly, CloseReason, ConnectionStats, RpcFailure, GARBAGE_SAMPLE_BYTES,
     LATE_IDS_REMEMBERED, MAX_PENDING_REQUESTS,
@@ -23,8 +22,9 @@ pub enum Incoming<T> {
     Reply {
         /// What the sender attached to the request.
         tag: T,
-        /// Its result, or the agent's JSON-RPC error as [`RpcFailure::Rpc`].
-        result: Result<Value, RpcFailure>,
+        /// Its result (raw: the receiver reads the members it needs), or the agent's
+        /// JSON-RPC error as [`RpcFailure::Rpc`].
+        result: Result<RawJson, RpcFailure>,
     },
     /// Something to pass on in wire order: a notification, a request from the agent, or
     /// an anomaly (garbage, an unknown or late response id, an oversized line). Pass an
@@ -85,7 +85,7 @@ impl<T> Wire<T> {
     pub fn request(
         &mut self,
         method: &str,
-        params: &Value,
+        params: &Params,
         tag: T,
     ) -> Result<(i64, String), (T, RpcFailure)> {
         if let Some(reason) = &self.closed {
@@ -97,7 +97,7 @@ impl<T> Wire<T> {
         let id = self.next_id;
         self.next_id = self.next_id.saturating_add(1);
         self.pending.insert(id, tag);
-        Ok((id, encode_request(&RequestId::Number(id), method, params)))
+        Ok((id, params.request_line(&RequestId::Number(id), method)))
     }
 
     /// The request `id` is no longer awaited (its deadline passed): its tag comes back, and
@@ -113,11 +113,37 @@ impl<T> Wire<T> {
 
     /// Classifies one line the agent wrote (without its newline).
     pub fn receive(&mut self, line: &[u8]) -> Incoming<T> {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.iter().all(u8::is_ascii_whitespace) {
+        let Some(len) = content(line) else {
             return Incoming::Nothing;
+        };
+        let line = &line[..len];
+        self.classify(parse_frame(line), line)
+    }
+
+    /// [`Wire::receive`] of a line the caller gives up (as read from a pipe): checked for
+    /// UTF-8 once, and the frame's params or result share its bytes instead of copying
+    /// them. The same answer as [`Wire::receive`] for every line.
+    pub fn receive_owned(&mut self, line: Vec<u8>) -> Incoming<T> {
+        match String::from_utf8(line) {
+            Ok(text) => self.receive_text(text),
+            // Not UTF-8: serde decides, as for a borrowed line.
+            Err(error) => self.receive(error.as_bytes()),
         }
-        match parse_frame(line) {
+    }
+
+    /// [`Wire::receive_owned`] of a line already known to be UTF-8.
+    pub fn receive_text(&mut self, mut line: String) -> Incoming<T> {
+        let Some(len) = content(line.as_bytes()) else {
+            return Incoming::Nothing;
+        };
+        line.truncate(len);
+        let line = std::sync::Arc::new(line);
+        self.classify(parse_shared(&line), line.as_bytes())
+    }
+
+    /// What the frame (or error) of `line` is to the connection.
+    fn classify(&mut self, frame: Result<Frame, FrameError>, line: &[u8]) -> Incoming<T> {
+        match frame {
             Ok(Frame::Response { id, outcome }) => {
                 let number = match id {
                     RequestId::Number(number) => Some(number),
@@ -210,6 +236,12 @@ impl<T> Wire<T> {
     }
 }
 
+/// The length of `line` without a trailing `\r`; `None` for a blank line.
+fn content(line: &[u8]) -> Option<usize> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    (!line.iter().all(u8::is_ascii_whitespace)).then_some(line.len())
+}
+
 /// The first [`GARBAGE_SAMPLE_BYTES`] bytes of a line, lossily decoded.
 pub fn sample(line: &[u8]) -> String {
     let cut = line.len().min(GARBAGE_SAMPLE_BYTES);
@@ -225,15 +257,19 @@ mod tests {
     #[test]
     fn answers_reach_their_request_by_id_and_late_ones_are_named_late() {
         let mut wire: Wire<&str> = Wire::new(0);
-        let (first, line) = wire.request("initialize", &json!({}), "init").unwrap();
+        let (first, line) = wire
+            .request("initialize", &Params::Tree(json!({})), "init")
+            .unwrap();
         assert!(line.ends_with('\n') && line.contains("\"id\":1"));
-        let (second, _) = wire.request("session/new", &json!({}), "new").unwrap();
+        let (second, _) = wire
+            .request("session/new", &Params::Tree(json!({})), "new")
+            .unwrap();
         let answer = encode_response(&RequestId::Number(second), &Ok(json!({"sessionId": "s"})));
         assert_eq!(
             wire.receive(answer.trim_end().as_bytes()),
             Incoming::Reply {
                 tag: "new",
-                result: Ok(json!({"sessionId": "s"}))
+                result: Ok(RawJson::from_value(&json!({"sessionId": "s"})))
             }
         );
         assert_eq!(wire.abandon(first), Some("init"));
@@ -250,10 +286,39 @@ mod tests {
     }
 
     #[test]
+    fn a_line_given_up_is_read_as_a_borrowed_one() {
+        let lines: [&[u8]; 8] = [
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"s\",\"update\":{\"sessionUpdate\":\"x\"}}}\r",
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"stopReason\":\"end_turn\"}}",
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\t{}}",
+            b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"m\",\"params\":[1]}",
+            // Not UTF-8, in a member serde skips and in one it reads.
+            b"{\"jsonrpc\":\"2.0\",\"x\":\"\xff\",\"method\":\"m\"}",
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"m\xff\"}",
+            b" \r",
+            b"not json",
+        ];
+        for line in lines {
+            let (mut borrowed, mut owned): (Wire<u8>, Wire<u8>) = (Wire::new(9), Wire::new(9));
+            for wire in [&mut borrowed, &mut owned] {
+                wire.request("session/prompt", &Params::Tree(json!({})), 1)
+                    .unwrap();
+            }
+            let shown = String::from_utf8_lossy(line);
+            assert_eq!(
+                owned.receive_owned(line.to_vec()),
+                borrowed.receive(line),
+                "{shown}"
+            );
+            assert_eq!(owned.stats(), borrowed.stats(), "{shown}");
+        }
+    }
+
+    #[test]
     fn closing_fails_every_waiting_request_and_refuses_new_ones() {
         let mut wire: Wire<u8> = Wire::new(0);
-        wire.request("a", &json!(null), 1).unwrap();
-        wire.request("b", &json!(null), 2).unwrap();
+        wire.request("a", &Params::Tree(json!(null)), 1).unwrap();
+        wire.request("b", &Params::Tree(json!(null)), 2).unwrap();
         let failed = wire.close(CloseReason::StdoutClosed);
         assert_eq!(
             failed,
@@ -263,7 +328,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            wire.request("c", &json!(null), 3),
+            wire.request("c", &Params::Tree(json!(null)), 3),
             Err((3, RpcFailure::TransportClosed))
         );
     }

@@ -28,7 +28,7 @@ use palisade_core::{
     Verdict,
 };
 use palisade_embed::agent_model::{AgentModel, LoadAnswer, MemoryStore, NextLoad, Out, Seen};
-use palisade_embed::jsonrpc::{encode_notification, encode_response};
+use palisade_embed::jsonrpc::encode_response;
 use palisade_embed::wire::{Incoming, Wire};
 use palisade_embed::{
     Action, AgentEvent, CloseReason, Engine, Op, ProcessExit, PromptError, RpcFailure,
@@ -552,7 +552,7 @@ impl World {
                     Err((op, failure)) => self.engine.reply(now, execution, op, Err(failure)),
                     Ok((id, line)) => {
                         if method == palisade_embed::acp::SESSION_PROMPT {
-                            let text = params["prompt"][0]["text"].as_str().unwrap_or_default();
+                            let text = params.prompt_text().unwrap_or_default();
                             // The engine writes it as it performs the dispatch: the
                             // trace's last line is that `perform`.
                             let idx = (lock(&self.watch).tracer.len() as u64).saturating_sub(1);
@@ -599,7 +599,7 @@ impl World {
                 method,
                 params,
             } => {
-                let line = encode_notification(method, &params);
+                let line = params.notification_line(method);
                 self.write_to_agent(execution, line);
             }
             Action::Respond {
@@ -870,12 +870,13 @@ impl World {
                     self.settle();
                     return;
                 }
-                Next::Line(line) => {
+                Next::Line(mut line) => {
                     let ts = self.ts();
                     let Some(p) = self.procs.get_mut(&exec) else {
                         return;
                     };
-                    match p.wire.receive(line.trim_end().as_bytes()) {
+                    line.truncate(line.trim_end().len());
+                    match p.wire.receive_text(line) {
                         Incoming::Reply { tag, result } => {
                             self.engine.reply(ts, exec, tag, result);
                         }
