@@ -36,6 +36,7 @@ use palisade_embed::{
 };
 
 use super::agents::behaviour;
+use super::dense::IdMap;
 use super::oracle::Oracle;
 use super::plan::{chance, mix, pick, Fault, FaultKind, FaultPlan, LoadErrorClass, WorkloadCut};
 use super::setup::Environment;
@@ -294,11 +295,11 @@ pub(crate) struct World {
     agenda_seq: u64,
     letters: Vec<Option<Ev>>,
     free_letters: Vec<usize>,
-    procs: BTreeMap<ExecutionId, Proc>,
+    procs: IdMap<ExecutionId, Proc>,
     store: MemoryStore,
     oracle: Oracle,
-    clients: BTreeMap<u32, Client>,
-    arms: BTreeMap<u32, Arms>,
+    clients: IdMap<u32, Client>,
+    arms: IdMap<u32, Arms>,
     /// Agents whose stdout waits for the engine to take more.
     blocked: BTreeSet<ExecutionId>,
     /// The caller takes no events before this (a caller that stops reading).
@@ -479,7 +480,7 @@ impl World {
         if let Some(cap) = self.workload.notifications_per_turn {
             model.cap_events(cap);
         }
-        let arms = self.arms.entry(s).or_default();
+        let arms = self.arms.or_default(s);
         let exit_after_event = arms.exits > 0;
         if exit_after_event {
             arms.exits -= 1;
@@ -939,7 +940,7 @@ impl World {
             return;
         }
         let session = p.session;
-        let arms = self.arms.entry(session).or_default();
+        let arms = self.arms.or_default(session);
         // The line is read once, here, for the arms and for the agent.
         let frame = palisade_embed::jsonrpc::parse_frame(line.trim_end().as_bytes());
         let method = match &frame {
@@ -1083,7 +1084,7 @@ impl World {
     fn extra_prompt(&mut self, session: u32, fault: Fault) {
         let sid = SessionId::new(u64::from(session)).expect("sessions start at 1");
         let n = {
-            let arms = self.arms.entry(session).or_default();
+            let arms = self.arms.or_default(session);
             arms.extra_prompts += 1;
             arms.extra_prompts
         };
@@ -1095,7 +1096,7 @@ impl World {
             Err(PromptError::Rejected(RejectReason::SessionBusy))
                 if self.now < self.scenario.limits.fault_window_ms =>
             {
-                self.arms.entry(session).or_default().extra_prompts -= 1;
+                self.arms.or_default(session).extra_prompts -= 1;
                 self.post(
                     self.now + CLIENT_BUSY_RETRY_MS,
                     Ev::Fault(Fault {
@@ -1136,7 +1137,7 @@ impl World {
             .iter()
             .rev()
             .find(|(_, p)| p.session == session && p.alive && !p.orphaned && p.stdin_open)
-            .map(|(e, _)| *e)
+            .map(|(e, _)| e)
     }
 
     fn fault(&mut self, f: Fault) {
@@ -1163,7 +1164,7 @@ impl World {
             }
             FaultKind::ProviderExit => match self.running(s) {
                 Some(exec) => self.die(exec, ProcessExit::Code(1)),
-                None => self.arms.entry(s).or_default().exits += 1,
+                None => self.arms.or_default(s).exits += 1,
             },
             FaultKind::ExitAfterTurn => match self.running(s) {
                 Some(exec) => {
@@ -1171,21 +1172,21 @@ impl World {
                         p.exit_after_answer = true;
                     }
                 }
-                None => self.arms.entry(s).or_default().kill_between_turns = true,
+                None => self.arms.or_default(s).kill_between_turns = true,
             },
             FaultKind::CrashRestart => self.crash_restart(),
-            FaultKind::Burst { count } => self.arms.entry(s).or_default().burst = Some(count),
+            FaultKind::Burst { count } => self.arms.or_default(s).burst = Some(count),
             FaultKind::LateCallback { delay_ms } => {
                 // The session's next agent process: its stdout stalls (everything it
                 // writes, its answers included, arrives `delay_ms` late), and it ignores
                 // the stdin EOF of its teardown.
-                self.arms.entry(s).or_default().late = Some(delay_ms);
+                self.arms.or_default(s).late = Some(delay_ms);
             }
-            FaultKind::HangTeardown => self.arms.entry(s).or_default().hang_teardown = true,
+            FaultKind::HangTeardown => self.arms.or_default(s).hang_teardown = true,
             FaultKind::LoadError { class } => {
-                self.arms.entry(s).or_default().load = Some(class);
+                self.arms.or_default(s).load = Some(class);
             }
-            FaultKind::LoadTimeout => self.arms.entry(s).or_default().load_hang = true,
+            FaultKind::LoadTimeout => self.arms.or_default(s).load_hang = true,
             // The engine world has no state file and no palisade-supervise caller (plans
             // refuse both there).
             FaultKind::DiskFault { .. } | FaultKind::CallerGone => {}
@@ -1204,12 +1205,10 @@ impl World {
                 max_delay_ms,
                 ..
             } => {
-                self.arms.entry(s).or_default().jitter.push((
-                    f.at_ms,
-                    until_ms,
-                    delay_p,
-                    max_delay_ms,
-                ));
+                self.arms
+                    .or_default(s)
+                    .jitter
+                    .push((f.at_ms, until_ms, delay_p, max_delay_ms));
             }
         }
     }
@@ -1228,7 +1227,7 @@ impl World {
         if in_flight {
             lock(&self.watch).mark("restart-with-attempt-in-flight");
         }
-        let execs: Vec<ExecutionId> = self.procs.keys().copied().collect();
+        let execs: Vec<ExecutionId> = self.procs.keys().collect();
         for exec in execs {
             if let Some(p) = self.procs.get_mut(&exec) {
                 if p.orphaned {
@@ -1424,11 +1423,11 @@ pub(crate) async fn run(
         agenda_seq: 0,
         letters: Vec::new(),
         free_letters: Vec::new(),
-        procs: BTreeMap::new(),
+        procs: IdMap::default(),
         store: MemoryStore::default(),
         oracle,
-        clients: BTreeMap::new(),
-        arms: BTreeMap::new(),
+        clients: IdMap::default(),
+        arms: IdMap::default(),
         blocked: BTreeSet::new(),
         caller_stall_until: 0,
         next_pid: 1000,
