@@ -89,6 +89,42 @@ enum Ev {
     },
 }
 
+/// The world's engine, with its next deadline remembered. `Engine::poll_timeout` walks
+/// every runtime and outlet, and the loop asks for it at every turn, most of which (an
+/// agent waking, a line reaching an agent) leave the engine alone. Only `&Engine` derefs
+/// out of a `Held`; every change goes through [`Held::get_mut`], which forgets the
+/// deadline, so the remembered one is always what `Engine::poll_timeout` would say.
+struct Held {
+    engine: Engine,
+    /// `engine.poll_timeout()` since its last change, once asked.
+    next: Option<Option<Timestamp>>,
+}
+
+impl Held {
+    fn new(engine: Engine) -> Held {
+        Held { engine, next: None }
+    }
+
+    /// The engine, to change it.
+    fn get_mut(&mut self) -> &mut Engine {
+        self.next = None;
+        &mut self.engine
+    }
+
+    /// [`Engine::poll_timeout`], asked again only after a change.
+    fn poll_timeout(&mut self) -> Option<Timestamp> {
+        *self.next.get_or_insert_with(|| self.engine.poll_timeout())
+    }
+}
+
+impl std::ops::Deref for Held {
+    type Target = Engine;
+
+    fn deref(&self) -> &Engine {
+        &self.engine
+    }
+}
+
 /// One simulated agent process and the engine's connection to it.
 #[derive(Debug)]
 struct Proc {
@@ -286,7 +322,7 @@ pub(crate) struct World {
     start_elapsed: Duration,
     now: u64,
     config: SupervisorConfig,
-    engine: Engine,
+    engine: Held,
     watch: Arc<Mutex<Watch>>,
     skew_ms: i64,
     /// The latest engine time so far.
@@ -428,14 +464,14 @@ impl World {
     fn settle(&mut self) {
         loop {
             let mut busy = false;
-            while let Some(action) = self.engine.poll_action() {
+            while let Some(action) = self.engine.get_mut().poll_action() {
                 busy = true;
                 self.carry_out(action);
             }
             let now = self.ts();
-            self.engine.pump_outlets(now);
+            self.engine.get_mut().pump_outlets(now);
             while self.now >= self.caller_stall_until {
-                let Some(event) = self.engine.pop_event() else {
+                let Some(event) = self.engine.get_mut().pop_event() else {
                     break;
                 };
                 busy = true;
@@ -465,7 +501,10 @@ impl World {
         let pid = self.next_pid;
         let s = session.get() as u32;
         let behaviour = behaviour(&self.scenario, self.env.as_ref(), self.seed, u64::from(pid));
-        let execution = self.engine.spawned(now, session, attempt, Ok(Some(pid)));
+        let execution = self
+            .engine
+            .get_mut()
+            .spawned(now, session, attempt, Ok(Some(pid)));
         let spawn_line = self.note(
             "env",
             "spawn",
@@ -546,12 +585,20 @@ impl World {
             } => {
                 let session = self.procs.get(&execution).map(|p| p.session);
                 let Some(p) = self.procs.get_mut(&execution).filter(|p| !p.orphaned) else {
-                    self.engine
-                        .reply(now, execution, op, Err(RpcFailure::TransportClosed));
+                    self.engine.get_mut().reply(
+                        now,
+                        execution,
+                        op,
+                        Err(RpcFailure::TransportClosed),
+                    );
                     return;
                 };
                 match p.wire.request(method, &params, op) {
-                    Err((op, failure)) => self.engine.reply(now, execution, op, Err(failure)),
+                    Err((op, failure)) => {
+                        self.engine
+                            .get_mut()
+                            .reply(now, execution, op, Err(failure))
+                    }
                     Ok((id, line)) => {
                         if method == palisade_embed::acp::SESSION_PROMPT {
                             let text = params["prompt"][0]["text"].as_str().unwrap_or_default();
@@ -566,7 +613,7 @@ impl World {
                             // The write fails: the pipe is closed.
                             let op = p.wire.abandon(id);
                             if let Some(op) = op {
-                                self.engine.reply(
+                                self.engine.get_mut().reply(
                                     now,
                                     execution,
                                     op,
@@ -630,7 +677,7 @@ impl World {
                     },
                 );
                 let Some(p) = self.procs.get_mut(&execution).filter(|p| !p.orphaned) else {
-                    self.engine.reaped(now, execution, None);
+                    self.engine.get_mut().reaped(now, execution, None);
                     return;
                 };
                 p.reap_pending = true;
@@ -638,7 +685,7 @@ impl World {
                     if p.closed && !p.reaped {
                         p.reaped = true;
                         let status = p.exit;
-                        self.engine.reaped(now, execution, status);
+                        self.engine.get_mut().reaped(now, execution, status);
                     }
                     return;
                 }
@@ -654,7 +701,7 @@ impl World {
                 self.note("env", "kill", &[("execution", execution.get())]);
                 self.oracle.kill_asked(execution, self.now);
                 let Some(p) = self.procs.get_mut(&execution).filter(|p| !p.orphaned) else {
-                    self.engine.reaped(now, execution, None);
+                    self.engine.get_mut().reaped(now, execution, None);
                     return;
                 };
                 p.reap_pending = true;
@@ -664,7 +711,7 @@ impl World {
                 } else if p.closed && !p.reaped {
                     p.reaped = true;
                     let status = p.exit;
-                    self.engine.reaped(now, execution, status);
+                    self.engine.get_mut().reaped(now, execution, status);
                 }
             }
         }
@@ -879,7 +926,7 @@ impl World {
                     };
                     match p.wire.receive(line.trim_end().as_bytes()) {
                         Incoming::Reply { tag, result } => {
-                            self.engine.reply(ts, exec, tag, result);
+                            self.engine.get_mut().reply(ts, exec, tag, result);
                         }
                         Incoming::Event(event) => {
                             let closes = p.wire.spend(&event);
@@ -889,7 +936,7 @@ impl World {
                             ) {
                                 lock(&self.watch).mark("late-answer-after-teardown");
                             }
-                            self.engine.agent_event(ts, exec, event);
+                            self.engine.get_mut().agent_event(ts, exec, event);
                             if let Some(reason) = closes {
                                 // Garbage past the budget: the reader closes the connection.
                                 self.close(exec, reason);
@@ -918,16 +965,17 @@ impl World {
         p.closed = true;
         let failed = p.wire.close(reason.clone());
         for (op, failure) in failed {
-            self.engine.reply(ts, exec, op, Err(failure));
+            self.engine.get_mut().reply(ts, exec, op, Err(failure));
         }
         self.note("engine", "closed", &[("execution", exec.get())]);
         self.engine
+            .get_mut()
             .agent_event(ts, exec, AgentEvent::Closed(reason.clone()));
         if let Some(p) = self.procs.get_mut(&exec) {
             if p.reap_pending && !p.reaped && !p.alive {
                 p.reaped = true;
                 let status = p.exit;
-                self.engine.reaped(ts, exec, status);
+                self.engine.get_mut().reaped(ts, exec, status);
             }
         }
     }
@@ -1060,7 +1108,7 @@ impl World {
         let ts = self.ts();
         // The prompt's first trace line is the core's `prompt` input.
         let line = self.watch().tracer.len() as u64;
-        match self.engine.prompt(ts, sid, text.clone()) {
+        match self.engine.get_mut().prompt(ts, sid, text.clone()) {
             Ok(turn) => {
                 if let Some(c) = self.clients.get_mut(&session) {
                     c.awaiting = Some(turn);
@@ -1091,7 +1139,7 @@ impl World {
         let text = format!("s{session}.step{n}: run the tests");
         let ts = self.ts();
         let line = self.watch().tracer.len() as u64;
-        match self.engine.prompt(ts, sid, text.clone()) {
+        match self.engine.get_mut().prompt(ts, sid, text.clone()) {
             Ok(turn) => self.oracle.client_sent(session, turn, &text, line),
             Err(PromptError::Rejected(RejectReason::SessionBusy))
                 if self.now < self.scenario.limits.fault_window_ms =>
@@ -1113,7 +1161,7 @@ impl World {
     fn resume(&mut self, session: u32) {
         let sid = SessionId::new(u64::from(session)).expect("sessions start at 1");
         let ts = self.ts();
-        let verdict = self.engine.resume(ts, sid);
+        let verdict = self.engine.get_mut().resume(ts, sid);
         if let Verdict::Joined { attempt, .. } = verdict {
             self.oracle.client_joined(session, attempt, self.now);
             let due = self.mono().plus_millis(self.oracle.join_wait_ms());
@@ -1159,7 +1207,7 @@ impl World {
                 }
                 self.oracle.client_cancelled(s);
                 let ts = self.ts();
-                let _ = self.engine.cancel(ts, sid);
+                let _ = self.engine.get_mut().cancel(ts, sid);
                 self.settle();
             }
             FaultKind::ProviderExit => match self.running(s) {
@@ -1250,7 +1298,7 @@ impl World {
         match Engine::restore_observed(self.config.clone(), &bytes, ts, Some(observer)) {
             Ok(mut engine) => {
                 engine.set_mutant(self.mutant);
-                self.engine = engine;
+                self.engine = Held::new(engine);
                 self.settle();
             }
             Err(e) => self.violate(Violation {
@@ -1288,7 +1336,9 @@ impl World {
                 };
                 if let Some(op) = p.wire.abandon(id) {
                     let ts = self.ts();
-                    self.engine.reply(ts, exec, op, Err(RpcFailure::TimedOut));
+                    self.engine
+                        .get_mut()
+                        .reply(ts, exec, op, Err(RpcFailure::TimedOut));
                     self.settle();
                 }
             }
@@ -1415,7 +1465,7 @@ pub(crate) async fn run(
         start_elapsed,
         now: 0,
         config,
-        engine,
+        engine: Held::new(engine),
         watch: watch.clone(),
         skew_ms: 0,
         mono: Timestamp::ZERO,
@@ -1487,7 +1537,7 @@ pub(crate) async fn run(
         let ts = world.ts();
         let mut engine_at = world.engine.poll_timeout();
         if engine_at.is_some_and(|t| t <= ts) {
-            world.engine.handle_timeout(ts);
+            world.engine.get_mut().handle_timeout(ts);
             world.settle();
             if world.violation.is_some() {
                 break;
@@ -1544,5 +1594,29 @@ pub(crate) async fn run(
         marks: std::mem::take(&mut w.marks),
         turns,
         violation,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A change made through `get_mut` is seen by the next `poll_timeout`: the remembered
+    /// deadline is dropped, not served stale.
+    #[test]
+    fn held_engine_forgets_its_deadline_on_change() {
+        let engine = Engine::new(SupervisorConfig::default()).expect("the default config");
+        let mut held = Held::new(engine);
+        assert_eq!(held.poll_timeout(), None, "a new engine has no deadline");
+        let session = SessionId::new(1).expect("a nonzero session");
+        held.get_mut()
+            .prompt(Timestamp::from_millis(5), session, "hello".into())
+            .expect("the prompt is taken");
+        let fresh = held.engine.poll_timeout();
+        assert!(
+            fresh.is_some(),
+            "a prompt waiting for its runtime has a deadline"
+        );
+        assert_eq!(held.poll_timeout(), fresh);
     }
 }
