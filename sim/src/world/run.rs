@@ -331,7 +331,8 @@ pub(crate) struct World {
     agenda_seq: u64,
     letters: Vec<Option<Ev>>,
     free_letters: Vec<usize>,
-    procs: IdMap<ExecutionId, Proc>,
+    /// Boxed: a process is large, and the table grows by doubling.
+    procs: IdMap<ExecutionId, Box<Proc>>,
     store: MemoryStore,
     oracle: Oracle,
     clients: IdMap<u32, Client>,
@@ -532,7 +533,7 @@ impl World {
             .spawned(execution, s, behaviour.clone(), spawn_line);
         self.procs.insert(
             execution,
-            Proc {
+            Box::new(Proc {
                 session: s,
                 model,
                 wire: Wire::new(self.config.connection.garbage_budget),
@@ -551,7 +552,7 @@ impl World {
                 read_at: None,
                 exit_after_event,
                 exit_after_answer,
-            },
+            }),
         );
         self.drive_agent(execution);
     }
