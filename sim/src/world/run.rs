@@ -875,7 +875,7 @@ impl World {
         }
         while self.violation.is_none() {
             let now = self.now;
-            let can_accept = self.engine.can_accept();
+            let engine = &self.engine;
             let next = match self.procs.get_mut(&exec) {
                 None => Next::Stop,
                 Some(p) => {
@@ -885,7 +885,8 @@ impl World {
                     } else {
                         match p.stdout.front() {
                             Some((at, _)) if *at > now || p.stall_until > now => Next::Stop,
-                            Some(_) if !can_accept => Next::Blocked(p.session),
+                            // Asked only when a line is due to be read.
+                            Some(_) if !engine.can_accept() => Next::Blocked(p.session),
                             Some(_) => Next::Line(p.stdout.pop_front().expect("just seen").1),
                             None if !p.alive => Next::Eof(match (p.kill_requested, p.exit) {
                                 (true, status) => CloseReason::Killed(status),
