@@ -1163,6 +1163,9 @@ impl Engine {
         let Engine { outlets, ready, .. } = self;
         let room =
             |ready: &Ready| ready.events.len() < READY_EVENTS && ready.outputs < READY_EVENTS;
+        // `can_accept` as it stands after the pass, gathered on the way (a later outlet's
+        // turn leaves an earlier one's queue alone).
+        let mut accept = true;
         for (session, outlet) in outlets.iter_mut() {
             if let Some(batch) = outlet.coalescer.handle_timeout(now) {
                 ready.push(output_event(*session, outlet.turn, batch));
@@ -1178,8 +1181,10 @@ impl Engine {
                     ready.push(output_event(*session, outlet.turn, batch));
                 }
             }
+            accept &= !outlet.queue.is_full();
         }
-        let gated = !self.can_accept();
+        debug_assert_eq!(accept, self.can_accept());
+        let gated = !accept;
         match (gated, self.gated_since) {
             (true, None) => self.gated_since = Some(now),
             (false, Some(since)) => {

@@ -2,6 +2,7 @@
 //! [`run_seed`].
 
 pub(crate) mod agents;
+mod dense;
 pub(crate) mod oracle;
 pub mod plan;
 pub(crate) mod run;

@@ -36,6 +36,7 @@ use palisade_embed::{
 };
 
 use super::agents::behaviour;
+use super::dense::IdMap;
 use super::oracle::Oracle;
 use super::plan::{chance, mix, pick, Fault, FaultKind, FaultPlan, LoadErrorClass, WorkloadCut};
 use super::setup::Environment;
@@ -86,6 +87,42 @@ enum Ev {
         attempt: AttemptId,
         incarnation: u32,
     },
+}
+
+/// The world's engine, with its next deadline remembered. `Engine::poll_timeout` walks
+/// every runtime and outlet, and the loop asks for it at every turn, most of which (an
+/// agent waking, a line reaching an agent) leave the engine alone. Only `&Engine` derefs
+/// out of a `Held`; every change goes through [`Held::get_mut`], which forgets the
+/// deadline, so the remembered one is always what `Engine::poll_timeout` would say.
+struct Held {
+    engine: Engine,
+    /// `engine.poll_timeout()` since its last change, once asked.
+    next: Option<Option<Timestamp>>,
+}
+
+impl Held {
+    fn new(engine: Engine) -> Held {
+        Held { engine, next: None }
+    }
+
+    /// The engine, to change it.
+    fn get_mut(&mut self) -> &mut Engine {
+        self.next = None;
+        &mut self.engine
+    }
+
+    /// [`Engine::poll_timeout`], asked again only after a change.
+    fn poll_timeout(&mut self) -> Option<Timestamp> {
+        *self.next.get_or_insert_with(|| self.engine.poll_timeout())
+    }
+}
+
+impl std::ops::Deref for Held {
+    type Target = Engine;
+
+    fn deref(&self) -> &Engine {
+        &self.engine
+    }
 }
 
 /// One simulated agent process and the engine's connection to it.
@@ -284,7 +321,7 @@ pub(crate) struct World {
     start_elapsed: Duration,
     now: u64,
     config: SupervisorConfig,
-    engine: Engine,
+    engine: Held,
     watch: Arc<Mutex<Watch>>,
     skew_ms: i64,
     /// The latest engine time so far.
@@ -293,11 +330,12 @@ pub(crate) struct World {
     agenda_seq: u64,
     letters: Vec<Option<Ev>>,
     free_letters: Vec<usize>,
-    procs: BTreeMap<ExecutionId, Proc>,
+    /// Boxed: a process is large, and the table grows by doubling.
+    procs: IdMap<ExecutionId, Box<Proc>>,
     store: MemoryStore,
     oracle: Oracle,
-    clients: BTreeMap<u32, Client>,
-    arms: BTreeMap<u32, Arms>,
+    clients: IdMap<u32, Client>,
+    arms: IdMap<u32, Arms>,
     /// Agents whose stdout waits for the engine to take more.
     blocked: BTreeSet<ExecutionId>,
     /// The caller takes no events before this (a caller that stops reading).
@@ -426,14 +464,14 @@ impl World {
     fn settle(&mut self) {
         loop {
             let mut busy = false;
-            while let Some(action) = self.engine.poll_action() {
+            while let Some(action) = self.engine.get_mut().poll_action() {
                 busy = true;
                 self.carry_out(action);
             }
             let now = self.ts();
-            self.engine.pump_outlets(now);
+            self.engine.get_mut().pump_outlets(now);
             while self.now >= self.caller_stall_until {
-                let Some(event) = self.engine.pop_event() else {
+                let Some(event) = self.engine.get_mut().pop_event() else {
                     break;
                 };
                 busy = true;
@@ -463,7 +501,10 @@ impl World {
         let pid = self.next_pid;
         let s = session.get() as u32;
         let behaviour = behaviour(&self.scenario, self.env.as_ref(), self.seed, u64::from(pid));
-        let execution = self.engine.spawned(now, session, attempt, Ok(Some(pid)));
+        let execution = self
+            .engine
+            .get_mut()
+            .spawned(now, session, attempt, Ok(Some(pid)));
         let spawn_line = self.note(
             "env",
             "spawn",
@@ -478,7 +519,7 @@ impl World {
         if let Some(cap) = self.workload.notifications_per_turn {
             model.cap_events(cap);
         }
-        let arms = self.arms.entry(s).or_default();
+        let arms = self.arms.or_default(s);
         let exit_after_event = arms.exits > 0;
         if exit_after_event {
             arms.exits -= 1;
@@ -491,7 +532,7 @@ impl World {
             .spawned(execution, s, behaviour.clone(), spawn_line);
         self.procs.insert(
             execution,
-            Proc {
+            Box::new(Proc {
                 session: s,
                 model,
                 wire: Wire::new(self.config.connection.garbage_budget),
@@ -510,7 +551,7 @@ impl World {
                 read_at: None,
                 exit_after_event,
                 exit_after_answer,
-            },
+            }),
         );
         self.drive_agent(execution);
     }
@@ -544,12 +585,20 @@ impl World {
             } => {
                 let session = self.procs.get(&execution).map(|p| p.session);
                 let Some(p) = self.procs.get_mut(&execution).filter(|p| !p.orphaned) else {
-                    self.engine
-                        .reply(now, execution, op, Err(RpcFailure::TransportClosed));
+                    self.engine.get_mut().reply(
+                        now,
+                        execution,
+                        op,
+                        Err(RpcFailure::TransportClosed),
+                    );
                     return;
                 };
                 match p.wire.request(method, &params, op) {
-                    Err((op, failure)) => self.engine.reply(now, execution, op, Err(failure)),
+                    Err((op, failure)) => {
+                        self.engine
+                            .get_mut()
+                            .reply(now, execution, op, Err(failure))
+                    }
                     Ok((id, line)) => {
                         if method == palisade_embed::acp::SESSION_PROMPT {
                             let text = params.prompt_text().unwrap_or_default();
@@ -564,7 +613,7 @@ impl World {
                             // The write fails: the pipe is closed.
                             let op = p.wire.abandon(id);
                             if let Some(op) = op {
-                                self.engine.reply(
+                                self.engine.get_mut().reply(
                                     now,
                                     execution,
                                     op,
@@ -628,7 +677,7 @@ impl World {
                     },
                 );
                 let Some(p) = self.procs.get_mut(&execution).filter(|p| !p.orphaned) else {
-                    self.engine.reaped(now, execution, None);
+                    self.engine.get_mut().reaped(now, execution, None);
                     return;
                 };
                 p.reap_pending = true;
@@ -636,7 +685,7 @@ impl World {
                     if p.closed && !p.reaped {
                         p.reaped = true;
                         let status = p.exit;
-                        self.engine.reaped(now, execution, status);
+                        self.engine.get_mut().reaped(now, execution, status);
                     }
                     return;
                 }
@@ -652,7 +701,7 @@ impl World {
                 self.note("env", "kill", &[("execution", execution.get())]);
                 self.oracle.kill_asked(execution, self.now);
                 let Some(p) = self.procs.get_mut(&execution).filter(|p| !p.orphaned) else {
-                    self.engine.reaped(now, execution, None);
+                    self.engine.get_mut().reaped(now, execution, None);
                     return;
                 };
                 p.reap_pending = true;
@@ -662,7 +711,7 @@ impl World {
                 } else if p.closed && !p.reaped {
                     p.reaped = true;
                     let status = p.exit;
-                    self.engine.reaped(now, execution, status);
+                    self.engine.get_mut().reaped(now, execution, status);
                 }
             }
         }
@@ -825,7 +874,7 @@ impl World {
         }
         while self.violation.is_none() {
             let now = self.now;
-            let can_accept = self.engine.can_accept();
+            let engine = &self.engine;
             let next = match self.procs.get_mut(&exec) {
                 None => Next::Stop,
                 Some(p) => {
@@ -835,7 +884,8 @@ impl World {
                     } else {
                         match p.stdout.front() {
                             Some((at, _)) if *at > now || p.stall_until > now => Next::Stop,
-                            Some(_) if !can_accept => Next::Blocked(p.session),
+                            // Asked only when a line is due to be read.
+                            Some(_) if !engine.can_accept() => Next::Blocked(p.session),
                             Some(_) => Next::Line(p.stdout.pop_front().expect("just seen").1),
                             None if !p.alive => Next::Eof(match (p.kill_requested, p.exit) {
                                 (true, status) => CloseReason::Killed(status),
@@ -878,7 +928,7 @@ impl World {
                     line.truncate(line.trim_end().len());
                     match p.wire.receive_text(line) {
                         Incoming::Reply { tag, result } => {
-                            self.engine.reply(ts, exec, tag, result);
+                            self.engine.get_mut().reply(ts, exec, tag, result);
                         }
                         Incoming::Event(event) => {
                             let closes = p.wire.spend(&event);
@@ -888,7 +938,7 @@ impl World {
                             ) {
                                 lock(&self.watch).mark("late-answer-after-teardown");
                             }
-                            self.engine.agent_event(ts, exec, event);
+                            self.engine.get_mut().agent_event(ts, exec, event);
                             if let Some(reason) = closes {
                                 // Garbage past the budget: the reader closes the connection.
                                 self.close(exec, reason);
@@ -917,16 +967,17 @@ impl World {
         p.closed = true;
         let failed = p.wire.close(reason.clone());
         for (op, failure) in failed {
-            self.engine.reply(ts, exec, op, Err(failure));
+            self.engine.get_mut().reply(ts, exec, op, Err(failure));
         }
         self.note("engine", "closed", &[("execution", exec.get())]);
         self.engine
+            .get_mut()
             .agent_event(ts, exec, AgentEvent::Closed(reason.clone()));
         if let Some(p) = self.procs.get_mut(&exec) {
             if p.reap_pending && !p.reaped && !p.alive {
                 p.reaped = true;
                 let status = p.exit;
-                self.engine.reaped(ts, exec, status);
+                self.engine.get_mut().reaped(ts, exec, status);
             }
         }
     }
@@ -939,7 +990,7 @@ impl World {
             return;
         }
         let session = p.session;
-        let arms = self.arms.entry(session).or_default();
+        let arms = self.arms.or_default(session);
         // The line is read once, here, for the arms and for the agent.
         let frame = palisade_embed::jsonrpc::parse_frame(line.trim_end().as_bytes());
         let method = match &frame {
@@ -1059,7 +1110,7 @@ impl World {
         let ts = self.ts();
         // The prompt's first trace line is the core's `prompt` input.
         let line = self.watch().tracer.len() as u64;
-        match self.engine.prompt(ts, sid, text.clone()) {
+        match self.engine.get_mut().prompt(ts, sid, text.clone()) {
             Ok(turn) => {
                 if let Some(c) = self.clients.get_mut(&session) {
                     c.awaiting = Some(turn);
@@ -1083,19 +1134,19 @@ impl World {
     fn extra_prompt(&mut self, session: u32, fault: Fault) {
         let sid = SessionId::new(u64::from(session)).expect("sessions start at 1");
         let n = {
-            let arms = self.arms.entry(session).or_default();
+            let arms = self.arms.or_default(session);
             arms.extra_prompts += 1;
             arms.extra_prompts
         };
         let text = format!("s{session}.step{n}: run the tests");
         let ts = self.ts();
         let line = self.watch().tracer.len() as u64;
-        match self.engine.prompt(ts, sid, text.clone()) {
+        match self.engine.get_mut().prompt(ts, sid, text.clone()) {
             Ok(turn) => self.oracle.client_sent(session, turn, &text, line),
             Err(PromptError::Rejected(RejectReason::SessionBusy))
                 if self.now < self.scenario.limits.fault_window_ms =>
             {
-                self.arms.entry(session).or_default().extra_prompts -= 1;
+                self.arms.or_default(session).extra_prompts -= 1;
                 self.post(
                     self.now + CLIENT_BUSY_RETRY_MS,
                     Ev::Fault(Fault {
@@ -1112,7 +1163,7 @@ impl World {
     fn resume(&mut self, session: u32) {
         let sid = SessionId::new(u64::from(session)).expect("sessions start at 1");
         let ts = self.ts();
-        let verdict = self.engine.resume(ts, sid);
+        let verdict = self.engine.get_mut().resume(ts, sid);
         if let Verdict::Joined { attempt, .. } = verdict {
             self.oracle.client_joined(session, attempt, self.now);
             let due = self.mono().plus_millis(self.oracle.join_wait_ms());
@@ -1136,7 +1187,7 @@ impl World {
             .iter()
             .rev()
             .find(|(_, p)| p.session == session && p.alive && !p.orphaned && p.stdin_open)
-            .map(|(e, _)| *e)
+            .map(|(e, _)| e)
     }
 
     fn fault(&mut self, f: Fault) {
@@ -1158,12 +1209,12 @@ impl World {
                 }
                 self.oracle.client_cancelled(s);
                 let ts = self.ts();
-                let _ = self.engine.cancel(ts, sid);
+                let _ = self.engine.get_mut().cancel(ts, sid);
                 self.settle();
             }
             FaultKind::ProviderExit => match self.running(s) {
                 Some(exec) => self.die(exec, ProcessExit::Code(1)),
-                None => self.arms.entry(s).or_default().exits += 1,
+                None => self.arms.or_default(s).exits += 1,
             },
             FaultKind::ExitAfterTurn => match self.running(s) {
                 Some(exec) => {
@@ -1171,21 +1222,21 @@ impl World {
                         p.exit_after_answer = true;
                     }
                 }
-                None => self.arms.entry(s).or_default().kill_between_turns = true,
+                None => self.arms.or_default(s).kill_between_turns = true,
             },
             FaultKind::CrashRestart => self.crash_restart(),
-            FaultKind::Burst { count } => self.arms.entry(s).or_default().burst = Some(count),
+            FaultKind::Burst { count } => self.arms.or_default(s).burst = Some(count),
             FaultKind::LateCallback { delay_ms } => {
                 // The session's next agent process: its stdout stalls (everything it
                 // writes, its answers included, arrives `delay_ms` late), and it ignores
                 // the stdin EOF of its teardown.
-                self.arms.entry(s).or_default().late = Some(delay_ms);
+                self.arms.or_default(s).late = Some(delay_ms);
             }
-            FaultKind::HangTeardown => self.arms.entry(s).or_default().hang_teardown = true,
+            FaultKind::HangTeardown => self.arms.or_default(s).hang_teardown = true,
             FaultKind::LoadError { class } => {
-                self.arms.entry(s).or_default().load = Some(class);
+                self.arms.or_default(s).load = Some(class);
             }
-            FaultKind::LoadTimeout => self.arms.entry(s).or_default().load_hang = true,
+            FaultKind::LoadTimeout => self.arms.or_default(s).load_hang = true,
             // The engine world has no state file and no palisade-supervise caller (plans
             // refuse both there).
             FaultKind::DiskFault { .. } | FaultKind::CallerGone => {}
@@ -1204,12 +1255,10 @@ impl World {
                 max_delay_ms,
                 ..
             } => {
-                self.arms.entry(s).or_default().jitter.push((
-                    f.at_ms,
-                    until_ms,
-                    delay_p,
-                    max_delay_ms,
-                ));
+                self.arms
+                    .or_default(s)
+                    .jitter
+                    .push((f.at_ms, until_ms, delay_p, max_delay_ms));
             }
         }
     }
@@ -1228,7 +1277,7 @@ impl World {
         if in_flight {
             lock(&self.watch).mark("restart-with-attempt-in-flight");
         }
-        let execs: Vec<ExecutionId> = self.procs.keys().copied().collect();
+        let execs: Vec<ExecutionId> = self.procs.keys().collect();
         for exec in execs {
             if let Some(p) = self.procs.get_mut(&exec) {
                 if p.orphaned {
@@ -1251,7 +1300,7 @@ impl World {
         match Engine::restore_observed(self.config.clone(), &bytes, ts, Some(observer)) {
             Ok(mut engine) => {
                 engine.set_mutant(self.mutant);
-                self.engine = engine;
+                self.engine = Held::new(engine);
                 self.settle();
             }
             Err(e) => self.violate(Violation {
@@ -1289,7 +1338,9 @@ impl World {
                 };
                 if let Some(op) = p.wire.abandon(id) {
                     let ts = self.ts();
-                    self.engine.reply(ts, exec, op, Err(RpcFailure::TimedOut));
+                    self.engine
+                        .get_mut()
+                        .reply(ts, exec, op, Err(RpcFailure::TimedOut));
                     self.settle();
                 }
             }
@@ -1416,7 +1467,7 @@ pub(crate) async fn run(
         start_elapsed,
         now: 0,
         config,
-        engine,
+        engine: Held::new(engine),
         watch: watch.clone(),
         skew_ms: 0,
         mono: Timestamp::ZERO,
@@ -1424,11 +1475,11 @@ pub(crate) async fn run(
         agenda_seq: 0,
         letters: Vec::new(),
         free_letters: Vec::new(),
-        procs: BTreeMap::new(),
+        procs: IdMap::default(),
         store: MemoryStore::default(),
         oracle,
-        clients: BTreeMap::new(),
-        arms: BTreeMap::new(),
+        clients: IdMap::default(),
+        arms: IdMap::default(),
         blocked: BTreeSet::new(),
         caller_stall_until: 0,
         next_pid: 1000,
@@ -1488,7 +1539,7 @@ pub(crate) async fn run(
         let ts = world.ts();
         let mut engine_at = world.engine.poll_timeout();
         if engine_at.is_some_and(|t| t <= ts) {
-            world.engine.handle_timeout(ts);
+            world.engine.get_mut().handle_timeout(ts);
             world.settle();
             if world.violation.is_some() {
                 break;
@@ -1545,5 +1596,29 @@ pub(crate) async fn run(
         marks: std::mem::take(&mut w.marks),
         turns,
         violation,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A change made through `get_mut` is seen by the next `poll_timeout`: the remembered
+    /// deadline is dropped, not served stale.
+    #[test]
+    fn held_engine_forgets_its_deadline_on_change() {
+        let engine = Engine::new(SupervisorConfig::default()).expect("the default config");
+        let mut held = Held::new(engine);
+        assert_eq!(held.poll_timeout(), None, "a new engine has no deadline");
+        let session = SessionId::new(1).expect("a nonzero session");
+        held.get_mut()
+            .prompt(Timestamp::from_millis(5), session, "hello".into())
+            .expect("the prompt is taken");
+        let fresh = held.engine.poll_timeout();
+        assert!(
+            fresh.is_some(),
+            "a prompt waiting for its runtime has a deadline"
+        );
+        assert_eq!(held.poll_timeout(), fresh);
     }
 }
