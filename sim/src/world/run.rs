@@ -991,8 +991,11 @@ impl World {
         }
         let session = p.session;
         let arms = self.arms.or_default(session);
-        // The line is read once, here, for the arms and for the agent.
-        let frame = palisade_embed::jsonrpc::parse_frame(line.trim_end().as_bytes());
+        // The line is read once, here, for the arms and for the agent; the frame shares
+        // the line's text instead of copying it (`parse_shared`: the same frame).
+        let mut line = line;
+        line.truncate(line.trim_end().len());
+        let frame = palisade_embed::jsonrpc::parse_shared(&std::sync::Arc::new(line));
         let method = match &frame {
             Ok(palisade_embed::jsonrpc::Frame::Request { method, .. }) => method.as_str(),
             _ => "",
