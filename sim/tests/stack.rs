@@ -111,6 +111,52 @@ fn a_stack_candidate_runs_the_same_on_every_thread() {
     );
 }
 
+/// The code the stack world runs (the embedding's and the world's) draws nothing from
+/// tokio's thread-local RNG, which tokio seeds per thread from a process-wide counter: no
+/// `tokio::sync::watch` (its waiters wake in an order drawn from it; `palisade_embed::watch`
+/// instead) and no `select!` without `biased;` (its first branch is drawn from it).
+#[test]
+fn the_stack_world_draws_nothing_from_tokios_thread_rng() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    let mut dirs = vec![root.join("embed/src"), root.join("sim/src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("a source directory") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    assert!(files.len() > 20, "found only {} source files", files.len());
+    let mut found = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("a source file");
+        // Code only: comment lines may name what they avoid.
+        let code: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.starts_with("//"))
+            .collect();
+        for (i, line) in code.iter().enumerate() {
+            let names_watch = line.contains("tokio::sync::watch")
+                || (line.starts_with("use tokio::sync::{") && line.contains("watch"));
+            if names_watch {
+                found.push(format!("{}: {line}", file.display()));
+            }
+            if line.contains("select!") && line.ends_with('{') {
+                let next = code[i + 1..].iter().find(|l| !l.is_empty());
+                if next != Some(&"biased;") {
+                    found.push(format!("{}: {line} (not biased)", file.display()));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "tokio's thread RNG decides: {found:#?}");
+}
+
 #[test]
 fn scenarios_lists_the_stack_world() {
     let dir = Scratch::new("stack-list");
