@@ -107,6 +107,7 @@ pub mod rpc;
 pub mod state;
 pub mod supervise;
 pub mod supervisor;
+pub mod watch;
 pub mod wire;
 
 pub use config::{SupervisorConfig, SupervisorConfigError};

@@ -39,13 +39,14 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::acp::Params;
 use crate::jsonrpc::{encode_response, FrameError, RawJson, RequestId, RpcError};
 use crate::platform::{timeout_at, AgentTree, Platform, Task, TokioPlatform, TreeSignal};
 use crate::process::WatchdogProgram;
+use crate::watch;
 use crate::wire::{Incoming, Wire};
 
 /// Default longest line we accept from an agent. A `session/load` history replay or a

@@ -76,6 +76,87 @@ fn the_stack_world_gives_the_same_hashes_at_any_jobs_and_alone() {
     }
 }
 
+/// The plan the corpus sweep of `stack-disk-faults` ran under seed 266 (a child the guided
+/// search made: I/O errors, then two crashes before the state file's rename). With
+/// `tokio::sync::watch` under the agents' kill switches and exits and the connection's
+/// exit and takedown, two tasks waiting on one channel woke in an order drawn from tokio's
+/// thread-local RNG, seeded from a process-wide counter: about one run in three of this
+/// candidate handed the caller an event before, not after, the core took the turn's end,
+/// and the sweep's digest changed with the load (see `palisade_embed::watch`).
+const DISK_FAULTS_266: &str = r#"{"swarm":{"burst":0.0,"caller_stall":0.0,"cancel":0.0,"clock_jump":0.0,"crash_restart":0.089616,"delay":0.0,"disk_fault":0.224794,"duplicate":0.0,"hang_teardown":0.0,"load_error":0.0,"load_timeout":0.0,"provider_exit":0.0,"reorder":0.0},"faults":[{"at_ms":130,"session":1,"fault":"disk_fault","class":"io","count":4},{"at_ms":977,"session":1,"fault":"disk_fault","class":"crash_before_rename","count":2}]}"#;
+
+/// One candidate, run again and again each on a fresh thread as the runner runs it, gives
+/// the same trace hash, edges and marks every time.
+#[test]
+fn a_stack_candidate_runs_the_same_on_every_thread() {
+    let resolved = vec![palisade_sim::scenario::resolve_one("stack-disk-faults").expect("shipped")];
+    let plan = serde_json::from_str(DISK_FAULTS_266).expect("the plan parses");
+    let candidate = palisade_sim::search::Candidate {
+        scenario: 0,
+        seed: 266,
+        plan: Some(plan),
+    };
+    let runs: Vec<_> = (0..24)
+        .map(|_| {
+            let (record, _) =
+                palisade_sim::search::run_candidate(&resolved, &candidate, None, false);
+            assert!(record.failure.is_none(), "{:?}", record.failure);
+            (record.trace_hash, record.edges, record.marks)
+        })
+        .collect();
+    let hashes: Vec<_> = runs.iter().map(|r| r.0).collect();
+    assert!(
+        runs.windows(2).all(|w| w[0] == w[1]),
+        "the same seed and plan ran differently: trace hashes {hashes:x?}"
+    );
+}
+
+/// The code the stack world runs (the embedding's and the world's) draws nothing from
+/// tokio's thread-local RNG, which tokio seeds per thread from a process-wide counter: no
+/// `tokio::sync::watch` (its waiters wake in an order drawn from it; `palisade_embed::watch`
+/// instead) and no `select!` without `biased;` (its first branch is drawn from it).
+#[test]
+fn the_stack_world_draws_nothing_from_tokios_thread_rng() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    let mut dirs = vec![root.join("embed/src"), root.join("sim/src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("a source directory") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    assert!(files.len() > 20, "found only {} source files", files.len());
+    let mut found = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("a source file");
+        // Code only: comment lines may name what they avoid.
+        let code: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.starts_with("//"))
+            .collect();
+        for (i, line) in code.iter().enumerate() {
+            let names_watch = line.contains("tokio::sync::watch")
+                || (line.starts_with("use tokio::sync::{") && line.contains("watch"));
+            if names_watch {
+                found.push(format!("{}: {line}", file.display()));
+            }
+            if line.contains("select!") && line.ends_with('{') {
+                let next = code[i + 1..].iter().find(|l| !l.is_empty());
+                if next != Some(&"biased;") {
+                    found.push(format!("{}: {line} (not biased)", file.display()));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "tokio's thread RNG decides: {found:#?}");
+}
+
 #[test]
 fn scenarios_lists_the_stack_world() {
     let dir = Scratch::new("stack-list");

@@ -15,9 +15,9 @@ use palisade_embed::platform::{
     AgentTree, BlockingJob, BoxFuture, Platform, SpawnedAgent, Task, TreeSignal,
 };
 use palisade_embed::state::StateFs;
+use palisade_embed::watch;
 use palisade_embed::{AgentCommand, ConnectionConfig, ProcessExit, SpawnError};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::world::plan::DiskFaultClass;
