@@ -86,6 +86,7 @@ use crate::events::{
 use crate::jsonrpc::{codes, RawJson, RequestId, RpcError};
 use crate::replay::render_prompt;
 use crate::rpc::{AgentEvent, CloseReason, ProcessExit, RpcFailure};
+use crate::sorted_map::SortedMap;
 use crate::state::{self, ExecutionRecord, Header, QueuedOutput, SessionRecord, StateError};
 
 /// The name the supervisor gives itself in `initialize`.
@@ -403,9 +404,9 @@ pub struct Engine {
     driver: Driver<Watch>,
     config: SupervisorConfig,
     books: BTreeMap<SessionId, Book>,
-    runtimes: BTreeMap<ExecutionId, Runtime>,
+    runtimes: SortedMap<ExecutionId, Runtime>,
     graveyard: VecDeque<ExecutionRecord>,
-    outlets: BTreeMap<SessionId, Outlet>,
+    outlets: SortedMap<SessionId, Outlet>,
     ready: Ready,
     /// Events handed to the caller with [`Engine::hand_event`] and not yet acknowledged:
     /// still undelivered for the state, so a restart hands them out again.
@@ -547,9 +548,9 @@ impl Engine {
             driver: Driver::with_observer(core, watch),
             config,
             books: BTreeMap::new(),
-            runtimes: BTreeMap::new(),
+            runtimes: SortedMap::default(),
             graveyard: VecDeque::with_capacity(GRAVEYARD_RUNTIMES),
-            outlets: BTreeMap::new(),
+            outlets: SortedMap::default(),
             ready: Ready::default(),
             handed: VecDeque::new(),
             actions: VecDeque::new(),
@@ -1797,7 +1798,7 @@ impl Engine {
         let capacity = self.config.delivery_queue_capacity;
         let coalescer = self.config.coalescer;
         let mutant = self.driver.core().active_mutant();
-        let outlet = self.outlets.entry(session).or_insert_with(|| Outlet {
+        let outlet = self.outlets.get_or_insert_with(session, || Outlet {
             turn,
             queue: NotificationQueue::starting_at(capacity, first).mutated(mutant),
             coalescer: Coalescer::new(coalescer),

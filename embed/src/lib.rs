@@ -104,6 +104,7 @@ pub mod platform;
 pub mod process;
 pub mod replay;
 pub mod rpc;
+mod sorted_map;
 pub mod state;
 pub mod supervise;
 pub mod supervisor;
