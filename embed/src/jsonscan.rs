@@ -388,7 +388,8 @@ const SHORT_WORDS: usize = 2;
 /// The first [`SHORT_WORDS`] words are read eight bytes at a time (see [`stop_bytes`]).
 /// Past them the string is long (a text chunk): `memchr` finds its next quote or
 /// backslash, and one pass without early exit, which the compiler vectorizes, checks the
-/// bytes it skipped for control characters.
+/// bytes it skipped for control characters. That is two passes over a long string, but
+/// each costs a fraction of one that looks for all three kinds of byte at once.
 fn string_stop(b: &[u8], mut from: usize) -> Option<usize> {
     for _ in 0..SHORT_WORDS {
         let Some(word) = b.get(from..from + 8) else {
@@ -410,7 +411,9 @@ fn string_stop(b: &[u8], mut from: usize) -> Option<usize> {
     let rest = b.get(from..)?;
     let hit = memchr::memchr2(b'"', b'\\', rest);
     let run = &rest[..hit.unwrap_or(rest.len())];
-    if run.iter().fold(false, |any, &c| any | (c < 0x20)) {
+    // The smallest byte, a running minimum the compiler vectorizes (two instructions for
+    // sixteen bytes): cheaper than comparing each byte with 0x20 on the way.
+    if run.iter().fold(u8::MAX, |least, &c| least.min(c)) < 0x20 {
         return run.iter().position(|&c| c < 0x20).map(|i| from + i);
     }
     hit.map(|i| from + i)
