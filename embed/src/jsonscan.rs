@@ -253,8 +253,8 @@ const MAX_DEPTH: usize = 64;
 /// JSON of any kind).
 ///
 /// Unlike the rest of this module it validates: every byte of the line is checked
-/// against the JSON grammar (strings eight bytes at a time, see [`string_stop`], after one
-/// UTF-8 check), so it can stand in for serde's validating pass over a message.
+/// against the JSON grammar (each string's bytes by [`string_stop`], after one UTF-8
+/// check), so it can stand in for serde's validating pass over a message.
 pub(crate) fn envelope(line: &[u8]) -> Option<Envelope<'_>> {
     envelope_of_text(std::str::from_utf8(line).ok()?)
 }
