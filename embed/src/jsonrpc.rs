@@ -419,9 +419,7 @@ fn frame(
     };
     match envelope.method {
         Some(method) => {
-            let Ok(method) = serde_json::from_str::<String>(method) else {
-                return Err(FrameError::BadMethod);
-            };
+            let method = method_name(method)?;
             Ok(match id {
                 Some(id) => Frame::Request {
                     id,
@@ -447,6 +445,16 @@ fn frame(
             };
             Ok(Frame::Response { id, outcome })
         }
+    }
+}
+
+/// The method named by `text` (a member's value, valid JSON): the string it is, or
+/// [`FrameError::BadMethod`]. A string without escapes is its text between the quotes;
+/// serde reads any other (a test compares the two).
+fn method_name(text: &str) -> Result<String, FrameError> {
+    match jsonscan::plain(text) {
+        Some(jsonscan::Plain::Str(name)) => Ok(name.to_owned()),
+        _ => serde_json::from_str::<String>(text).map_err(|_| FrameError::BadMethod),
     }
 }
 
@@ -802,6 +810,53 @@ mod tests {
             assert_eq!(jsonscan::envelope(line), None);
             assert_eq!(parse_frame(line), parse_frame_with_serde(line));
         }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4_000))]
+
+        /// A method's name is serde's reading of the value, whatever the value: strings
+        /// of any characters (escaped as serde writes them, or every character as a
+        /// `\u` escape), and values that are not strings.
+        #[test]
+        fn a_method_is_named_as_serde_reads_it(
+            name in ".{0,24}",
+            how in 0..4u8,
+        ) {
+            let text = match how {
+                0 => serde_json::to_string(&name).expect("a string serializes"),
+                1 => format!(
+                    "\"{}\"",
+                    name.encode_utf16().map(|u| format!("\\u{u:04x}")).collect::<String>()
+                ),
+                2 => serde_json::to_string(&json!([name])).expect("an array serializes"),
+                _ => serde_json::to_string(&json!({"name": name})).expect("an object serializes"),
+            };
+            let serde = serde_json::from_str::<String>(&text).map_err(|_| FrameError::BadMethod);
+            proptest::prop_assert_eq!(method_name(&text), serde, "{}", text);
+        }
+    }
+
+    #[test]
+    fn a_method_that_is_not_a_string_is_refused() {
+        for text in [
+            "null",
+            "7",
+            "-1.5e3",
+            "true",
+            "[]",
+            "{}",
+            r#"["m"]"#,
+            r#"{"m":"m"}"#,
+        ] {
+            assert_eq!(method_name(text), Err(FrameError::BadMethod), "{text}");
+        }
+        assert_eq!(
+            method_name(r#""session/update""#),
+            Ok("session/update".into())
+        );
+        assert_eq!(method_name(r#""a\"b""#), Ok("a\"b".into()));
+        assert_eq!(method_name(r#""""#), Ok(String::new()));
     }
 
     /// A line from a small alphabet that hits every branch of the envelope scan: the six
