@@ -330,13 +330,13 @@ impl<O: Observer> Driver<O> {
 
     fn confirm(&mut self, now: Timestamp, lease: LeaseId, session: SessionId) -> bool {
         let input = Input::Perform { lease };
-        let verdict = self.core.handle(now, input.clone());
+        let verdict = self.core.handle_ref(now, &input);
         self.observe_input(now, &input, &verdict, Some(session));
         verdict == Verdict::Accepted
     }
 
     fn step(&mut self, now: Timestamp, input: Input) -> Verdict {
-        let verdict = self.core.handle(now, input.clone());
+        let verdict = self.core.handle_ref(now, &input);
         let session = input.session();
         self.observe_input(now, &input, &verdict, session);
         verdict
