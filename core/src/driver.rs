@@ -412,7 +412,7 @@ mod tests {
         fn observe(&mut self, _: Timestamp, _: &Core, step: Step<'_>, effects: &[Effect]) {
             let what = match step {
                 Step::Input { input, verdict, .. } => format!("{input:?} -> {verdict:?}"),
-                Step::Timeout { .. } => "timeout".into(),
+                Step::Timeout { due } => format!("timeout {due:?}"),
                 Step::Restored => "restored".into(),
             };
             let names: Vec<&str> = effects.iter().map(Effect::name).collect();
@@ -443,6 +443,29 @@ mod tests {
                 Output::Timeout(_) | Output::Idle => return,
             }
         }
+    }
+
+    #[test]
+    fn a_timeout_names_the_sessions_of_the_timers_due() {
+        let mut d = driver();
+        let _ = d.handle(Timestamp::ZERO, Input::Resume { session: s(1) });
+        drain(&mut d, Timestamp::ZERO, |_| vec![]);
+        let later = Timestamp::from_millis(1_000);
+        let _ = d.handle(later, Input::Resume { session: s(2) });
+        drain(&mut d, later, |_| vec![]);
+        // Session 1's start deadline comes first; session 2's is not due yet.
+        let first = d.poll_timeout().expect("a start deadline");
+        assert!(first >= later, "{first}");
+        assert!(d.handle_timeout(first));
+        let log = &d.observer().0;
+        assert!(
+            log.last().unwrap().starts_with("timeout [SessionId(1)]"),
+            "{log:?}"
+        );
+        // Nothing due: no session named.
+        drain(&mut d, first, |_| vec![]);
+        assert!(d.handle_timeout(first));
+        assert!(d.observer().0.last().unwrap().starts_with("timeout []"));
     }
 
     #[test]
