@@ -774,7 +774,7 @@ impl std::fmt::Display for Found {
 /// `check_invariants`. After every step (timeouts that fired nothing included) its verdict
 /// on the core's invariants is exactly [`crate::core::Core::check_invariants`]'s, but it
 /// walks only the records the step could have changed (see [`Checker::scope`]); the
-/// full walk runs after timeouts, restores and steps whose records it cannot name, and
+/// full walk runs after restores and inputs whose records it cannot name, and
 /// names the violation whenever the partial check finds one. It keeps the first
 /// violation and stops checking after it.
 #[derive(Clone, Debug)]
@@ -868,8 +868,10 @@ impl Checker {
     /// execution only for the session that binds it, and writes to another session only
     /// to tear down or settle something, which names that session in an effect.
     /// Everything else a session's check reads (the ID counters) only grows, which never
-    /// breaks an invariant that held. Timers fire for any session, and a restore replaces
-    /// everything: those get the full walk, and so does the first step this checker sees.
+    /// breaks an invariant that held. A timeout is about the sessions of the timers that
+    /// were due ([`crate::driver::Step::Timeout`] names them) and, the same way, the
+    /// sessions its effects name. A restore replaces everything: it gets the full walk,
+    /// and so does the first step this checker sees.
     /// `core/tests/incremental.rs` holds this against the full walk after every step of
     /// random operation sequences, with each mutant on.
     fn scope(
@@ -880,16 +882,30 @@ impl Checker {
     ) -> bool {
         use crate::driver::Step;
         self.touched.clear();
-        let Step::Input { input, session, .. } = step else {
-            return false;
-        };
         if !self.mirrored {
             return false;
         }
-        let execution = match input {
-            Input::Bound { execution, .. } | Input::Stopped { execution } => Some(*execution),
-            Input::Callback(cb) => Some(cb.execution),
-            _ => None,
+        let (execution, session) = match step {
+            Step::Input { input, session, .. } => {
+                let execution = match input {
+                    Input::Bound { execution, .. } | Input::Stopped { execution } => {
+                        Some(*execution)
+                    }
+                    Input::Callback(cb) => Some(cb.execution),
+                    _ => None,
+                };
+                (execution, session)
+            }
+            Step::Timeout { due } => {
+                // A timer writes only to its own session's records (a teardown timer's
+                // session is its execution's, a lease timer's its lease's: the driver
+                // names them as they were before the step) and, like an input, to
+                // another session only through an effect that names it. A timeout with
+                // nothing due changes nothing (the core's clock is no invariant's).
+                self.touched.extend_from_slice(due);
+                (None, None)
+            }
+            Step::Restored => return false,
         };
         if let Some(s) = session {
             self.touched.push(s);
@@ -912,7 +928,7 @@ impl Checker {
                 }
             }
         }
-        if self.touched.is_empty() {
+        if self.touched.is_empty() && matches!(step, Step::Input { .. }) {
             // An input about nothing the checker can name (an unknown lease performed).
             return false;
         }
@@ -963,8 +979,8 @@ impl Checker {
                 Step::Input { input, verdict, .. } => {
                     model.observe(now, input, verdict, effects)?
                 }
-                Step::Timeout if effects.is_empty() => model.observe_time(now)?,
-                Step::Timeout => model.observe_timeout(now, effects)?,
+                Step::Timeout { .. } if effects.is_empty() => model.observe_time(now)?,
+                Step::Timeout { .. } => model.observe_timeout(now, effects)?,
                 Step::Restored => model.observe_restart(now, effects)?,
             }
             model.observe_next_timer(core.poll_timeout())?;
@@ -1013,7 +1029,7 @@ impl crate::driver::Observer for Checker {
         if let Err(violation) = self.check(now, core, step, effects) {
             let after = match step {
                 Step::Input { input, verdict, .. } => format!("{input:?} -> {verdict:?}"),
-                Step::Timeout => "timeout".to_owned(),
+                Step::Timeout { .. } => "timeout".to_owned(),
                 Step::Restored => "restore".to_owned(),
             };
             self.found = Some(Found {

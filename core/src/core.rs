@@ -275,11 +275,17 @@ impl Core {
     /// Feeds one input; returns the verdict. Drain [`Core::poll_effect`] afterwards.
     #[must_use]
     pub fn handle(&mut self, now: Timestamp, input: Input) -> Verdict {
+        self.handle_ref(now, &input)
+    }
+
+    /// [`Core::handle`] on a borrowed input, for the driver, which shows the input to its
+    /// observer after the step (so it need not clone it).
+    pub(crate) fn handle_ref(&mut self, now: Timestamp, input: &Input) -> Verdict {
         let now = self.observe(now);
         if self.effects.len() + MAX_EFFECTS_PER_INPUT > MAX_PENDING_EFFECTS {
             return Verdict::Reject(RejectReason::EffectQueueFull);
         }
-        let verdict = match input {
+        let verdict = match *input {
             Input::Resume { session } => self.resume(now, session),
             Input::Prompt { session, turn } => self.prompt(now, session, turn),
             Input::Cancel { session } => self.cancel(now, session),

@@ -97,7 +97,14 @@ pub enum Step<'a> {
         session: Option<SessionId>,
     },
     /// Timers fired ([`Driver::handle_timeout`]); the effects may be empty.
-    Timeout,
+    Timeout {
+        /// The sessions of the timers that were due when they fired, in timer order, as
+        /// the core held them before the step (a teardown timer's is its execution's, a
+        /// lease timer's its lease's; a timer of a record already gone names none, and
+        /// fires nothing). Every timer that fired is among them; one that stayed pending
+        /// (the effect queue was full) may be too.
+        due: &'a [SessionId],
+    },
     /// The core was restored from a snapshot ([`Driver::restore`]); the effects are the
     /// ones the restore queued.
     Restored,
@@ -159,6 +166,8 @@ pub struct Driver<O: Observer = NoObserver> {
     outbox: VecDeque<Effect>,
     /// Scratch buffer for one step's effects.
     scratch: Vec<Effect>,
+    /// Scratch buffer for a timeout's due sessions ([`Step::Timeout`]).
+    due: Vec<SessionId>,
     stats: DriverStats,
 }
 
@@ -180,6 +189,7 @@ impl<O: Observer> Driver<O> {
             inbox: VecDeque::new(),
             outbox: VecDeque::new(),
             scratch: Vec::new(),
+            due: Vec::new(),
             stats: DriverStats::default(),
         };
         if driver.core.has_effects() {
@@ -266,8 +276,11 @@ impl<O: Observer> Driver<O> {
         if !self.is_idle() {
             return false;
         }
+        let mut due = std::mem::take(&mut self.due);
+        due_sessions(&self.core, now, &mut due);
         self.core.handle_timeout(now);
-        self.settle(now, Step::Timeout);
+        self.settle(now, Step::Timeout { due: &due });
+        self.due = due;
         true
     }
 
@@ -317,13 +330,13 @@ impl<O: Observer> Driver<O> {
 
     fn confirm(&mut self, now: Timestamp, lease: LeaseId, session: SessionId) -> bool {
         let input = Input::Perform { lease };
-        let verdict = self.core.handle(now, input.clone());
+        let verdict = self.core.handle_ref(now, &input);
         self.observe_input(now, &input, &verdict, Some(session));
         verdict == Verdict::Accepted
     }
 
     fn step(&mut self, now: Timestamp, input: Input) -> Verdict {
-        let verdict = self.core.handle(now, input.clone());
+        let verdict = self.core.handle_ref(now, &input);
         let session = input.session();
         self.observe_input(now, &input, &verdict, session);
         verdict
@@ -359,6 +372,32 @@ impl<O: Observer> Driver<O> {
     }
 }
 
+/// The sessions of the core's timers due at `now` (the core's own clock never goes back,
+/// so `now` is raised to it), into `out`, cleared first: what [`Step::Timeout`] carries.
+fn due_sessions(core: &Core, now: Timestamp, out: &mut Vec<SessionId>) {
+    use crate::core::Timer;
+    out.clear();
+    let now = now.max(core.last_now);
+    for &(at, timer) in core.timers.iter() {
+        if at > now {
+            break;
+        }
+        let session = match timer {
+            Timer::Join(s, _)
+            | Timer::Start(s, _)
+            | Timer::Recovery(s, _)
+            | Timer::Accept(s, _) => Some(s),
+            Timer::Stop(e) => core.executions.get(&e).map(|x| x.session),
+            Timer::Lease(l) => core.leases.get(&l).map(|l| l.session),
+        };
+        if let Some(s) = session {
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,7 +412,7 @@ mod tests {
         fn observe(&mut self, _: Timestamp, _: &Core, step: Step<'_>, effects: &[Effect]) {
             let what = match step {
                 Step::Input { input, verdict, .. } => format!("{input:?} -> {verdict:?}"),
-                Step::Timeout => "timeout".into(),
+                Step::Timeout { due } => format!("timeout {due:?}"),
                 Step::Restored => "restored".into(),
             };
             let names: Vec<&str> = effects.iter().map(Effect::name).collect();
@@ -404,6 +443,29 @@ mod tests {
                 Output::Timeout(_) | Output::Idle => return,
             }
         }
+    }
+
+    #[test]
+    fn a_timeout_names_the_sessions_of_the_timers_due() {
+        let mut d = driver();
+        let _ = d.handle(Timestamp::ZERO, Input::Resume { session: s(1) });
+        drain(&mut d, Timestamp::ZERO, |_| vec![]);
+        let later = Timestamp::from_millis(1_000);
+        let _ = d.handle(later, Input::Resume { session: s(2) });
+        drain(&mut d, later, |_| vec![]);
+        // Session 1's start deadline comes first; session 2's is not due yet.
+        let first = d.poll_timeout().expect("a start deadline");
+        assert!(first >= later, "{first}");
+        assert!(d.handle_timeout(first));
+        let log = &d.observer().0;
+        assert!(
+            log.last().unwrap().starts_with("timeout [SessionId(1)]"),
+            "{log:?}"
+        );
+        // Nothing due: no session named.
+        drain(&mut d, first, |_| vec![]);
+        assert!(d.handle_timeout(first));
+        assert!(d.observer().0.last().unwrap().starts_with("timeout []"));
     }
 
     #[test]

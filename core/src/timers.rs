@@ -79,6 +79,11 @@ impl Timers {
         }
     }
 
+    /// Every pending timer, in order (at most one of the two stores is non-empty).
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Key> {
+        self.small.iter().chain(self.big.iter())
+    }
+
     /// Pending timers.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {

@@ -49,7 +49,7 @@ impl Observer for Both {
             _ => {
                 let what = match step {
                     Step::Input { input, verdict, .. } => format!("{input:?} -> {verdict:?}"),
-                    Step::Timeout => "timeout".into(),
+                    Step::Timeout { .. } => "timeout".into(),
                     Step::Restored => "restore".into(),
                 };
                 self.differs = Some(format!(

@@ -276,13 +276,13 @@ impl Observer for Observe {
                 }
                 w.tracer.input(t, "engine", input, verdict)
             }
-            Step::Timeout if effects.is_empty() => {
+            Step::Timeout { .. } if effects.is_empty() => {
                 if let Some(checker) = w.checker.as_mut() {
                     checker.observe(now, core, step, effects);
                 }
                 return;
             }
-            Step::Timeout => w.tracer.line(t, "core", "timeout", &[]),
+            Step::Timeout { .. } => w.tracer.line(t, "core", "timeout", &[]),
             Step::Restored => w.tracer.line(t, "core", "restored", &[]),
         };
         for e in effects {
