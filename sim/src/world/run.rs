@@ -330,6 +330,8 @@ pub(crate) struct World {
     agenda_seq: u64,
     letters: Vec<Option<Ev>>,
     free_letters: Vec<usize>,
+    /// What an agent received, between its model and the oracle (kept to reuse its room).
+    received: Vec<Seen>,
     /// Boxed: a process is large, and the table grows by doubling.
     procs: IdMap<ExecutionId, Box<Proc>>,
     store: MemoryStore,
@@ -732,6 +734,10 @@ impl World {
 
     /// Lets the agent act on what is due, writes what it wrote, and schedules its next
     /// wake-up and the reading of its stdout.
+    ///
+    /// What the agent received is noted first, then each output in write order as it is
+    /// taken (its line onto stdout, its note to the oracle, an exit as the process's
+    /// death), so nothing is gathered into a list on the way.
     fn drive_agent(&mut self, exec: ExecutionId) {
         let now = self.now;
         let Some(p) = self.procs.get_mut(&exec) else {
@@ -741,48 +747,38 @@ impl World {
             return;
         }
         p.model.on_wake(now);
-        let session = p.session;
-        let mut died = false;
-        let mut written = Vec::new();
-        while let Some((out, note)) = p.model.poll_out(now) {
-            match out {
-                Out::Line(line) => {
-                    let late = 0;
-                    let at = p.stdout.back().map_or(now, |(t, _)| *t).max(now) + PIPE_MS + late;
-                    p.stdout.push_back((at, line));
-                }
-                Out::Stderr(_) => {}
-                Out::Exit(code) => {
-                    died = true;
-                    written.push((None, Some(ProcessExit::Code(code))));
-                    break;
-                }
-            }
-            if let Some(note) = note {
-                let dies_now = match &note {
-                    Seen::Event { event, .. } => p.exit_after_event && event.index == 1,
-                    Seen::PromptAnswered { .. } => p.exit_after_answer,
-                    _ => false,
-                };
-                if dies_now && p.exit_after_answer {
-                    lock(&self.watch).mark("kill-between-turns");
-                }
-                written.push((Some(note), None));
-                if dies_now {
-                    died = true;
-                    let code = if p.exit_after_answer { 0 } else { 1 };
-                    written.push((None, Some(ProcessExit::Code(code))));
-                    break;
-                }
-            }
-        }
-        let received: Vec<Seen> = p.model.poll_seen().collect();
-        for seen in received {
+        let mut received = std::mem::take(&mut self.received);
+        received.extend(p.model.poll_seen());
+        for seen in received.drain(..) {
             let idx = self.note("agent", "received", &[("execution", exec.get())]);
             let r = self.oracle.agent_received(exec, seen, idx);
             self.checked(r);
         }
-        for (note, exit) in written {
+        self.received = received;
+        while let Some(p) = self.procs.get_mut(&exec) {
+            let Some((out, note)) = p.model.poll_out(now) else {
+                break;
+            };
+            match out {
+                Out::Line(line) => {
+                    let at = p.stdout.back().map_or(now, |(t, _)| *t).max(now) + PIPE_MS;
+                    p.stdout.push_back((at, line));
+                }
+                Out::Stderr(_) => {}
+                Out::Exit(code) => {
+                    self.die(exec, ProcessExit::Code(code));
+                    break;
+                }
+            }
+            let dies_now = match &note {
+                Some(Seen::Event { event, .. }) => p.exit_after_event && event.index == 1,
+                Some(Seen::PromptAnswered { .. }) => p.exit_after_answer,
+                _ => false,
+            };
+            let exit_after_answer = p.exit_after_answer;
+            if dies_now && exit_after_answer {
+                lock(&self.watch).mark("kill-between-turns");
+            }
             if let Some(note) = note {
                 // A stream event shows in the trace as the core's stream input; an answer
                 // is noted here.
@@ -791,11 +787,12 @@ impl World {
                 }
                 self.oracle.agent_wrote(exec, note);
             }
-            if let Some(status) = exit {
-                self.die(exec, status);
+            if dies_now {
+                let code = if exit_after_answer { 0 } else { 1 };
+                self.die(exec, ProcessExit::Code(code));
+                break;
             }
         }
-        let _ = (session, died);
         self.schedule_agent(exec);
     }
 
@@ -1478,6 +1475,7 @@ pub(crate) async fn run(
         agenda_seq: 0,
         letters: Vec::new(),
         free_letters: Vec::new(),
+        received: Vec::new(),
         procs: IdMap::default(),
         store: MemoryStore::default(),
         oracle,
