@@ -359,6 +359,29 @@ impl LoadAnswer {
         )
     }
 
+    /// The compact JSON text of [`LoadAnswer::error`] for the answers whose error names
+    /// no conversation (the long texts), serialized once per process; `None` for the
+    /// others.
+    #[must_use]
+    pub fn constant_error_json(self) -> Option<&'static str> {
+        static LONG: std::sync::OnceLock<[String; 2]> = std::sync::OnceLock::new();
+        let json = |kind: LoadAnswer| {
+            let error = kind.error("").expect("a long answer is an error");
+            serde_json::to_string(&error).expect("an error of strings always serializes")
+        };
+        let [details, data] = LONG.get_or_init(|| {
+            [
+                json(LoadAnswer::LongDetails),
+                json(LoadAnswer::LongDataProof),
+            ]
+        });
+        match self {
+            LoadAnswer::LongDetails => Some(details),
+            LoadAnswer::LongDataProof => Some(data),
+            _ => None,
+        }
+    }
+
     /// The error this answer is for `session/load` of `id`; `None` for an answer of
     /// success.
     #[must_use]
@@ -1177,13 +1200,14 @@ impl AgentModel {
                                 Ok(())
                             }
                         };
+                        let line = load_answer_line(&id, Some(kind), &answer);
                         let note = Seen::Load {
                             id: session,
                             existed,
-                            answer: answer.clone(),
+                            answer,
                             kind: Some(kind),
                         };
-                        self.answer_noted(at, &id, answer.map(|()| json!({})), Some(note));
+                        self.emit_noted(at, Out::Line(line), Some(note));
                         return;
                     }
                     None => {}
@@ -1206,13 +1230,14 @@ impl AgentModel {
                     self.held.insert(session.clone());
                     self.replay_history(at, &session);
                 }
+                let line = load_answer_line(&id, kind, &answer);
                 let note = Seen::Load {
                     id: session,
                     existed,
-                    answer: answer.clone(),
+                    answer,
                     kind,
                 };
-                self.answer_noted(at, &id, answer.map(|()| json!({})), Some(note));
+                self.emit_noted(at, Out::Line(line), Some(note));
             }
             "session/list" if self.behaviour.lists_sessions => {
                 self.seen.push(Seen::List);
@@ -1549,8 +1574,9 @@ impl AgentModel {
     }
 }
 
-/// Appends `n` in decimal (what `format!("{n}")` writes).
-fn push_decimal(out: &mut String, mut n: u64) {
+/// Appends `n` in decimal (what `format!("{n}")` writes), without the formatting
+/// machinery.
+pub fn push_decimal(out: &mut String, mut n: u64) {
     let mut digits = [0u8; 20];
     let mut start = digits.len();
     loop {
@@ -1562,6 +1588,36 @@ fn push_decimal(out: &mut String, mut n: u64) {
         }
     }
     out.push_str(std::str::from_utf8(&digits[start..]).expect("ASCII digits"));
+}
+
+/// The line answering a `session/load` with `answer` (from the catalogue entry `kind`,
+/// if any): the line [`crate::jsonrpc::encode_response`] writes for it (`{}` on success).
+/// An error that is the same for every conversation (the long texts) is serialized once
+/// per process ([`LoadAnswer::constant_error_json`]): escaping its 64 KiB text was most
+/// of an agent's answering otherwise.
+fn load_answer_line(
+    id: &RequestId,
+    kind: Option<LoadAnswer>,
+    answer: &Result<(), RpcError>,
+) -> String {
+    match (answer, kind.and_then(LoadAnswer::constant_error_json)) {
+        (Err(error), Some(json)) => {
+            debug_assert_eq!(
+                serde_json::to_string(error).ok().as_deref(),
+                Some(json),
+                "the catalogue's constant error is the error answered"
+            );
+            let mut line = Vec::with_capacity(json.len() + 48);
+            line.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+            serde_json::to_writer(&mut line, id).expect("a request id always serializes");
+            line.extend_from_slice(br#","error":"#);
+            line.extend_from_slice(json.as_bytes());
+            line.extend_from_slice(b"}\n");
+            String::from_utf8(line).expect("serde_json writes UTF-8 and the error is a str")
+        }
+        (Err(error), None) => crate::jsonrpc::encode_response(id, &Err(error.clone())),
+        (Ok(()), _) => crate::jsonrpc::encode_response_raw(id, "{}"),
+    }
 }
 
 /// The compact JSON text of `initialize`'s result, written without building a tree: the
@@ -1802,6 +1858,45 @@ mod tests {
             let params = RawJson::valid(&text);
             let tree = serde_json::from_str(&text).unwrap_or(Value::Null);
             proptest::prop_assert_eq!(prompt_params(&params), prompt_params_of_tree(&tree), "{}", text);
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// Every `session/load` answer of the catalogue (and a plain success) is the line
+        /// the tree path writes, for any request id and conversation: the long texts'
+        /// errors serialized once included.
+        #[test]
+        fn load_answers_are_the_lines_the_tree_wrote(
+            number in proptest::prelude::any::<i64>(),
+            text in "\\PC{0,12}",
+            by_text in proptest::prelude::any::<bool>(),
+            session in "\\PC{0,16}",
+            which in 0..=LoadAnswer::ALL.len(),
+        ) {
+            let id = if by_text { RequestId::Str(text) } else { RequestId::Number(number) };
+            let kind = LoadAnswer::ALL.get(which).copied();
+            let answer = match kind.and_then(|k| k.error(&session)) {
+                Some(error) => Err(error),
+                None => Ok(()),
+            };
+            let tree = crate::jsonrpc::encode_response(&id, &answer.clone().map(|()| json!({})));
+            proptest::prop_assert_eq!(load_answer_line(&id, kind, &answer), tree);
+        }
+    }
+
+    #[test]
+    fn only_the_long_answers_are_serialized_once() {
+        for kind in LoadAnswer::ALL {
+            let constant = kind.constant_error_json();
+            let long = matches!(kind, LoadAnswer::LongDetails | LoadAnswer::LongDataProof);
+            assert_eq!(constant.is_some(), long, "{kind:?}");
+            if let Some(json) = constant {
+                assert!(json.len() > LONG_DATA_BYTES);
+                let error = kind.error("any-session").expect("an error");
+                assert_eq!(serde_json::to_string(&error).unwrap(), json);
+            }
         }
     }
 
