@@ -27,7 +27,9 @@ use palisade_core::{
     AttemptId, Core, Effect, ExecutionId, RejectReason, SessionId, Timestamp, TurnId, TurnOutcome,
     Verdict,
 };
-use palisade_embed::agent_model::{AgentModel, LoadAnswer, MemoryStore, NextLoad, Out, Seen};
+use palisade_embed::agent_model::{
+    push_decimal, AgentModel, LoadAnswer, MemoryStore, NextLoad, Out, Seen,
+};
 use palisade_embed::jsonrpc::encode_response;
 use palisade_embed::wire::{Incoming, Wire};
 use palisade_embed::{
@@ -351,6 +353,28 @@ pub(crate) struct World {
     incarnation: u32,
     workload: WorkloadCut,
     violation: Option<Violation>,
+}
+
+/// A client's `sends`-th prompt text: `s<session>.<sends>: summarise the repository`,
+/// written piece by piece (`format!` was about 1 % of a seed's instructions).
+fn prompt_text(session: u32, sends: u32) -> String {
+    let mut text = String::with_capacity(48);
+    text.push('s');
+    push_decimal(&mut text, u64::from(session));
+    text.push('.');
+    push_decimal(&mut text, u64::from(sends));
+    text.push_str(": summarise the repository");
+    text
+}
+
+/// The text a client sends on its `tries`-th try of `base`: `<base> (try <tries>)`.
+fn try_text(base: &str, tries: u32) -> String {
+    let mut text = String::with_capacity(base.len() + 16);
+    text.push_str(base);
+    text.push_str(" (try ");
+    push_decimal(&mut text, u64::from(tries));
+    text.push(')');
+    text
 }
 
 fn ms(n: u64) -> Duration {
@@ -1096,16 +1120,12 @@ impl World {
         }
         if c.text.is_none() {
             c.sends += 1;
-            c.text = Some(format!("s{session}.{}: summarise the repository", c.sends));
+            c.text = Some(prompt_text(session, c.sends));
         }
         c.tries += 1;
         // A resend is a new turn: its text says which try it is, so an agent's prompt
         // names its turn.
-        let text = format!(
-            "{} (try {})",
-            c.text.as_deref().unwrap_or_default(),
-            c.tries
-        );
+        let text = try_text(c.text.as_deref().unwrap_or_default(), c.tries);
         let sid = SessionId::new(u64::from(session)).expect("sessions start at 1");
         let ts = self.ts();
         // The prompt's first trace line is the core's `prompt` input.
@@ -1603,6 +1623,15 @@ pub(crate) async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn client_texts_are_what_format_wrote() {
+        for (session, n) in [(1, 1), (9, 10), (12, 345), (u32::MAX, u32::MAX)] {
+            let base = format!("s{session}.{n}: summarise the repository");
+            assert_eq!(prompt_text(session, n), base);
+            assert_eq!(try_text(&base, n), format!("{base} (try {n})"));
+        }
+    }
 
     /// A change made through `get_mut` is seen by the next `poll_timeout`: the remembered
     /// deadline is dropped, not served stale.
