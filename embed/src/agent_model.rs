@@ -1160,22 +1160,13 @@ impl AgentModel {
                 }
                 let session = store.create();
                 self.held.insert(session.clone());
-                let note = Seen::New(Ok(session.clone()));
-                self.answer_noted(at, &id, Ok(json!({ "sessionId": session })), Some(note));
+                let line = crate::jsonrpc::encode_response_raw(&id, &new_result(&session));
                 if self.behaviour.unprompted_updates {
-                    let note = crate::jsonrpc::encode_notification(
-                        crate::acp::SESSION_UPDATE,
-                        &json!({
-                            "sessionId": session,
-                            "update": {
-                                "sessionUpdate": "available_commands_update",
-                                "availableCommands": [
-                                    {"name": "init", "description": "create AGENTS.md"}
-                                ],
-                            },
-                        }),
-                    );
-                    self.emit(at, Out::Line(note));
+                    let update = commands_update_line(&session);
+                    self.emit_noted(at, Out::Line(line), Some(Seen::New(Ok(session))));
+                    self.emit(at, Out::Line(update));
+                } else {
+                    self.emit_noted(at, Out::Line(line), Some(Seen::New(Ok(session))));
                 }
             }
             "session/load" if self.behaviour.unknown_session.loads() => {
@@ -1406,14 +1397,10 @@ impl AgentModel {
             }
             if self.behaviour.asks_permission && !p.asked && p.sent * 2 >= p.total {
                 p.asked = true;
-                let request = crate::jsonrpc::encode_request(
+                let request = permission_request_line(
                     &RequestId::Number(1_000_000 + i64::try_from(self.prompts).unwrap_or(0)),
-                    "session/request_permission",
-                    &json!({
-                        "sessionId": p.session,
-                        "toolCall": {"toolCallId": format!("{}-perm", p.tag)},
-                        "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}],
-                    }),
+                    &p.session,
+                    &p.tag,
                 );
                 self.emit(now, Out::Line(request));
             }
@@ -1588,6 +1575,53 @@ pub fn push_decimal(out: &mut String, mut n: u64) {
         }
     }
     out.push_str(std::str::from_utf8(&digits[start..]).expect("ASCII digits"));
+}
+
+/// Appends `text` as a JSON string (quoted and escaped, as serde_json writes it).
+fn push_json_str(out: &mut Vec<u8>, text: &str) {
+    serde_json::to_writer(out, text).expect("a string always serializes");
+}
+
+/// The compact JSON text of `session/new`'s result for `session`, written without a tree:
+/// `{"sessionId":<session>}`.
+fn new_result(session: &str) -> String {
+    let mut result = Vec::with_capacity(session.len() + 16);
+    result.extend_from_slice(br#"{"sessionId":"#);
+    push_json_str(&mut result, session);
+    result.push(b'}');
+    String::from_utf8(result).expect("serde_json writes UTF-8")
+}
+
+/// The `available_commands_update` notification an agent writes unprompted after
+/// `session/new`, written without a tree (the line the tree of the same members in the
+/// same order serializes to).
+fn commands_update_line(session: &str) -> String {
+    crate::jsonrpc::encode_with(None, crate::acp::SESSION_UPDATE, |line| {
+        line.extend_from_slice(br#"{"sessionId":"#);
+        push_json_str(line, session);
+        line.extend_from_slice(
+            br#","update":{"sessionUpdate":"available_commands_update","availableCommands":[{"name":"init","description":"create AGENTS.md"}]}}"#,
+        );
+        true
+    })
+}
+
+/// The `session/request_permission` request of the prompt tagged `tag` in `session`,
+/// written without a tree.
+fn permission_request_line(id: &RequestId, session: &str, tag: &str) -> String {
+    crate::jsonrpc::encode_with(Some(id), "session/request_permission", |line| {
+        line.extend_from_slice(br#"{"sessionId":"#);
+        push_json_str(line, session);
+        line.extend_from_slice(br#","toolCall":{"toolCallId":"#);
+        let mut call = String::with_capacity(tag.len() + 5);
+        call.push_str(tag);
+        call.push_str("-perm");
+        push_json_str(line, &call);
+        line.extend_from_slice(
+            br#"},"options":[{"optionId":"allow","name":"Allow","kind":"allow_once"}]}"#,
+        );
+        true
+    })
 }
 
 /// The line answering a `session/load` with `answer` (from the catalogue entry `kind`,
@@ -1883,6 +1917,53 @@ mod tests {
             };
             let tree = crate::jsonrpc::encode_response(&id, &answer.clone().map(|()| json!({})));
             proptest::prop_assert_eq!(load_answer_line(&id, kind, &answer), tree);
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2_000))]
+
+        /// The answers and requests an agent writes straight into lines are the lines
+        /// their trees serialize to, for any conversation id and tag (quotes, controls
+        /// and non-ASCII included).
+        #[test]
+        fn lines_written_straight_are_the_trees_lines(
+            session in "\\PC{0,24}|[\"\\\\\\x00-\\x1f a-z]{0,8}",
+            tag in "\\PC{0,16}",
+            number in proptest::prelude::any::<i64>(),
+        ) {
+            let id = RequestId::Number(number);
+            proptest::prop_assert_eq!(
+                crate::jsonrpc::encode_response_raw(&id, &new_result(&session)),
+                crate::jsonrpc::encode_response(&id, &Ok(json!({ "sessionId": session })))
+            );
+            proptest::prop_assert_eq!(
+                commands_update_line(&session),
+                crate::jsonrpc::encode_notification(
+                    crate::acp::SESSION_UPDATE,
+                    &json!({
+                        "sessionId": session,
+                        "update": {
+                            "sessionUpdate": "available_commands_update",
+                            "availableCommands": [
+                                {"name": "init", "description": "create AGENTS.md"}
+                            ],
+                        },
+                    }),
+                )
+            );
+            proptest::prop_assert_eq!(
+                permission_request_line(&id, &session, &tag),
+                crate::jsonrpc::encode_request(
+                    &id,
+                    "session/request_permission",
+                    &json!({
+                        "sessionId": session,
+                        "toolCall": {"toolCallId": format!("{tag}-perm")},
+                        "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}],
+                    }),
+                )
+            );
         }
     }
 
