@@ -15,8 +15,7 @@
 //! Everything runs in one madsim task as a discrete-event loop over an agenda ordered by
 //! (time, posting order): cheap, and deterministic by construction.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -37,6 +36,7 @@ use palisade_embed::{
     SessionEvent, SupervisorConfig,
 };
 
+use super::agenda::Agenda;
 use super::agents::behaviour;
 use super::dense::IdMap;
 use super::oracle::Oracle;
@@ -328,10 +328,7 @@ pub(crate) struct World {
     skew_ms: i64,
     /// The latest engine time so far.
     mono: Timestamp,
-    agenda: BinaryHeap<Reverse<(u64, u64, usize)>>,
-    agenda_seq: u64,
-    letters: Vec<Option<Ev>>,
-    free_letters: Vec<usize>,
+    agenda: Agenda<Ev>,
     /// What an agent received, between its model and the oracle (kept to reuse its room).
     received: Vec<Seen>,
     /// Boxed: a process is large, and the table grows by doubling.
@@ -443,30 +440,11 @@ impl World {
 
     /// Schedules `ev` at simulated time `at` (not before now).
     fn post(&mut self, at: u64, ev: Ev) {
-        let at = at.max(self.now);
-        self.agenda_seq += 1;
-        let slot = match self.free_letters.pop() {
-            Some(slot) => {
-                self.letters[slot] = Some(ev);
-                slot
-            }
-            None => {
-                self.letters.push(Some(ev));
-                self.letters.len() - 1
-            }
-        };
-        self.agenda.push(Reverse((at, self.agenda_seq, slot)));
+        self.agenda.post(at.max(self.now), ev);
     }
 
     fn due(&mut self) -> Option<Ev> {
-        match self.agenda.peek() {
-            Some(&Reverse((at, _, _))) if at <= self.now => {
-                let Reverse((_, _, slot)) = self.agenda.pop()?;
-                self.free_letters.push(slot);
-                self.letters[slot].take()
-            }
-            _ => None,
-        }
+        self.agenda.pop_due(self.now)
     }
 
     /// Extra pipe latency for `session` now (its jitter fault).
@@ -1491,10 +1469,7 @@ pub(crate) async fn run(
         watch: watch.clone(),
         skew_ms: 0,
         mono: Timestamp::ZERO,
-        agenda: BinaryHeap::new(),
-        agenda_seq: 0,
-        letters: Vec::new(),
-        free_letters: Vec::new(),
+        agenda: Agenda::new(),
         received: Vec::new(),
         procs: IdMap::default(),
         store: MemoryStore::default(),
@@ -1580,7 +1555,7 @@ pub(crate) async fn run(
         if world.now >= end {
             break;
         }
-        let agenda_at = world.agenda.peek().map(|&Reverse((at, _, _))| at);
+        let agenda_at = world.agenda.next_at();
         let engine_at = engine_at.map(|t| world.world_ms(t));
         let next = match (agenda_at, engine_at) {
             (Some(x), Some(y)) => Some(x.min(y)),
