@@ -1641,13 +1641,7 @@ fn load_answer_line(
                 Some(json),
                 "the catalogue's constant error is the error answered"
             );
-            let mut line = Vec::with_capacity(json.len() + 48);
-            line.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
-            serde_json::to_writer(&mut line, id).expect("a request id always serializes");
-            line.extend_from_slice(br#","error":"#);
-            line.extend_from_slice(json.as_bytes());
-            line.extend_from_slice(b"}\n");
-            String::from_utf8(line).expect("serde_json writes UTF-8 and the error is a str")
+            crate::jsonrpc::encode_error_raw(id, json)
         }
         (Err(error), None) => crate::jsonrpc::encode_response(id, &Err(error.clone())),
         (Ok(()), _) => crate::jsonrpc::encode_response_raw(id, "{}"),
