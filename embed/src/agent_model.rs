@@ -359,6 +359,29 @@ impl LoadAnswer {
         )
     }
 
+    /// The compact JSON text of [`LoadAnswer::error`] for the answers whose error names
+    /// no conversation (the long texts), serialized once per process; `None` for the
+    /// others.
+    #[must_use]
+    pub fn constant_error_json(self) -> Option<&'static str> {
+        static LONG: std::sync::OnceLock<[String; 2]> = std::sync::OnceLock::new();
+        let json = |kind: LoadAnswer| {
+            let error = kind.error("").expect("a long answer is an error");
+            serde_json::to_string(&error).expect("an error of strings always serializes")
+        };
+        let [details, data] = LONG.get_or_init(|| {
+            [
+                json(LoadAnswer::LongDetails),
+                json(LoadAnswer::LongDataProof),
+            ]
+        });
+        match self {
+            LoadAnswer::LongDetails => Some(details),
+            LoadAnswer::LongDataProof => Some(data),
+            _ => None,
+        }
+    }
+
     /// The error this answer is for `session/load` of `id`; `None` for an answer of
     /// success.
     #[must_use]
@@ -1137,22 +1160,13 @@ impl AgentModel {
                 }
                 let session = store.create();
                 self.held.insert(session.clone());
-                let note = Seen::New(Ok(session.clone()));
-                self.answer_noted(at, &id, Ok(json!({ "sessionId": session })), Some(note));
+                let line = crate::jsonrpc::encode_response_raw(&id, &new_result(&session));
                 if self.behaviour.unprompted_updates {
-                    let note = crate::jsonrpc::encode_notification(
-                        crate::acp::SESSION_UPDATE,
-                        &json!({
-                            "sessionId": session,
-                            "update": {
-                                "sessionUpdate": "available_commands_update",
-                                "availableCommands": [
-                                    {"name": "init", "description": "create AGENTS.md"}
-                                ],
-                            },
-                        }),
-                    );
-                    self.emit(at, Out::Line(note));
+                    let update = commands_update_line(&session);
+                    self.emit_noted(at, Out::Line(line), Some(Seen::New(Ok(session))));
+                    self.emit(at, Out::Line(update));
+                } else {
+                    self.emit_noted(at, Out::Line(line), Some(Seen::New(Ok(session))));
                 }
             }
             "session/load" if self.behaviour.unknown_session.loads() => {
@@ -1177,13 +1191,14 @@ impl AgentModel {
                                 Ok(())
                             }
                         };
+                        let line = load_answer_line(&id, Some(kind), &answer);
                         let note = Seen::Load {
                             id: session,
                             existed,
-                            answer: answer.clone(),
+                            answer,
                             kind: Some(kind),
                         };
-                        self.answer_noted(at, &id, answer.map(|()| json!({})), Some(note));
+                        self.emit_noted(at, Out::Line(line), Some(note));
                         return;
                     }
                     None => {}
@@ -1206,13 +1221,14 @@ impl AgentModel {
                     self.held.insert(session.clone());
                     self.replay_history(at, &session);
                 }
+                let line = load_answer_line(&id, kind, &answer);
                 let note = Seen::Load {
                     id: session,
                     existed,
-                    answer: answer.clone(),
+                    answer,
                     kind,
                 };
-                self.answer_noted(at, &id, answer.map(|()| json!({})), Some(note));
+                self.emit_noted(at, Out::Line(line), Some(note));
             }
             "session/list" if self.behaviour.lists_sessions => {
                 self.seen.push(Seen::List);
@@ -1381,14 +1397,10 @@ impl AgentModel {
             }
             if self.behaviour.asks_permission && !p.asked && p.sent * 2 >= p.total {
                 p.asked = true;
-                let request = crate::jsonrpc::encode_request(
+                let request = permission_request_line(
                     &RequestId::Number(1_000_000 + i64::try_from(self.prompts).unwrap_or(0)),
-                    "session/request_permission",
-                    &json!({
-                        "sessionId": p.session,
-                        "toolCall": {"toolCallId": format!("{}-perm", p.tag)},
-                        "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}],
-                    }),
+                    &p.session,
+                    &p.tag,
                 );
                 self.emit(now, Out::Line(request));
             }
@@ -1549,8 +1561,9 @@ impl AgentModel {
     }
 }
 
-/// Appends `n` in decimal (what `format!("{n}")` writes).
-fn push_decimal(out: &mut String, mut n: u64) {
+/// Appends `n` in decimal (what `format!("{n}")` writes), without the formatting
+/// machinery.
+pub fn push_decimal(out: &mut String, mut n: u64) {
     let mut digits = [0u8; 20];
     let mut start = digits.len();
     loop {
@@ -1562,6 +1575,77 @@ fn push_decimal(out: &mut String, mut n: u64) {
         }
     }
     out.push_str(std::str::from_utf8(&digits[start..]).expect("ASCII digits"));
+}
+
+/// Appends `text` as a JSON string (quoted and escaped, as serde_json writes it).
+fn push_json_str(out: &mut Vec<u8>, text: &str) {
+    serde_json::to_writer(out, text).expect("a string always serializes");
+}
+
+/// The compact JSON text of `session/new`'s result for `session`, written without a tree:
+/// `{"sessionId":<session>}`.
+fn new_result(session: &str) -> String {
+    let mut result = Vec::with_capacity(session.len() + 16);
+    result.extend_from_slice(br#"{"sessionId":"#);
+    push_json_str(&mut result, session);
+    result.push(b'}');
+    String::from_utf8(result).expect("serde_json writes UTF-8")
+}
+
+/// The `available_commands_update` notification an agent writes unprompted after
+/// `session/new`, written without a tree (the line the tree of the same members in the
+/// same order serializes to).
+fn commands_update_line(session: &str) -> String {
+    crate::jsonrpc::encode_with(None, crate::acp::SESSION_UPDATE, |line| {
+        line.extend_from_slice(br#"{"sessionId":"#);
+        push_json_str(line, session);
+        line.extend_from_slice(
+            br#","update":{"sessionUpdate":"available_commands_update","availableCommands":[{"name":"init","description":"create AGENTS.md"}]}}"#,
+        );
+        true
+    })
+}
+
+/// The `session/request_permission` request of the prompt tagged `tag` in `session`,
+/// written without a tree.
+fn permission_request_line(id: &RequestId, session: &str, tag: &str) -> String {
+    crate::jsonrpc::encode_with(Some(id), "session/request_permission", |line| {
+        line.extend_from_slice(br#"{"sessionId":"#);
+        push_json_str(line, session);
+        line.extend_from_slice(br#","toolCall":{"toolCallId":"#);
+        let mut call = String::with_capacity(tag.len() + 5);
+        call.push_str(tag);
+        call.push_str("-perm");
+        push_json_str(line, &call);
+        line.extend_from_slice(
+            br#"},"options":[{"optionId":"allow","name":"Allow","kind":"allow_once"}]}"#,
+        );
+        true
+    })
+}
+
+/// The line answering a `session/load` with `answer` (from the catalogue entry `kind`,
+/// if any): the line [`crate::jsonrpc::encode_response`] writes for it (`{}` on success).
+/// An error that is the same for every conversation (the long texts) is serialized once
+/// per process ([`LoadAnswer::constant_error_json`]): escaping its 64 KiB text was most
+/// of an agent's answering otherwise.
+fn load_answer_line(
+    id: &RequestId,
+    kind: Option<LoadAnswer>,
+    answer: &Result<(), RpcError>,
+) -> String {
+    match (answer, kind.and_then(LoadAnswer::constant_error_json)) {
+        (Err(error), Some(json)) => {
+            debug_assert_eq!(
+                serde_json::to_string(error).ok().as_deref(),
+                Some(json),
+                "the catalogue's constant error is the error answered"
+            );
+            crate::jsonrpc::encode_error_raw(id, json)
+        }
+        (Err(error), None) => crate::jsonrpc::encode_response(id, &Err(error.clone())),
+        (Ok(()), _) => crate::jsonrpc::encode_response_raw(id, "{}"),
+    }
 }
 
 /// The compact JSON text of `initialize`'s result, written without building a tree: the
@@ -1802,6 +1886,92 @@ mod tests {
             let params = RawJson::valid(&text);
             let tree = serde_json::from_str(&text).unwrap_or(Value::Null);
             proptest::prop_assert_eq!(prompt_params(&params), prompt_params_of_tree(&tree), "{}", text);
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// Every `session/load` answer of the catalogue (and a plain success) is the line
+        /// the tree path writes, for any request id and conversation: the long texts'
+        /// errors serialized once included.
+        #[test]
+        fn load_answers_are_the_lines_the_tree_wrote(
+            number in proptest::prelude::any::<i64>(),
+            text in "\\PC{0,12}",
+            by_text in proptest::prelude::any::<bool>(),
+            session in "\\PC{0,16}",
+            which in 0..=LoadAnswer::ALL.len(),
+        ) {
+            let id = if by_text { RequestId::Str(text) } else { RequestId::Number(number) };
+            let kind = LoadAnswer::ALL.get(which).copied();
+            let answer = match kind.and_then(|k| k.error(&session)) {
+                Some(error) => Err(error),
+                None => Ok(()),
+            };
+            let tree = crate::jsonrpc::encode_response(&id, &answer.clone().map(|()| json!({})));
+            proptest::prop_assert_eq!(load_answer_line(&id, kind, &answer), tree);
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2_000))]
+
+        /// The answers and requests an agent writes straight into lines are the lines
+        /// their trees serialize to, for any conversation id and tag (quotes, controls
+        /// and non-ASCII included).
+        #[test]
+        fn lines_written_straight_are_the_trees_lines(
+            session in "\\PC{0,24}|[\"\\\\\\x00-\\x1f a-z]{0,8}",
+            tag in "\\PC{0,16}",
+            number in proptest::prelude::any::<i64>(),
+        ) {
+            let id = RequestId::Number(number);
+            proptest::prop_assert_eq!(
+                crate::jsonrpc::encode_response_raw(&id, &new_result(&session)),
+                crate::jsonrpc::encode_response(&id, &Ok(json!({ "sessionId": session })))
+            );
+            proptest::prop_assert_eq!(
+                commands_update_line(&session),
+                crate::jsonrpc::encode_notification(
+                    crate::acp::SESSION_UPDATE,
+                    &json!({
+                        "sessionId": session,
+                        "update": {
+                            "sessionUpdate": "available_commands_update",
+                            "availableCommands": [
+                                {"name": "init", "description": "create AGENTS.md"}
+                            ],
+                        },
+                    }),
+                )
+            );
+            proptest::prop_assert_eq!(
+                permission_request_line(&id, &session, &tag),
+                crate::jsonrpc::encode_request(
+                    &id,
+                    "session/request_permission",
+                    &json!({
+                        "sessionId": session,
+                        "toolCall": {"toolCallId": format!("{tag}-perm")},
+                        "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}],
+                    }),
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn only_the_long_answers_are_serialized_once() {
+        for kind in LoadAnswer::ALL {
+            let constant = kind.constant_error_json();
+            let long = matches!(kind, LoadAnswer::LongDetails | LoadAnswer::LongDataProof);
+            assert_eq!(constant.is_some(), long, "{kind:?}");
+            if let Some(json) = constant {
+                assert!(json.len() > LONG_DATA_BYTES);
+                let error = kind.error("any-session").expect("an error");
+                assert_eq!(serde_json::to_string(&error).unwrap(), json);
+            }
         }
     }
 

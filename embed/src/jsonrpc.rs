@@ -600,13 +600,25 @@ pub fn encode_response(id: &RequestId, outcome: &Result<Value, RpcError>) -> Str
 /// building it.
 #[must_use]
 pub fn encode_response_raw(id: &RequestId, result: &str) -> String {
-    let mut line = Vec::with_capacity(result.len() + 48);
+    response_raw(id, br#","result":"#, result)
+}
+
+/// Encodes an error response whose error object is `error`, compact JSON text written as
+/// is, newline included: the line [`encode_response`] writes for that error.
+#[must_use]
+pub fn encode_error_raw(id: &RequestId, error: &str) -> String {
+    response_raw(id, br#","error":"#, error)
+}
+
+/// `{"jsonrpc":"2.0","id":<id><member><text>}` and a newline.
+fn response_raw(id: &RequestId, member: &[u8], text: &str) -> String {
+    let mut line = Vec::with_capacity(text.len() + 48);
     line.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
     serde_json::to_writer(&mut line, id).expect("a request id always serializes");
-    line.extend_from_slice(br#","result":"#);
-    line.extend_from_slice(result.as_bytes());
+    line.extend_from_slice(member);
+    line.extend_from_slice(text.as_bytes());
     line.extend_from_slice(b"}\n");
-    String::from_utf8(line).expect("serde_json writes UTF-8 and the result is a str")
+    String::from_utf8(line).expect("serde_json writes UTF-8 and the text is a str")
 }
 
 #[cfg(test)]

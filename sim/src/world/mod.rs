@@ -1,6 +1,7 @@
 //! The simulated world: actors, fault plan, oracle. The CLI and sweep layer call
 //! [`run_seed`].
 
+mod agenda;
 pub(crate) mod agents;
 mod dense;
 pub(crate) mod oracle;

@@ -15,8 +15,7 @@
 //! Everything runs in one madsim task as a discrete-event loop over an agenda ordered by
 //! (time, posting order): cheap, and deterministic by construction.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -27,7 +26,9 @@ use palisade_core::{
     AttemptId, Core, Effect, ExecutionId, RejectReason, SessionId, Timestamp, TurnId, TurnOutcome,
     Verdict,
 };
-use palisade_embed::agent_model::{AgentModel, LoadAnswer, MemoryStore, NextLoad, Out, Seen};
+use palisade_embed::agent_model::{
+    push_decimal, AgentModel, LoadAnswer, MemoryStore, NextLoad, Out, Seen,
+};
 use palisade_embed::jsonrpc::encode_response;
 use palisade_embed::wire::{Incoming, Wire};
 use palisade_embed::{
@@ -35,6 +36,7 @@ use palisade_embed::{
     SessionEvent, SupervisorConfig,
 };
 
+use super::agenda::Agenda;
 use super::agents::behaviour;
 use super::dense::IdMap;
 use super::oracle::Oracle;
@@ -326,10 +328,9 @@ pub(crate) struct World {
     skew_ms: i64,
     /// The latest engine time so far.
     mono: Timestamp,
-    agenda: BinaryHeap<Reverse<(u64, u64, usize)>>,
-    agenda_seq: u64,
-    letters: Vec<Option<Ev>>,
-    free_letters: Vec<usize>,
+    agenda: Agenda<Ev>,
+    /// What an agent received, between its model and the oracle (kept to reuse its room).
+    received: Vec<Seen>,
     /// Boxed: a process is large, and the table grows by doubling.
     procs: IdMap<ExecutionId, Box<Proc>>,
     store: MemoryStore,
@@ -349,6 +350,28 @@ pub(crate) struct World {
     incarnation: u32,
     workload: WorkloadCut,
     violation: Option<Violation>,
+}
+
+/// A client's `sends`-th prompt text: `s<session>.<sends>: summarise the repository`,
+/// written piece by piece (`format!` was about 1 % of a seed's instructions).
+fn prompt_text(session: u32, sends: u32) -> String {
+    let mut text = String::with_capacity(48);
+    text.push('s');
+    push_decimal(&mut text, u64::from(session));
+    text.push('.');
+    push_decimal(&mut text, u64::from(sends));
+    text.push_str(": summarise the repository");
+    text
+}
+
+/// The text a client sends on its `tries`-th try of `base`: `<base> (try <tries>)`.
+fn try_text(base: &str, tries: u32) -> String {
+    let mut text = String::with_capacity(base.len() + 16);
+    text.push_str(base);
+    text.push_str(" (try ");
+    push_decimal(&mut text, u64::from(tries));
+    text.push(')');
+    text
 }
 
 fn ms(n: u64) -> Duration {
@@ -417,30 +440,11 @@ impl World {
 
     /// Schedules `ev` at simulated time `at` (not before now).
     fn post(&mut self, at: u64, ev: Ev) {
-        let at = at.max(self.now);
-        self.agenda_seq += 1;
-        let slot = match self.free_letters.pop() {
-            Some(slot) => {
-                self.letters[slot] = Some(ev);
-                slot
-            }
-            None => {
-                self.letters.push(Some(ev));
-                self.letters.len() - 1
-            }
-        };
-        self.agenda.push(Reverse((at, self.agenda_seq, slot)));
+        self.agenda.post(at.max(self.now), ev);
     }
 
     fn due(&mut self) -> Option<Ev> {
-        match self.agenda.peek() {
-            Some(&Reverse((at, _, _))) if at <= self.now => {
-                let Reverse((_, _, slot)) = self.agenda.pop()?;
-                self.free_letters.push(slot);
-                self.letters[slot].take()
-            }
-            _ => None,
-        }
+        self.agenda.pop_due(self.now)
     }
 
     /// Extra pipe latency for `session` now (its jitter fault).
@@ -732,6 +736,10 @@ impl World {
 
     /// Lets the agent act on what is due, writes what it wrote, and schedules its next
     /// wake-up and the reading of its stdout.
+    ///
+    /// What the agent received is noted first, then each output in write order as it is
+    /// taken (its line onto stdout, its note to the oracle, an exit as the process's
+    /// death), so nothing is gathered into a list on the way.
     fn drive_agent(&mut self, exec: ExecutionId) {
         let now = self.now;
         let Some(p) = self.procs.get_mut(&exec) else {
@@ -741,48 +749,38 @@ impl World {
             return;
         }
         p.model.on_wake(now);
-        let session = p.session;
-        let mut died = false;
-        let mut written = Vec::new();
-        while let Some((out, note)) = p.model.poll_out(now) {
-            match out {
-                Out::Line(line) => {
-                    let late = 0;
-                    let at = p.stdout.back().map_or(now, |(t, _)| *t).max(now) + PIPE_MS + late;
-                    p.stdout.push_back((at, line));
-                }
-                Out::Stderr(_) => {}
-                Out::Exit(code) => {
-                    died = true;
-                    written.push((None, Some(ProcessExit::Code(code))));
-                    break;
-                }
-            }
-            if let Some(note) = note {
-                let dies_now = match &note {
-                    Seen::Event { event, .. } => p.exit_after_event && event.index == 1,
-                    Seen::PromptAnswered { .. } => p.exit_after_answer,
-                    _ => false,
-                };
-                if dies_now && p.exit_after_answer {
-                    lock(&self.watch).mark("kill-between-turns");
-                }
-                written.push((Some(note), None));
-                if dies_now {
-                    died = true;
-                    let code = if p.exit_after_answer { 0 } else { 1 };
-                    written.push((None, Some(ProcessExit::Code(code))));
-                    break;
-                }
-            }
-        }
-        let received: Vec<Seen> = p.model.poll_seen().collect();
-        for seen in received {
+        let mut received = std::mem::take(&mut self.received);
+        received.extend(p.model.poll_seen());
+        for seen in received.drain(..) {
             let idx = self.note("agent", "received", &[("execution", exec.get())]);
             let r = self.oracle.agent_received(exec, seen, idx);
             self.checked(r);
         }
-        for (note, exit) in written {
+        self.received = received;
+        while let Some(p) = self.procs.get_mut(&exec) {
+            let Some((out, note)) = p.model.poll_out(now) else {
+                break;
+            };
+            match out {
+                Out::Line(line) => {
+                    let at = p.stdout.back().map_or(now, |(t, _)| *t).max(now) + PIPE_MS;
+                    p.stdout.push_back((at, line));
+                }
+                Out::Stderr(_) => {}
+                Out::Exit(code) => {
+                    self.die(exec, ProcessExit::Code(code));
+                    break;
+                }
+            }
+            let dies_now = match &note {
+                Some(Seen::Event { event, .. }) => p.exit_after_event && event.index == 1,
+                Some(Seen::PromptAnswered { .. }) => p.exit_after_answer,
+                _ => false,
+            };
+            let exit_after_answer = p.exit_after_answer;
+            if dies_now && exit_after_answer {
+                lock(&self.watch).mark("kill-between-turns");
+            }
             if let Some(note) = note {
                 // A stream event shows in the trace as the core's stream input; an answer
                 // is noted here.
@@ -791,11 +789,12 @@ impl World {
                 }
                 self.oracle.agent_wrote(exec, note);
             }
-            if let Some(status) = exit {
-                self.die(exec, status);
+            if dies_now {
+                let code = if exit_after_answer { 0 } else { 1 };
+                self.die(exec, ProcessExit::Code(code));
+                break;
             }
         }
-        let _ = (session, died);
         self.schedule_agent(exec);
     }
 
@@ -1099,16 +1098,12 @@ impl World {
         }
         if c.text.is_none() {
             c.sends += 1;
-            c.text = Some(format!("s{session}.{}: summarise the repository", c.sends));
+            c.text = Some(prompt_text(session, c.sends));
         }
         c.tries += 1;
         // A resend is a new turn: its text says which try it is, so an agent's prompt
         // names its turn.
-        let text = format!(
-            "{} (try {})",
-            c.text.as_deref().unwrap_or_default(),
-            c.tries
-        );
+        let text = try_text(c.text.as_deref().unwrap_or_default(), c.tries);
         let sid = SessionId::new(u64::from(session)).expect("sessions start at 1");
         let ts = self.ts();
         // The prompt's first trace line is the core's `prompt` input.
@@ -1474,10 +1469,8 @@ pub(crate) async fn run(
         watch: watch.clone(),
         skew_ms: 0,
         mono: Timestamp::ZERO,
-        agenda: BinaryHeap::new(),
-        agenda_seq: 0,
-        letters: Vec::new(),
-        free_letters: Vec::new(),
+        agenda: Agenda::new(),
+        received: Vec::new(),
         procs: IdMap::default(),
         store: MemoryStore::default(),
         oracle,
@@ -1562,7 +1555,7 @@ pub(crate) async fn run(
         if world.now >= end {
             break;
         }
-        let agenda_at = world.agenda.peek().map(|&Reverse((at, _, _))| at);
+        let agenda_at = world.agenda.next_at();
         let engine_at = engine_at.map(|t| world.world_ms(t));
         let next = match (agenda_at, engine_at) {
             (Some(x), Some(y)) => Some(x.min(y)),
@@ -1605,6 +1598,15 @@ pub(crate) async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn client_texts_are_what_format_wrote() {
+        for (session, n) in [(1, 1), (9, 10), (12, 345), (u32::MAX, u32::MAX)] {
+            let base = format!("s{session}.{n}: summarise the repository");
+            assert_eq!(prompt_text(session, n), base);
+            assert_eq!(try_text(&base, n), format!("{base} (try {n})"));
+        }
+    }
 
     /// A change made through `get_mut` is seen by the next `poll_timeout`: the remembered
     /// deadline is dropped, not served stale.
