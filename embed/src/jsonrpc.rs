@@ -936,7 +936,31 @@ mod tests {
             "\"a\u{1}b\"",
             "\"a\tb\"",
         ]);
-        let leaf = prop_oneof![6 => plain, 1 => broken].prop_map(str::to_owned);
+        // Strings of every length past the word scan's two 8-byte words, half of them with
+        // one byte that ends or breaks a string (a control byte, a quote, a backslash) or
+        // that is not one (DEL, non-ASCII) at any position.
+        let long = (
+            0usize..48,
+            proptest::option::of((
+                any::<prop::sample::Index>(),
+                prop::sample::select(vec![
+                    "\u{0}", "\u{1}", "\u{1f}", "\"", "\\", "\u{7f}", "\u{e9}",
+                ]),
+            )),
+        )
+            .prop_map(|(n, stop)| {
+                let mut text: String = (0..n).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+                if let (Some((at, stop)), false) = (stop, text.is_empty()) {
+                    let at = at.index(text.len());
+                    text.replace_range(at..=at, stop);
+                }
+                format!("\"{text}\"")
+            });
+        let leaf = prop_oneof![
+            6 => plain.prop_map(str::to_owned),
+            1 => broken.prop_map(str::to_owned),
+            2 => long,
+        ];
         let member = |names: prop::sample::Select<&'static str>,
                       ws: BoxedStrategy<&'static str>,
                       value: BoxedStrategy<String>| {
