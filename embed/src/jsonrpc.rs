@@ -1100,4 +1100,243 @@ mod tests {
             }
         }
     }
+
+    /// A JSON value as the compact lines carry it: mostly a plain string, sometimes one
+    /// with escapes (a surrogate's among them, which the walks leave to serde),
+    /// non-ASCII, a string past the word scan's two words, or not a string at all.
+    fn compact_value() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            6 => "[a-z/_]{0,12}".prop_map(|s| format!("\"{s}\"")),
+            2 => (0usize..40).prop_map(|n| format!("\"{}\"", "x".repeat(n))),
+            2 => prop::sample::select(vec![
+                r#""a\"b""#,
+                r#""\\""#,
+                r#""\u0041\u00e9""#,
+                r#""\ud83d\ude00""#,
+                r#""\n\t\/""#,
+                "\"\u{e9}t\u{e9}\"",
+                "\"\u{1F600}\"",
+                "null",
+                "7",
+                "-1.5e3",
+                "true",
+                "{}",
+                "[]",
+                r#"{"a":[1,{"b":"c"}]}"#,
+            ])
+            .prop_map(str::to_owned),
+        ]
+    }
+
+    /// An object's text from its members, in order.
+    fn object_of(members: &[(&str, String)]) -> String {
+        let inner: Vec<String> = members.iter().map(|(n, v)| format!("{n}:{v}")).collect();
+        format!("{{{}}}", inner.join(","))
+    }
+
+    /// Lines of exactly the compact shapes [`jsonscan::compact_envelope`] reads (the
+    /// `session/update` chunks, tool calls and resources agents write, requests,
+    /// responses, notifications without params), with their values drawn by
+    /// [`compact_value`]; then, sometimes, two members of one object swapped or one given
+    /// twice or its name escaped, and up to three edits at any position: a byte replaced
+    /// (by any byte, or one of the grammar's), removed or inserted, a space inserted, or
+    /// the line cut.
+    fn compact_line() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        let values = prop::collection::vec(compact_value(), 6);
+        let shape = 0usize..7;
+        let names = prop::sample::select(vec![
+            r#""sessionId""#,
+            r#""update""#,
+            r#""sessionUpdate""#,
+            r#""content""#,
+            r#""type""#,
+            r#""session\u0049d""#,
+            r#""other""#,
+        ]);
+        // Which object (params, update, content) is changed, and how: 0 none, 1 its first
+        // two members swapped, 2 its first member given again at its end, 3 its first
+        // member renamed.
+        let change = (
+            0usize..3,
+            prop_oneof![5 => Just(0usize), 3 => 1usize..4],
+            names,
+        );
+        let edit = (
+            0usize..6,
+            any::<prop::sample::Index>(),
+            prop_oneof![
+                2 => any::<u8>(),
+                3 => prop::sample::select(vec![
+                    b' ', b'"', b'\\', b'{', b'}', b'[', b',', b':', b'0', b'u', 0, 0x1f, 0xc3,
+                    0x80, 0xff,
+                ]),
+            ],
+        );
+        let edits = prop::collection::vec(edit, 0..4);
+        let id = prop::sample::select(vec!["0", "7", "123456", r#""x""#, "null", "-3", "1.5"]);
+        (values, shape, change, edits, id).prop_map(|(v, shape, change, edits, id)| {
+            let (level, how, renamed) = change;
+            let mut content = match shape {
+                1 => vec![
+                    (r#""type""#, r#""resource""#.to_owned()),
+                    (
+                        r#""resource""#,
+                        object_of(&[
+                            (r#""uri""#, v[3].clone()),
+                            (r#""mimeType""#, r#""text/plain""#.to_owned()),
+                            (r#""text""#, v[4].clone()),
+                        ]),
+                    ),
+                ],
+                _ => vec![(r#""type""#, v[2].clone()), (r#""text""#, v[3].clone())],
+            };
+            let mut update = match shape {
+                2 => vec![
+                    (r#""sessionUpdate""#, r#""tool_call""#.to_owned()),
+                    (r#""toolCallId""#, v[2].clone()),
+                    (r#""title""#, v[3].clone()),
+                    (r#""kind""#, r#""read""#.to_owned()),
+                    (r#""status""#, r#""pending""#.to_owned()),
+                    (r#""rawInput""#, object_of(&[(r#""text""#, v[4].clone())])),
+                ],
+                3 => vec![
+                    (
+                        r#""sessionUpdate""#,
+                        r#""available_commands_update""#.to_owned(),
+                    ),
+                    (
+                        r#""availableCommands""#,
+                        r#"[{"name":"init","description":"create AGENTS.md"}]"#.to_owned(),
+                    ),
+                ],
+                _ => vec![(r#""sessionUpdate""#, v[1].clone())],
+            };
+            let mut params = vec![(r#""sessionId""#, v[0].clone())];
+            let change = |members: &mut Vec<(&'static str, String)>| match how {
+                1 if members.len() > 1 => members.swap(0, 1),
+                2 => members.push(members[0].clone()),
+                3 => members[0].0 = renamed,
+                _ => {}
+            };
+            if level == 2 {
+                change(&mut content);
+            }
+            if matches!(shape, 0 | 1) {
+                update.push((r#""content""#, object_of(&content)));
+            }
+            if level == 1 {
+                change(&mut update);
+            }
+            params.push((r#""update""#, object_of(&update)));
+            if level == 0 {
+                change(&mut params);
+            }
+            let params = object_of(&params);
+            let line = match shape {
+                0..=3 => {
+                    format!(r#"{{"jsonrpc":"2.0","method":"session/update","params":{params}}}"#)
+                }
+                4 => format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"method":{},"params":{}}}"#,
+                    v[5],
+                    object_of(&[
+                        (r#""sessionId""#, v[0].clone()),
+                        (
+                            r#""prompt""#,
+                            format!(r#"[{{"type":"text","text":{}}}]"#, v[1])
+                        ),
+                    ])
+                ),
+                5 => format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{}}}"#, v[5]),
+                _ => format!(r#"{{"jsonrpc":"2.0","method":{}}}"#, v[5]),
+            };
+            let mut line = line.into_bytes();
+            for (kind, at, byte) in edits {
+                let at = at.index(line.len() + 1);
+                match kind {
+                    0 if at < line.len() => line[at] = byte,
+                    1 if at < line.len() => {
+                        line.remove(at);
+                    }
+                    2 => line.insert(at, byte),
+                    3 => line.insert(at, b' '),
+                    4 => line.truncate(at),
+                    _ => {}
+                }
+            }
+            line
+        })
+    }
+
+    /// The straight-line walk answers for most of the compact lines (the property below
+    /// compares it with the reference walk only where it answers).
+    #[test]
+    fn the_compact_walk_answers_for_most_compact_lines() {
+        use proptest::strategy::{Strategy, ValueTree};
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let (mut fast, total) = (0, 5_000);
+        for _ in 0..total {
+            let line = compact_line().new_tree(&mut runner).unwrap().current();
+            if let Ok(text) = std::str::from_utf8(&line) {
+                fast += usize::from(jsonscan::compact_envelope(text).is_some());
+            }
+        }
+        assert!(
+            fast * 3 > total,
+            "{fast} of {total} read by the compact walk"
+        );
+    }
+
+    #[test]
+    fn an_agents_chunk_is_read_by_the_compact_walk_with_its_spans() {
+        let line = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"t#1 ..."}}}}"#;
+        let fast = jsonscan::compact_envelope(line).expect("the compact shape");
+        assert_eq!(Some(fast), jsonscan::reference_envelope(line));
+        let params = fast.params.unwrap();
+        let spans = fast.update_spans.unwrap();
+        let text = |which| spans.text(params, which).unwrap().unwrap();
+        assert_eq!(text(jsonscan::UpdateSpans::SESSION_ID), r#""s1""#);
+        assert_eq!(
+            text(jsonscan::UpdateSpans::KIND),
+            r#""agent_message_chunk""#
+        );
+        assert_eq!(text(jsonscan::UpdateSpans::CONTENT_KIND), r#""text""#);
+        assert_eq!(
+            text(jsonscan::UpdateSpans::CONTENT),
+            r#"{"type":"text","text":"t#1 ..."}"#
+        );
+        assert!(text(jsonscan::UpdateSpans::UPDATE).starts_with(r#"{"sessionUpdate":"#));
+        assert!(!spans.unsure);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(20_000))]
+
+        /// On compact lines and every edit of them: the straight-line walk, when it
+        /// answers, reads the envelope (and the spans) the reference walk reads, which
+        /// walks every object member by member; the line's reading is the reference's;
+        /// and the frame (or the error) is serde's.
+        #[test]
+        fn the_compact_walk_reads_what_the_general_walk_and_serde_read(line in compact_line()) {
+            let shown = String::from_utf8_lossy(&line).into_owned();
+            let reference = std::str::from_utf8(&line).ok().and_then(jsonscan::reference_envelope);
+            if let Ok(text) = std::str::from_utf8(&line) {
+                if let Some(fast) = jsonscan::compact_envelope(text) {
+                    proptest::prop_assert_eq!(Some(fast), reference, "{}", shown);
+                }
+            }
+            proptest::prop_assert_eq!(jsonscan::envelope(&line), reference, "{}", shown);
+            if let Some(reference) = reference {
+                let reference = Envelope { update_spans: None, ..reference };
+                proptest::prop_assert_eq!(Ok(reference), serde_envelope(&line), "{}", shown);
+            }
+            proptest::prop_assert_eq!(parse_frame(&line), parse_frame_with_serde(&line), "{}", shown);
+            if let Ok(text) = String::from_utf8(line.clone()) {
+                let shared = parse_shared(&std::sync::Arc::new(text));
+                proptest::prop_assert_eq!(&shared, &parse_frame(&line), "{}", shown);
+            }
+        }
+    }
 }

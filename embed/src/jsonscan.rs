@@ -261,7 +261,173 @@ pub(crate) fn envelope(line: &[u8]) -> Option<Envelope<'_>> {
 
 /// [`envelope`] of a line already known to be UTF-8 (a `String`): its one UTF-8 check is
 /// the one the `String` passed.
+///
+/// Lines as serde_json writes them (no whitespace, the members in the order the peers
+/// write them) are read by [`compact_envelope`], straight-line code; any other line, and
+/// any line that walk does not answer for, by [`general_envelope`]. Both answer the same
+/// (a test mutates compact lines at every position and compares them).
 pub(crate) fn envelope_of_text(text: &str) -> Option<Envelope<'_>> {
+    compact_envelope(text).or_else(|| general_envelope(text))
+}
+
+/// The text of a member's value as an [`Envelope`] holds it: `None` for `null`, as serde
+/// reads an `Option`.
+fn non_null(value: &str) -> Option<&str> {
+    (value != "null").then_some(value)
+}
+
+/// The index just past `literal` when `b` has it at `at`.
+fn literal_at(b: &[u8], at: usize, literal: &[u8]) -> Option<usize> {
+    let end = at.checked_add(literal.len())?;
+    (b.get(at..end)? == literal).then_some(end)
+}
+
+/// [`envelope_of_text`] of a line of the compact shapes the peers write,
+/// `{"jsonrpc":"2.0"` then `,"id":<value>` or not, then `,"method":<value>` and
+/// `,"params":<value>` or not, or `,"result":<value>`, then `}` and the line's end;
+/// `None` for any other line (leaving it to [`general_envelope`]), and for a line whose
+/// values are not valid (which that walk refuses too).
+///
+/// The member names are matched as literals, so none is escaped or given twice, and each
+/// value is checked by the same functions as in [`general_envelope`]: the envelope is the
+/// one that walk reads.
+pub(crate) fn compact_envelope(text: &str) -> Option<Envelope<'_>> {
+    const JSONRPC: &[u8] = br#"{"jsonrpc":"2.0","#;
+    let b = text.as_bytes();
+    let mut at = literal_at(b, 0, JSONRPC)?;
+    let mut envelope = Envelope {
+        // `"2.0"`, between `{"jsonrpc":` and the comma.
+        jsonrpc: Some(text.get(JSONRPC.len() - 6..JSONRPC.len() - 1)?),
+        ..Envelope::default()
+    };
+    if let Some(start) = literal_at(b, at, br#""id":"#) {
+        let end = valid_value(b, start, MAX_DEPTH)?;
+        envelope.id = non_null(text.get(start..end)?);
+        at = literal_at(b, end, b",")?;
+    }
+    if let Some(start) = literal_at(b, at, br#""method":"#) {
+        let end = valid_value(b, start, MAX_DEPTH)?;
+        envelope.method = non_null(text.get(start..end)?);
+        at = end;
+        if let Some(start) = literal_at(b, at, br#","params":"#) {
+            let (end, spans) = params_value(b, start, noting_params)?;
+            envelope.params = non_null(text.get(start..end)?);
+            envelope.update_spans = spans;
+            at = end;
+        }
+    } else {
+        let start = literal_at(b, at, br#""result":"#)?;
+        let end = valid_value(b, start, MAX_DEPTH)?;
+        envelope.result = non_null(text.get(start..end)?);
+        at = end;
+    }
+    (literal_at(b, at, b"}")? == b.len()).then_some(envelope)
+}
+
+/// The index just past the valid `params` value at `start` and, when it is an object, the
+/// spans of the members a `session/update` is read for (from the start of the params),
+/// which `noting` walks and notes ([`noting_params`]; the tests' reference walk passes
+/// [`valid_noting`] itself).
+fn params_value(
+    b: &[u8],
+    start: usize,
+    noting: impl Fn(&[u8], usize, &mut UpdateSpans) -> Option<usize>,
+) -> Option<(usize, Option<UpdateSpans>)> {
+    if b.get(start) != Some(&b'{') {
+        return Some((valid_value(b, start, MAX_DEPTH)?, None));
+    }
+    let mut spans = UpdateSpans::default();
+    let end = noting(b, start, &mut spans)?;
+    for span in spans.spans.iter_mut().flatten() {
+        *span = (span.0 - start, span.1 - start);
+    }
+    Some((end, Some(spans)))
+}
+
+/// [`valid_noting`] of the params object at `start` (at [`MAX_DEPTH`]), with straight-line
+/// code for the members of a compact `session/update` in the order agents write them:
+/// `{"sessionId":<value>,"update":{"sessionUpdate":<value>,"content":{"type":<value>`.
+/// Where the text differs from that prefix, the walk goes on with the general code for
+/// the rest of the object it is in ([`rest_of_object`] and [`note_member`]), so each
+/// member is read, checked and noted as [`valid_noting`] reads it.
+fn noting_params(b: &[u8], start: usize, spans: &mut UpdateSpans) -> Option<usize> {
+    // The depth [`valid_noting`] gives the members' values of each level.
+    const PARAMS: usize = MAX_DEPTH - 1;
+    const UPDATE: usize = MAX_DEPTH - 2;
+    const CONTENT: usize = MAX_DEPTH - 3;
+    let Some(at) = literal_at(b, start, br#"{"sessionId":"#) else {
+        return valid_noting(b, start, MAX_DEPTH, Level::Params, spans);
+    };
+    // The first member of each object: no span is noted yet, so none is given twice. A
+    // value may follow its colon after spaces, as in `valid_object`.
+    let at = skip_spaces(b, at);
+    let session_end = valid_value(b, at, PARAMS)?;
+    spans.spans[UpdateSpans::SESSION_ID] = Some((at, session_end));
+    let Some(at) = literal_at(b, session_end, br#","update":{"sessionUpdate":"#) else {
+        return rest_of_object(b, session_end, |name, at| {
+            note_member(b, Level::Params, PARAMS, name, at, spans)
+        });
+    };
+    let update_start = session_end + br#","update":"#.len();
+    let at = skip_spaces(b, at);
+    let kind_end = valid_value(b, at, UPDATE)?;
+    spans.spans[UpdateSpans::KIND] = Some((at, kind_end));
+    let update_end = match literal_at(b, kind_end, br#","content":{"type":"#) {
+        Some(at) => {
+            let content_start = kind_end + br#","content":"#.len();
+            let at = skip_spaces(b, at);
+            let type_end = valid_value(b, at, CONTENT)?;
+            spans.spans[UpdateSpans::CONTENT_KIND] = Some((at, type_end));
+            let content_end = rest_of_object(b, type_end, |name, at| {
+                note_member(b, Level::Content, CONTENT, name, at, spans)
+            })?;
+            // Noted after the content's own members, as `note_member` notes it.
+            if spans.spans[UpdateSpans::CONTENT]
+                .replace((content_start, content_end))
+                .is_some()
+            {
+                spans.unsure = true;
+            }
+            rest_of_object(b, content_end, |name, at| {
+                note_member(b, Level::Update, UPDATE, name, at, spans)
+            })?
+        }
+        None => rest_of_object(b, kind_end, |name, at| {
+            note_member(b, Level::Update, UPDATE, name, at, spans)
+        })?,
+    };
+    if spans.spans[UpdateSpans::UPDATE]
+        .replace((update_start, update_end))
+        .is_some()
+    {
+        spans.unsure = true;
+    }
+    rest_of_object(b, update_end, |name, at| {
+        note_member(b, Level::Params, PARAMS, name, at, spans)
+    })
+}
+
+/// The validating walk of any line: [`envelope_of_text`]'s answer for every line
+/// [`compact_envelope`] does not read.
+fn general_envelope(text: &str) -> Option<Envelope<'_>> {
+    walk_envelope(text, noting_params)
+}
+
+/// [`general_envelope`] with no straight-line code anywhere: each object walked member by
+/// member ([`valid_noting`]). The reference the fast paths are tested against.
+#[cfg(test)]
+pub(crate) fn reference_envelope(text: &str) -> Option<Envelope<'_>> {
+    walk_envelope(text, |b, start, spans| {
+        valid_noting(b, start, MAX_DEPTH, Level::Params, spans)
+    })
+}
+
+/// [`general_envelope`], its params' objects walked and noted by `noting` (see
+/// [`params_value`]).
+fn walk_envelope(
+    text: &str,
+    noting: impl Fn(&[u8], usize, &mut UpdateSpans) -> Option<usize> + Copy,
+) -> Option<Envelope<'_>> {
     // A byte below 0x20 is an error inside a string (`valid_string` refuses it) and
     // whitespace (tab, CR, LF) outside one, where only spaces are skipped and any other
     // byte fails the grammar: telling tabs and newlines apart is serde's job.
@@ -290,13 +456,9 @@ pub(crate) fn envelope_of_text(text: &str) -> Option<Envelope<'_>> {
             let start = skip_spaces(b, at + 1);
             // The params are validated by the same grammar either way; an object is also
             // walked for the members a `session/update` is read for.
-            let end = if name == "params" && b.get(start) == Some(&b'{') {
-                let mut spans = UpdateSpans::default();
-                let end = valid_noting(b, start, MAX_DEPTH, Level::Params, &mut spans)?;
-                for span in spans.spans.iter_mut().flatten() {
-                    *span = (span.0 - start, span.1 - start);
-                }
-                envelope.update_spans = Some(spans);
+            let end = if name == "params" {
+                let (end, spans) = params_value(b, start, noting)?;
+                envelope.update_spans = spans;
                 end
             } else {
                 valid_value(b, start, MAX_DEPTH)?
@@ -317,7 +479,7 @@ pub(crate) fn envelope_of_text(text: &str) -> Option<Envelope<'_>> {
                 if std::mem::replace(&mut seen[index], true) {
                     return None;
                 }
-                *slot = (value != "null").then_some(value);
+                *slot = non_null(value);
             }
             at = skip_spaces(b, end);
             match b.get(at) {
@@ -481,33 +643,45 @@ fn valid_noting(
 ) -> Option<usize> {
     let depth = depth.checked_sub(1)?;
     valid_object(b, at, |name, start| {
-        let (slot, inner) = match (level, name) {
-            (Level::Params, b"sessionId") => (Some(UpdateSpans::SESSION_ID), None),
-            (Level::Params, b"update") => (Some(UpdateSpans::UPDATE), Some(Level::Update)),
-            (Level::Update, b"sessionUpdate") => (Some(UpdateSpans::KIND), None),
-            (Level::Update, b"content") => (Some(UpdateSpans::CONTENT), Some(Level::Content)),
-            (Level::Content, b"type") => (Some(UpdateSpans::CONTENT_KIND), None),
-            _ => {
-                // An escaped name may spell one looked for.
-                if name.contains(&b'\\') {
-                    spans.unsure = true;
-                }
-                (None, None)
-            }
-        };
-        let end = match inner {
-            Some(inner) if b.get(start) == Some(&b'{') => {
-                valid_noting(b, start, depth, inner, spans)?
-            }
-            _ => valid_value(b, start, depth)?,
-        };
-        if let Some(slot) = slot {
-            if spans.spans[slot].replace((start, end)).is_some() {
+        note_member(b, level, depth, name, start, spans)
+    })
+}
+
+/// The index just past the value at `start` of the member `name` of an object of `level`
+/// that [`valid_noting`] walks, its members' values at most `depth` deep; noting its span
+/// in `spans` when it is one a `session/update` is read for.
+fn note_member(
+    b: &[u8],
+    level: Level,
+    depth: usize,
+    name: &[u8],
+    start: usize,
+    spans: &mut UpdateSpans,
+) -> Option<usize> {
+    let (slot, inner) = match (level, name) {
+        (Level::Params, b"sessionId") => (Some(UpdateSpans::SESSION_ID), None),
+        (Level::Params, b"update") => (Some(UpdateSpans::UPDATE), Some(Level::Update)),
+        (Level::Update, b"sessionUpdate") => (Some(UpdateSpans::KIND), None),
+        (Level::Update, b"content") => (Some(UpdateSpans::CONTENT), Some(Level::Content)),
+        (Level::Content, b"type") => (Some(UpdateSpans::CONTENT_KIND), None),
+        _ => {
+            // An escaped name may spell one looked for.
+            if name.contains(&b'\\') {
                 spans.unsure = true;
             }
+            (None, None)
         }
-        Some(end)
-    })
+    };
+    let end = match inner {
+        Some(inner) if b.get(start) == Some(&b'{') => valid_noting(b, start, depth, inner, spans)?,
+        _ => valid_value(b, start, depth)?,
+    };
+    if let Some(slot) = slot {
+        if spans.spans[slot].replace((start, end)).is_some() {
+            spans.unsure = true;
+        }
+    }
+    Some(end)
 }
 
 /// The index just past the object that starts at `at` (its `{`; the caller has counted its
@@ -517,12 +691,21 @@ fn valid_noting(
 fn valid_object(
     b: &[u8],
     at: usize,
-    mut value: impl FnMut(&[u8], usize) -> Option<usize>,
+    value: impl FnMut(&[u8], usize) -> Option<usize>,
 ) -> Option<usize> {
-    let mut at = skip_spaces(b, at + 1);
+    let at = skip_spaces(b, at + 1);
     if b.get(at) == Some(&b'}') {
         return Some(at + 1);
     }
+    valid_members(b, at, value)
+}
+
+/// [`valid_object`] from the member whose name starts at `at` to the object's end.
+fn valid_members(
+    b: &[u8],
+    mut at: usize,
+    mut value: impl FnMut(&[u8], usize) -> Option<usize>,
+) -> Option<usize> {
     loop {
         if b.get(at) != Some(&b'"') {
             return None;
@@ -539,6 +722,21 @@ fn valid_object(
             b'}' => return Some(at + 1),
             _ => return None,
         }
+    }
+}
+
+/// [`valid_object`] from just past a member's value (at `end`) to the object's end: the
+/// members after it, each checked by `value` as there.
+fn rest_of_object(
+    b: &[u8],
+    end: usize,
+    value: impl FnMut(&[u8], usize) -> Option<usize>,
+) -> Option<usize> {
+    let at = skip_spaces(b, end);
+    match b.get(at)? {
+        b',' => valid_members(b, skip_spaces(b, at + 1), value),
+        b'}' => Some(at + 1),
+        _ => None,
     }
 }
 
