@@ -507,8 +507,41 @@ fn skip_spaces(b: &[u8], mut at: usize) -> usize {
 /// one (a control character in it, a bad escape, no end), or has a surrogate's `\u`
 /// escape. serde skips those unchecked too, so leaving them to serde costs speed only on
 /// such lines; it is caution, not a fence. The caller has checked the bytes for UTF-8.
+///
+/// Most strings of a message are names and short values that end within
+/// [`SHORT_WORDS`] words without an escape: those are read here, in a few instructions
+/// the callers inline. Any other string (a long one, one with an escape or a control
+/// byte, one near the line's end) is read from its start by [`valid_long_string`], whose
+/// loop is the reference this shortcut must agree with (it stops at the same first stop
+/// byte, and answers only when that byte is the closing quote).
+#[inline]
 fn valid_string(b: &[u8], at: usize) -> Option<usize> {
     let mut from = at + 1;
+    for _ in 0..SHORT_WORDS {
+        let Some(word) = b.get(from..from + 8) else {
+            break;
+        };
+        let stops = stop_bytes(u64::from_le_bytes(
+            word.try_into().expect("a range of eight bytes"),
+        ));
+        if stops != 0 {
+            // The lowest flagged byte is the first stop byte (little-endian).
+            let hit = from + (stops.trailing_zeros() / 8) as usize;
+            if b[hit] == b'"' {
+                return Some(hit + 1);
+            }
+            break;
+        }
+        from += 8;
+    }
+    valid_long_string(b, from)
+}
+
+/// [`valid_string`] of a string whose bytes before `from` are plain (neither a quote, a
+/// backslash nor a control byte): escapes, control bytes and long runs (see
+/// [`string_stop`]). Kept out of line so that the short strings' path stays small.
+#[inline(never)]
+fn valid_long_string(b: &[u8], mut from: usize) -> Option<usize> {
     loop {
         let hit = string_stop(b, from)?;
         from = match b[hit] {
@@ -859,6 +892,34 @@ mod tests {
             }
         }
         assert_eq!(string_stop(b"ab", 3), None, "past the end");
+    }
+
+    #[test]
+    fn a_short_string_is_read_as_the_long_strings_loop_reads_it() {
+        // Every string length 0..40 at every offset in a word, an edge byte at each
+        // position (or none), closed or not, before the line's end or more text.
+        for offset in 0..8 {
+            for len in 0..40 {
+                for at in 0..=len {
+                    for &edge in &EDGE_BYTES {
+                        for tail in [&b""[..], b"\"", b"\"}", b"\",\"abcdefghijklmnop\"}"] {
+                            let mut b = vec![b' '; offset];
+                            b.push(b'"');
+                            b.extend(std::iter::repeat_n(b'x', len));
+                            if at < len {
+                                b[offset + 1 + at] = edge;
+                            }
+                            b.extend_from_slice(tail);
+                            assert_eq!(
+                                valid_string(&b, offset),
+                                valid_long_string(&b, offset + 1),
+                                "{b:?} from {offset}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 
     proptest::proptest! {
