@@ -415,7 +415,7 @@ fn frame(
     }
     let id = match envelope.id {
         None => None,
-        Some(id) => Some(parse_id(value(id))?),
+        Some(id) => Some(request_id(id)?),
     };
     match envelope.method {
         Some(method) => {
@@ -461,6 +461,24 @@ fn method_name(text: &str) -> Result<String, FrameError> {
 /// A notification's params when it has none.
 fn null_params() -> Box<RawValue> {
     RawValue::from_string("null".to_owned()).expect("null is JSON")
+}
+
+/// Most digits a decimal number can have and still fit an `i64` whatever they are.
+const I64_DIGITS: usize = 18;
+
+/// The request id `text` (a member's value, valid JSON) stands for. A number of at most
+/// [`I64_DIGITS`] digits and nothing else (the ids a peer counts up) is read here; serde
+/// reads any other id (a test compares the two).
+fn request_id(text: &str) -> Result<RequestId, FrameError> {
+    let digits = text.as_bytes();
+    if (1..=I64_DIGITS).contains(&digits.len()) && digits.iter().all(u8::is_ascii_digit) {
+        // Valid JSON, so no leading zero; 18 digits are below `i64::MAX`.
+        let n = digits
+            .iter()
+            .fold(0i64, |n, &digit| n * 10 + i64::from(digit - b'0'));
+        return Ok(RequestId::Number(n));
+    }
+    parse_id(value(text))
 }
 
 fn parse_id(id: Value) -> Result<RequestId, FrameError> {
@@ -826,6 +844,27 @@ mod tests {
 
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4_000))]
+
+        /// Every id that is valid JSON is read as serde reads it: numbers of every length
+        /// around 18 and 19 digits, signed, fractional, with exponents; strings; literals.
+        #[test]
+        fn a_request_id_is_read_as_serde_reads_it(
+            text in proptest::prop_oneof![
+                proptest::strategy::Strategy::prop_map("-?[0-9]{1,22}", |s: String| s),
+                proptest::strategy::Strategy::prop_map(
+                    "-?[0-9]{1,20}(\\.[0-9]{1,3})?([eE][+-]?[0-9]{1,3})?",
+                    |s: String| s,
+                ),
+                proptest::strategy::Strategy::prop_map(proptest::sample::select(vec![
+                    "0", "9223372036854775807", "9223372036854775808", "999999999999999999",
+                    "1000000000000000000", "-9223372036854775808", "null", "true", "\"7\"",
+                    "\"a\\\"b\"", "[]", "{}",
+                ]), str::to_owned),
+            ],
+        ) {
+            proptest::prop_assume!(serde_json::from_str::<Value>(&text).is_ok());
+            proptest::prop_assert_eq!(request_id(&text), parse_id(value(&text)), "{}", text);
+        }
 
         /// A method's name is serde's reading of the value, whatever the value: strings
         /// of any characters (escaped as serde writes them, or every character as a

@@ -118,7 +118,8 @@ pub(crate) fn plain(value: &str) -> Option<Plain<'_>> {
         b'{' => Some(Plain::Object(value)),
         b'"' => {
             let inner = value.get(1..value.len() - 1)?;
-            (!inner.contains('\\')).then_some(Plain::Str(inner))
+            // A byte loop: these strings are short, too short for `memchr`'s setup.
+            (!inner.bytes().any(|c| c == b'\\')).then_some(Plain::Str(inner))
         }
         _ => None,
     }
