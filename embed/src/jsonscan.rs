@@ -224,6 +224,14 @@ impl UpdateSpans {
     /// `params.update.content.type`.
     pub(crate) const CONTENT_KIND: usize = 4;
 
+    /// Notes that the member `which` lies at `span`; a member given twice makes the
+    /// spans unsure (serde reads the last one, the walk would hold the first).
+    fn note(&mut self, which: usize, span: (usize, usize)) {
+        if self.spans[which].replace(span).is_some() {
+            self.unsure = true;
+        }
+    }
+
     /// The text of the member `which` in `params` (the text the spans were noted in):
     /// `Some(None)` when it was not there.
     pub(crate) fn text<'a>(&self, params: &'a str, which: usize) -> Option<Option<&'a str>> {
@@ -383,12 +391,7 @@ fn noting_params(b: &[u8], start: usize, spans: &mut UpdateSpans) -> Option<usiz
                 note_member(b, Level::Content, CONTENT, name, at, spans)
             })?;
             // Noted after the content's own members, as `note_member` notes it.
-            if spans.spans[UpdateSpans::CONTENT]
-                .replace((content_start, content_end))
-                .is_some()
-            {
-                spans.unsure = true;
-            }
+            spans.note(UpdateSpans::CONTENT, (content_start, content_end));
             rest_of_object(b, content_end, |name, at| {
                 note_member(b, Level::Update, UPDATE, name, at, spans)
             })?
@@ -397,12 +400,7 @@ fn noting_params(b: &[u8], start: usize, spans: &mut UpdateSpans) -> Option<usiz
             note_member(b, Level::Update, UPDATE, name, at, spans)
         })?,
     };
-    if spans.spans[UpdateSpans::UPDATE]
-        .replace((update_start, update_end))
-        .is_some()
-    {
-        spans.unsure = true;
-    }
+    spans.note(UpdateSpans::UPDATE, (update_start, update_end));
     rest_of_object(b, update_end, |name, at| {
         note_member(b, Level::Params, PARAMS, name, at, spans)
     })
@@ -711,9 +709,7 @@ fn note_member(
         _ => valid_value(b, start, depth)?,
     };
     if let Some(slot) = slot {
-        if spans.spans[slot].replace((start, end)).is_some() {
-            spans.unsure = true;
-        }
+        spans.note(slot, (start, end));
     }
     Some(end)
 }
@@ -866,61 +862,63 @@ mod tests {
         0xff,
     ];
 
-    #[test]
-    fn the_word_scan_stops_where_a_byte_scan_does_at_every_position() {
-        // Every run length 0..40, every start offset in a word, one edge byte at each
-        // position (or none), before plain filler or before a second edge byte.
+    /// Calls `check(offset, len, at, edge)` for every offset in a word (0..8), every run
+    /// length 0..40, every position in the run (`at == len`: none) and every edge byte.
+    fn each_edge_position(mut check: impl FnMut(usize, usize, usize, u8)) {
         for offset in 0..8 {
             for len in 0..40 {
                 for at in 0..=len {
                     for &edge in &EDGE_BYTES {
-                        for &after in &[b'x', 0x00, b'"', 0xc3] {
-                            let mut b = vec![b'x'; offset + len];
-                            if at < len {
-                                b[offset + at] = edge;
-                                if at + 1 < len {
-                                    b[offset + at + 1] = after;
-                                }
-                            }
-                            assert_eq!(
-                                string_stop(&b, offset),
-                                first_stop(&b, offset),
-                                "{b:?} from {offset}"
-                            );
-                        }
+                        check(offset, len, at, edge);
                     }
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_word_scan_stops_where_a_byte_scan_does_at_every_position() {
+        // An edge byte at each position (or none), before plain filler or before a
+        // second edge byte.
+        each_edge_position(|offset, len, at, edge| {
+            for &after in &[b'x', 0x00, b'"', 0xc3] {
+                let mut b = vec![b'x'; offset + len];
+                if at < len {
+                    b[offset + at] = edge;
+                    if at + 1 < len {
+                        b[offset + at + 1] = after;
+                    }
+                }
+                assert_eq!(
+                    string_stop(&b, offset),
+                    first_stop(&b, offset),
+                    "{b:?} from {offset}"
+                );
+            }
+        });
         assert_eq!(string_stop(b"ab", 3), None, "past the end");
     }
 
     #[test]
     fn a_short_string_is_read_as_the_long_strings_loop_reads_it() {
-        // Every string length 0..40 at every offset in a word, an edge byte at each
-        // position (or none), closed or not, before the line's end or more text.
-        for offset in 0..8 {
-            for len in 0..40 {
-                for at in 0..=len {
-                    for &edge in &EDGE_BYTES {
-                        for tail in [&b""[..], b"\"", b"\"}", b"\",\"abcdefghijklmnop\"}"] {
-                            let mut b = vec![b' '; offset];
-                            b.push(b'"');
-                            b.extend(std::iter::repeat_n(b'x', len));
-                            if at < len {
-                                b[offset + 1 + at] = edge;
-                            }
-                            b.extend_from_slice(tail);
-                            assert_eq!(
-                                valid_string(&b, offset),
-                                valid_long_string(&b, offset + 1),
-                                "{b:?} from {offset}"
-                            );
-                        }
-                    }
+        // An edge byte at each position of the string (or none), closed or not, before
+        // the line's end or more text.
+        each_edge_position(|offset, len, at, edge| {
+            for tail in [&b""[..], b"\"", b"\"}", b"\",\"abcdefghijklmnop\"}"] {
+                let mut b = vec![b' '; offset];
+                b.push(b'"');
+                b.extend(std::iter::repeat_n(b'x', len));
+                if at < len {
+                    b[offset + 1 + at] = edge;
                 }
+                b.extend_from_slice(tail);
+                assert_eq!(
+                    valid_string(&b, offset),
+                    valid_long_string(&b, offset + 1),
+                    "{b:?} from {offset}"
+                );
             }
-        }
+        });
     }
 
     proptest::proptest! {
