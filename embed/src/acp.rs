@@ -417,12 +417,12 @@ impl Params {
 }
 
 /// Appends `text` as a JSON string, byte for byte as `serde_json`'s compact writer
-/// escapes it: `"` and `\\` with a backslash, `\b \f \n \r \t` by name, every other
+/// escapes it: `"` and `\` with a backslash, `\b \f \n \r \t` by name, every other
 /// control character as `\u00xx` (lower-case hex), everything else (DEL, non-ASCII) as is.
 /// Eight bytes at a time are tested for anything to escape, so a plain run costs a word
 /// test rather than a table look-up per byte.
 fn write_str(line: &mut Vec<u8>, text: &str) {
-    /// A byte of the word is below 0x20, or is `"` or `\\` (exact as a yes/no: the
+    /// A byte of the word is below 0x20, or is `"` or `\` (exact as a yes/no: the
     /// borrow of the subtraction only ever spills above a byte that matched).
     fn needs_escape(word: u64) -> bool {
         const ONES: u64 = 0x0101_0101_0101_0101;
