@@ -14,7 +14,7 @@ use agent_client_protocol_schema::ProtocolVersion;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::jsonrpc::{encode_with, RawJson, RequestId};
+use crate::jsonrpc::{encode_with_capacity, RawJson, RequestId};
 use crate::jsonscan::{self, Plain};
 
 pub use agent_client_protocol_schema::v1 as schema;
@@ -295,29 +295,6 @@ struct LoadSessionText<'a> {
     session_id: &'a str,
 }
 
-/// `session/prompt`'s params as the schema writes them.
-#[derive(Serialize)]
-struct PromptText<'a> {
-    #[serde(rename = "sessionId")]
-    session_id: &'a str,
-    prompt: [TextBlock<'a>; 1],
-}
-
-/// A text content block as the schema writes it.
-#[derive(Serialize)]
-struct TextBlock<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    text: &'a str,
-}
-
-/// `session/cancel`'s params as the schema writes them.
-#[derive(Serialize)]
-struct CancelText<'a> {
-    #[serde(rename = "sessionId")]
-    session_id: &'a str,
-}
-
 /// `session/list`'s params.
 #[derive(Serialize)]
 struct ListText<'a> {
@@ -380,15 +357,23 @@ impl Params {
                     cursor: cursor.as_deref(),
                 },
             ),
-            Params::Prompt { session_id, text } => serde_json::to_writer(
-                &mut *line,
-                &PromptText {
-                    session_id,
-                    prompt: [TextBlock { kind: "text", text }],
-                },
-            ),
+            // The two params of every turn, written by hand as the schema's
+            // `PromptRequest` and `CancelNotification` are written (a proptest compares the
+            // bytes): the prompt's text is escaped a word at a time rather than a byte at a
+            // time.
+            Params::Prompt { session_id, text } => {
+                line.extend_from_slice(br#"{"sessionId":"#);
+                write_str(line, session_id);
+                line.extend_from_slice(br#","prompt":[{"type":"text","text":"#);
+                write_str(line, text);
+                line.extend_from_slice(b"}]}");
+                Ok(())
+            }
             Params::Cancel { session_id } => {
-                serde_json::to_writer(&mut *line, &CancelText { session_id })
+                line.extend_from_slice(br#"{"sessionId":"#);
+                write_str(line, session_id);
+                line.push(b'}');
+                Ok(())
             }
             Params::Tree(Value::Null) => return false,
             Params::Tree(value) => serde_json::to_writer(&mut *line, value),
@@ -398,17 +383,102 @@ impl Params {
         true
     }
 
+    /// About how many bytes [`Params::write`] writes (exactly, when nothing needs
+    /// escaping): what a line reserves for them, so it is written in one allocation.
+    fn size_hint(&self) -> usize {
+        match self {
+            Params::Initialize => INITIALIZE_TEXT.len(),
+            Params::NewSession { cwd } => cwd.as_os_str().len() + 32,
+            Params::LoadSession { session_id, cwd } => {
+                session_id.len() + cwd.as_os_str().len() + 48
+            }
+            Params::ListSessions { cursor } => cursor.as_ref().map_or(0, String::len) + 16,
+            Params::Prompt { session_id, text } => session_id.len() + text.len() + 56,
+            Params::Cancel { session_id } => session_id.len() + 16,
+            Params::Tree(_) => 64,
+        }
+    }
+
     /// The request `id` of `method` with these params, as one line (newline included).
     #[must_use]
     pub fn request_line(&self, id: &RequestId, method: &str) -> String {
-        encode_with(Some(id), method, |line| self.write(line))
+        // The envelope around the params: `{"jsonrpc":"2.0","id":…,"method":"…","params":}`
+        // and the newline, with room for the longest number id.
+        let capacity = 72 + method.len() + self.size_hint();
+        encode_with_capacity(capacity, Some(id), method, |line| self.write(line))
     }
 
     /// The notification `method` with these params, as one line (newline included).
     #[must_use]
     pub fn notification_line(&self, method: &str) -> String {
-        encode_with(None, method, |line| self.write(line))
+        let capacity = 48 + method.len() + self.size_hint();
+        encode_with_capacity(capacity, None, method, |line| self.write(line))
     }
+}
+
+/// Appends `text` as a JSON string, byte for byte as `serde_json`'s compact writer
+/// escapes it: `"` and `\` with a backslash, `\b \f \n \r \t` by name, every other
+/// control character as `\u00xx` (lower-case hex), everything else (DEL, non-ASCII) as is.
+/// Eight bytes at a time are tested for anything to escape, so a plain run costs a word
+/// test rather than a table look-up per byte.
+fn write_str(line: &mut Vec<u8>, text: &str) {
+    /// A byte of the word is below 0x20, or is `"` or `\` (exact as a yes/no: the
+    /// borrow of the subtraction only ever spills above a byte that matched).
+    fn needs_escape(word: u64) -> bool {
+        const ONES: u64 = 0x0101_0101_0101_0101;
+        const HIGHS: u64 = 0x8080_8080_8080_8080;
+        let below = |x: u64, n: u64| x.wrapping_sub(ONES * n) & !x & HIGHS;
+        below(word, 0x20)
+            | below(word ^ (ONES * u64::from(b'"')), 1)
+            | below(word ^ (ONES * u64::from(b'\\')), 1)
+            != 0
+    }
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bytes = text.as_bytes();
+    line.reserve(bytes.len() + 2);
+    line.push(b'"');
+    // `bytes[run..at]` is plain and not yet written.
+    let mut run = 0;
+    let mut at = 0;
+    while at < bytes.len() {
+        let end = if let Some(word) = bytes.get(at..at + 8) {
+            let word = u64::from_le_bytes(word.try_into().expect("eight bytes"));
+            if !needs_escape(word) {
+                at += 8;
+                continue;
+            }
+            at + 8
+        } else {
+            bytes.len()
+        };
+        for (i, &byte) in bytes.iter().enumerate().take(end).skip(at) {
+            let named = match byte {
+                b'"' => b'"',
+                b'\\' => b'\\',
+                0x08 => b'b',
+                0x0c => b'f',
+                b'\n' => b'n',
+                b'\r' => b'r',
+                b'\t' => b't',
+                0x00..=0x1f => b'u',
+                _ => continue,
+            };
+            line.extend_from_slice(&bytes[run..i]);
+            run = i + 1;
+            line.extend_from_slice(&[b'\\', named]);
+            if named == b'u' {
+                line.extend_from_slice(&[
+                    b'0',
+                    b'0',
+                    HEX[usize::from(byte >> 4)],
+                    HEX[usize::from(byte & 0xf)],
+                ]);
+            }
+        }
+        at = end;
+    }
+    line.extend_from_slice(&bytes[run..]);
+    line.push(b'"');
 }
 
 fn to_params(payload: &impl Serialize) -> Value {
@@ -582,6 +652,48 @@ mod tests {
                 params.notification_line(&method),
                 encode_notification(&method, &tree)
             );
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4_000))]
+
+        /// The word-at-a-time string writer writes what `serde_json` writes, for texts
+        /// of every length with what must be escaped at every position of a word.
+        #[test]
+        fn strings_are_written_as_serde_writes_them(
+            text in proptest::prop_oneof![
+                hostile_text(),
+                proptest::strategy::Strategy::prop_map(
+                    proptest::collection::vec(hostile_text(), 0..6),
+                    |parts| parts.concat()
+                ),
+                "[a-z\"\\\\\u{0}-\u{1f}\u{7f}\u{e9}]{0,70}",
+            ],
+        ) {
+            let mut ours = Vec::new();
+            write_str(&mut ours, &text);
+            let theirs = serde_json::to_vec(&text).expect("a string serializes");
+            proptest::prop_assert_eq!(
+                String::from_utf8(ours).expect("UTF-8"),
+                String::from_utf8(theirs).expect("UTF-8")
+            );
+        }
+    }
+
+    #[test]
+    fn every_byte_that_needs_escaping_is_found_at_every_position_of_a_word() {
+        for byte in 0u8..=0x7f {
+            for at in 0..17 {
+                let mut text = "x".repeat(17);
+                text.replace_range(at..=at, &char::from(byte).to_string());
+                let mut ours = Vec::new();
+                write_str(&mut ours, &text);
+                assert_eq!(
+                    ours,
+                    serde_json::to_vec(&text).expect("a string serializes")
+                );
+            }
         }
     }
 

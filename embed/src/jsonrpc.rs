@@ -578,7 +578,18 @@ pub fn encode_with(
     method: &str,
     params: impl FnOnce(&mut Vec<u8>) -> bool,
 ) -> String {
-    let mut line = Vec::with_capacity(128);
+    encode_with_capacity(128, id, method, params)
+}
+
+/// [`encode_with`] into a line of `capacity` bytes reserved up front: a caller that knows
+/// about how long its params are gets the line in one allocation, not a few growths.
+pub fn encode_with_capacity(
+    capacity: usize,
+    id: Option<&RequestId>,
+    method: &str,
+    params: impl FnOnce(&mut Vec<u8>) -> bool,
+) -> String {
+    let mut line = Vec::with_capacity(capacity);
     line.extend_from_slice(br#"{"jsonrpc":"2.0""#);
     if let Some(id) = id {
         line.extend_from_slice(br#","id":"#);
