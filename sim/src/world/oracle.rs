@@ -143,8 +143,9 @@ pub(crate) struct Oracle {
     pub(crate) prompts: BTreeMap<String, PromptTruth>,
     /// Sent turns, by (session, turn).
     pub(crate) turns: BTreeMap<(u32, TurnId), SentTurn>,
-    /// Client texts sent, to recognise a prompt's original.
-    texts: BTreeSet<String>,
+    /// Client texts sent, to recognise a prompt's original: each with the turns it was
+    /// sent as (see [`Oracle::turn_of_text`]).
+    texts: BTreeMap<String, Vec<(u32, TurnId)>>,
     pub(crate) clients: BTreeMap<u32, ClientTruth>,
     /// Prompt tags per original text, in the order agents received them.
     dispatched: BTreeMap<String, Vec<String>>,
@@ -170,7 +171,7 @@ impl Oracle {
             procs: BTreeMap::new(),
             prompts: BTreeMap::new(),
             turns: BTreeMap::new(),
-            texts: BTreeSet::new(),
+            texts: BTreeMap::new(),
             clients: BTreeMap::new(),
             dispatched: BTreeMap::new(),
             loads: BTreeMap::new(),
@@ -321,7 +322,7 @@ impl Oracle {
                     .entry(original.clone())
                     .or_default()
                     .push(tag.clone());
-                let known = self.texts.contains(&original);
+                let known = self.texts.contains_key(&original);
                 if let Some(p) = self.procs.get_mut(&exec) {
                     p.prompting = Some((tag.clone(), false));
                 }
@@ -362,11 +363,7 @@ impl Oracle {
                 // to continue after what the client already has, never before it (or the
                 // agent repeats output the client got).
                 let resumes_after = replay_delivered_through(&text);
-                let client_has = self
-                    .turns
-                    .values()
-                    .find(|t| t.text == original)
-                    .map_or(0, |t| t.outputs);
+                let client_has = self.turn_of_text(&original).map_or(0, |(_, t)| t.outputs);
                 self.check(
                     resumes_after.is_none_or(|n| n >= client_has),
                     "R9-replay-after-delivered",
@@ -455,7 +452,12 @@ impl Oracle {
     /// A client's prompt was claimed as `turn`; `line` is the core's `prompt` input.
     pub(crate) fn client_sent(&mut self, session: u32, turn: TurnId, text: &str, line: u64) {
         self.turns_claimed += 1;
-        self.texts.insert(text.to_owned());
+        match self.texts.get_mut(text) {
+            Some(sent_as) => sent_as.push((session, turn)),
+            None => {
+                self.texts.insert(text.to_owned(), vec![(session, turn)]);
+            }
+        }
         self.turns.insert(
             (session, turn),
             SentTurn {
@@ -488,11 +490,9 @@ impl Oracle {
             idx,
         )?;
         let cancelled = self
-            .turns
-            .iter()
-            .find(|(_, t)| t.text == original)
+            .turn_of_text(original)
             .filter(|(_, t)| t.cancelled)
-            .map(|(k, _)| *k);
+            .map(|(k, _)| k);
         self.check(
             cancelled.is_none(),
             "R8-no-recovery-after-cancel",
@@ -505,11 +505,37 @@ impl Oracle {
     }
 
     pub(crate) fn client_cancelled(&mut self, session: u32) {
-        for t in self.turns.values_mut() {
-            if t.session == session && t.ended.is_none() {
+        for t in self.turns_of(session) {
+            if t.ended.is_none() {
                 t.cancelled = true;
             }
         }
+    }
+
+    /// The first sent turn (in `(session, turn)` order) whose text is `text`, found through
+    /// the index of texts instead of a walk comparing every turn's text. A turn sent again
+    /// under the same key with another text leaves a stale entry in its old text's list,
+    /// hence the text is compared again.
+    fn turn_of_text(&self, text: &str) -> Option<((u32, TurnId), &SentTurn)> {
+        self.texts
+            .get(text)?
+            .iter()
+            .filter_map(|k| {
+                self.turns
+                    .get(k)
+                    .filter(|t| t.text == text)
+                    .map(|t| (*k, t))
+            })
+            .min_by_key(|(k, _)| *k)
+    }
+
+    /// The turns a client sent for `session`, in turn order.
+    fn turns_of(&mut self, session: u32) -> impl Iterator<Item = &mut SentTurn> {
+        let first = TurnId::new(1).expect("1 is not zero");
+        self.turns
+            .range_mut((session, first)..)
+            .take_while(move |((s, _), _)| *s == session)
+            .map(|(_, t)| t)
     }
 
     pub(crate) fn client_joined(&mut self, session: u32, attempt: AttemptId, now: u64) {
@@ -671,8 +697,8 @@ impl Oracle {
                 }
                 let c = self.clients.entry(session).or_default();
                 c.reported_attempts.insert(failure.attempt);
-                for t in self.turns.values_mut() {
-                    if t.session == session && t.ended.is_none() {
+                for t in self.turns_of(session) {
+                    if t.ended.is_none() {
                         t.explained = true;
                     }
                 }
@@ -920,7 +946,12 @@ impl Oracle {
                     idx,
                 ));
             }
-            let last = t.marks_seen.entry(tag.to_owned()).or_insert(0);
+            // Looked up before it is inserted: a key is allocated once per prompt, not per
+            // event.
+            let last = match t.marks_seen.get_mut(tag) {
+                Some(last) => last,
+                None => t.marks_seen.entry(tag.to_owned()).or_insert(0),
+            };
             if enabled && k != *last + 1 {
                 let got = *last;
                 return Err(v(
@@ -1240,6 +1271,57 @@ mod tests {
         ] {
             let update = RawJson::from_value(&serde_json::from_str(raw).expect("json"));
             assert_eq!(marker(&update), want, "{raw}");
+        }
+    }
+
+    /// The index of texts finds the turn the walk over every turn found, and a session's
+    /// turns are the ones whose session it is, after any sequence of prompts sent (texts
+    /// shared between turns and sessions, a turn sent again with another text): all
+    /// 4^6 sequences of six prompts from four (session, turn, text) choices each.
+    #[test]
+    fn turn_of_text_and_turns_of_agree_with_walks() {
+        const SENT: [(u32, u64, &str); 4] = [(2, 1, "a"), (1, 3, "b"), (2, 1, "b"), (1, 2, "a")];
+        for n in 0..4usize.pow(6) {
+            let mut o = oracle();
+            let mut rest = n;
+            let mut ever = vec![TEXT];
+            for step in 0..6u64 {
+                let (session, turn, text) = SENT[rest % 4];
+                rest /= 4;
+                o.client_sent(session, TurnId::new(turn).expect("nonzero"), text, step);
+                ever.push(text);
+                for text in ["a", "b", TEXT, "c"] {
+                    let walk = o
+                        .turns
+                        .iter()
+                        .find(|(_, t)| t.text == text)
+                        .map(|(k, _)| *k);
+                    assert_eq!(o.turn_of_text(text).map(|(k, _)| k), walk, "{n} {text}");
+                    // A text once sent stays known, as in the set it replaced.
+                    assert_eq!(
+                        o.texts.contains_key(text),
+                        ever.contains(&text),
+                        "{n} {text}"
+                    );
+                }
+                for session in 0..4 {
+                    let walk: Vec<TurnId> = o
+                        .turns
+                        .iter()
+                        .filter(|(_, t)| t.session == session)
+                        .map(|((_, turn), _)| *turn)
+                        .collect();
+                    let mut indexed = Vec::new();
+                    for t in o.turns_of(session) {
+                        indexed.push(t.text.clone());
+                    }
+                    let texts: Vec<String> = walk
+                        .iter()
+                        .map(|turn| o.turns[&(session, *turn)].text.clone())
+                        .collect();
+                    assert_eq!(indexed, texts, "{n} session {session}");
+                }
+            }
         }
     }
 
