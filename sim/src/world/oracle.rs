@@ -143,8 +143,9 @@ pub(crate) struct Oracle {
     pub(crate) prompts: BTreeMap<String, PromptTruth>,
     /// Sent turns, by (session, turn).
     pub(crate) turns: BTreeMap<(u32, TurnId), SentTurn>,
-    /// Client texts sent, to recognise a prompt's original.
-    texts: BTreeSet<String>,
+    /// Client texts sent, to recognise a prompt's original: each with the turns it was
+    /// sent as (see [`Oracle::turn_of_text`]).
+    texts: BTreeMap<String, Vec<(u32, TurnId)>>,
     pub(crate) clients: BTreeMap<u32, ClientTruth>,
     /// Prompt tags per original text, in the order agents received them.
     dispatched: BTreeMap<String, Vec<String>>,
@@ -170,7 +171,7 @@ impl Oracle {
             procs: BTreeMap::new(),
             prompts: BTreeMap::new(),
             turns: BTreeMap::new(),
-            texts: BTreeSet::new(),
+            texts: BTreeMap::new(),
             clients: BTreeMap::new(),
             dispatched: BTreeMap::new(),
             loads: BTreeMap::new(),
@@ -321,7 +322,7 @@ impl Oracle {
                     .entry(original.clone())
                     .or_default()
                     .push(tag.clone());
-                let known = self.texts.contains(&original);
+                let known = self.texts.contains_key(&original);
                 if let Some(p) = self.procs.get_mut(&exec) {
                     p.prompting = Some((tag.clone(), false));
                 }
@@ -362,11 +363,7 @@ impl Oracle {
                 // to continue after what the client already has, never before it (or the
                 // agent repeats output the client got).
                 let resumes_after = replay_delivered_through(&text);
-                let client_has = self
-                    .turns
-                    .values()
-                    .find(|t| t.text == original)
-                    .map_or(0, |t| t.outputs);
+                let client_has = self.turn_of_text(&original).map_or(0, |(_, t)| t.outputs);
                 self.check(
                     resumes_after.is_none_or(|n| n >= client_has),
                     "R9-replay-after-delivered",
@@ -455,7 +452,12 @@ impl Oracle {
     /// A client's prompt was claimed as `turn`; `line` is the core's `prompt` input.
     pub(crate) fn client_sent(&mut self, session: u32, turn: TurnId, text: &str, line: u64) {
         self.turns_claimed += 1;
-        self.texts.insert(text.to_owned());
+        match self.texts.get_mut(text) {
+            Some(sent_as) => sent_as.push((session, turn)),
+            None => {
+                self.texts.insert(text.to_owned(), vec![(session, turn)]);
+            }
+        }
         self.turns.insert(
             (session, turn),
             SentTurn {
@@ -488,11 +490,9 @@ impl Oracle {
             idx,
         )?;
         let cancelled = self
-            .turns
-            .iter()
-            .find(|(_, t)| t.text == original)
+            .turn_of_text(original)
             .filter(|(_, t)| t.cancelled)
-            .map(|(k, _)| *k);
+            .map(|(k, _)| k);
         self.check(
             cancelled.is_none(),
             "R8-no-recovery-after-cancel",
@@ -505,11 +505,37 @@ impl Oracle {
     }
 
     pub(crate) fn client_cancelled(&mut self, session: u32) {
-        for t in self.turns.values_mut() {
-            if t.session == session && t.ended.is_none() {
+        for t in self.turns_of(session) {
+            if t.ended.is_none() {
                 t.cancelled = true;
             }
         }
+    }
+
+    /// The first sent turn (in `(session, turn)` order) whose text is `text`, found through
+    /// the index of texts instead of a walk comparing every turn's text. A turn sent again
+    /// under the same key with another text leaves a stale entry in its old text's list,
+    /// hence the text is compared again.
+    fn turn_of_text(&self, text: &str) -> Option<((u32, TurnId), &SentTurn)> {
+        self.texts
+            .get(text)?
+            .iter()
+            .filter_map(|k| {
+                self.turns
+                    .get(k)
+                    .filter(|t| t.text == text)
+                    .map(|t| (*k, t))
+            })
+            .min_by_key(|(k, _)| *k)
+    }
+
+    /// The turns a client sent for `session`, in turn order.
+    fn turns_of(&mut self, session: u32) -> impl Iterator<Item = &mut SentTurn> {
+        let first = TurnId::new(1).expect("1 is not zero");
+        self.turns
+            .range_mut((session, first)..)
+            .take_while(move |((s, _), _)| *s == session)
+            .map(|(_, t)| t)
     }
 
     pub(crate) fn client_joined(&mut self, session: u32, attempt: AttemptId, now: u64) {
@@ -671,8 +697,8 @@ impl Oracle {
                 }
                 let c = self.clients.entry(session).or_default();
                 c.reported_attempts.insert(failure.attempt);
-                for t in self.turns.values_mut() {
-                    if t.session == session && t.ended.is_none() {
+                for t in self.turns_of(session) {
+                    if t.ended.is_none() {
                         t.explained = true;
                     }
                 }
@@ -920,7 +946,12 @@ impl Oracle {
                     idx,
                 ));
             }
-            let last = t.marks_seen.entry(tag.to_owned()).or_insert(0);
+            // Looked up before it is inserted: a key is allocated once per prompt, not per
+            // event.
+            let last = match t.marks_seen.get_mut(tag) {
+                Some(last) => last,
+                None => t.marks_seen.entry(tag.to_owned()).or_insert(0),
+            };
             if enabled && k != *last + 1 {
                 let got = *last;
                 return Err(v(
@@ -1109,25 +1140,72 @@ pub(crate) fn strip_blocks(text: &str) -> &str {
 /// The marker an agent put at the start of an event (its prompt's tag and index), read
 /// off the raw JSON the client got: the text of a chunk, or a tool call's id.
 ///
-/// The keys are looked for with `memmem` finders built once: this runs for every event a
-/// client gets and for every event an agent is asked to write, and `str::find` built a
-/// two-way searcher per call (2.5 % of a `swarm` seed). Same first match as `str::find`.
+/// Runs for every event a client gets. The marker starts after the first
+/// `"toolCallId":"` of the update, or after its first `"text":"` when it has no tool call
+/// id; [`marker_start`] finds that place without scanning the whole payload twice.
 pub(crate) fn marker(update: &palisade_embed::jsonrpc::RawJson) -> Option<(&str, u32)> {
-    static KEYS: LazyLock<[memmem::Finder<'static>; 2]> = LazyLock::new(|| {
-        [
-            memmem::Finder::new("\"toolCallId\":\""),
-            memmem::Finder::new("\"text\":\""),
-        ]
-    });
     let raw = update.get();
-    let start = KEYS
-        .iter()
-        .find_map(|key| key.find(raw.as_bytes()).map(|at| at + key.needle().len()))?;
+    let start = marker_start(raw.as_bytes())?;
     let rest = &raw[start..];
     // Both bytes are ASCII, so the cut is on a character boundary.
     let head = &rest[..memchr::memchr2(b' ', b'"', rest.as_bytes())?];
     let (tag, k) = head.rsplit_once('#')?;
     Some((tag, k.parse().ok()?))
+}
+
+/// The keys a marker follows, most specific first.
+const TOOL_CALL_KEY: &[u8] = b"\"toolCallId\":\"";
+const TEXT_KEY: &[u8] = b"\"text\":\"";
+
+/// Finders built once (`str::find` built a two-way searcher per call).
+static FINDERS: LazyLock<[memmem::Finder<'static>; 2]> = LazyLock::new(|| {
+    [
+        memmem::Finder::new(TOOL_CALL_KEY),
+        memmem::Finder::new(TEXT_KEY),
+    ]
+});
+
+/// Where the marker of `raw` starts: just after the first [`TOOL_CALL_KEY`] if there is
+/// one, else just after the first [`TEXT_KEY`]. The same answer as
+/// [`marker_start_by_scans`] for every input (a test holds them equal), at a fraction of
+/// its cost on a stream event.
+///
+/// A chunk's text runs to the end of its payload, and proving that no tool call id
+/// follows it took a second full-length `memmem` scan. Every occurrence of
+/// [`TOOL_CALL_KEY`] begins with a `"`, so none begins inside a run of bytes without one
+/// (the text after `"text":"`, up to its closing quote). Once the first `"text":"` is
+/// found, the tool call key is looked for only where it could begin: at or before that
+/// key's last quote, and from the next `"` on. The run between is skipped with `memchr`,
+/// which reads one byte class several times faster than `memmem` matches a pair. Nothing
+/// here assumes the update is valid JSON.
+fn marker_start(raw: &[u8]) -> Option<usize> {
+    let [tool_call, text] = &*FINDERS;
+    let Some(at) = text.find(raw) else {
+        // No text: the tool call key (if any) wherever it is.
+        return tool_call.find(raw).map(|at| at + TOOL_CALL_KEY.len());
+    };
+    let open = at + TEXT_KEY.len();
+    // A tool call key starting before `open` lies within the first `open - 1 + len` bytes.
+    let before = &raw[..(open - 1 + TOOL_CALL_KEY.len()).min(raw.len())];
+    if let Some(k) = tool_call.find(before) {
+        return Some(k + TOOL_CALL_KEY.len());
+    }
+    // No key starts at `open..quote` (no `"` there); look again from the next quote on.
+    match memchr::memchr(b'"', &raw[open..]) {
+        Some(q) => match tool_call.find(&raw[open + q..]) {
+            Some(k) => Some(open + q + k + TOOL_CALL_KEY.len()),
+            None => Some(open),
+        },
+        None => Some(open),
+    }
+}
+
+/// The reference for [`marker_start`]: one full scan for each key, in order.
+#[cfg(test)]
+fn marker_start_by_scans(raw: &[u8]) -> Option<usize> {
+    FINDERS
+        .iter()
+        .find_map(|key| key.find(raw).map(|at| at + key.needle().len()))
 }
 
 #[cfg(test)]
@@ -1137,6 +1215,115 @@ mod tests {
     use palisade_core::SessionId;
     use palisade_embed::jsonrpc::RawJson;
     use palisade_embed::ConversationOrigin;
+
+    /// Every sequence of up to five of these pieces (keys, their fragments, quotes,
+    /// escapes, markers, filler), about 100,000 inputs: the one-scan search finds the
+    /// marker where the two full scans do.
+    #[test]
+    fn marker_start_agrees_with_two_full_scans() {
+        const PIECES: &[&str] = &[
+            "\"toolCallId\":\"",
+            "\"text\":\"",
+            "\"",
+            "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+            "\\",
+            "\"toolCallId\"",
+            "\"text",
+            ":\"",
+            "e1.2#3 ",
+        ];
+        let mut checked = 0u32;
+        let mut indexes = Vec::new();
+        for len in 0..=5u32 {
+            for n in 0..PIECES.len().pow(len) {
+                indexes.clear();
+                let mut rest = n;
+                for _ in 0..len {
+                    indexes.push(rest % PIECES.len());
+                    rest /= PIECES.len();
+                }
+                let raw: String = indexes.iter().map(|&i| PIECES[i]).collect();
+                assert_eq!(
+                    marker_start(raw.as_bytes()),
+                    marker_start_by_scans(raw.as_bytes()),
+                    "{raw:?}"
+                );
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 66_430);
+    }
+
+    /// The marker of a chunk, of a tool call (whose raw input carries a text too) and of
+    /// a resource, as agents write them.
+    #[test]
+    fn marker_reads_chunks_tool_calls_and_resources() {
+        let chunk = r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"e1.2#3 xxxx"}}"#;
+        let tool = r#"{"sessionUpdate":"tool_call","toolCallId":"e4.1#2","title":"e4.1#2","kind":"read","status":"pending","rawInput":{"text":"e4.1#2 y"}}"#;
+        let resource = r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"resource","resource":{"uri":"file:///work/e2.7#11","mimeType":"text/plain","text":"e2.7#11 z"}}}"#;
+        let late_tool = r#"{"text":"e9.9#9 x","toolCallId":"e5.5#5"}"#;
+        for (raw, want) in [
+            (chunk, Some(("e1.2", 3))),
+            (tool, Some(("e4.1", 2))),
+            (resource, Some(("e2.7", 11))),
+            (late_tool, Some(("e5.5", 5))),
+            (r#"{"sessionUpdate":"plan"}"#, None),
+        ] {
+            let update = RawJson::from_value(&serde_json::from_str(raw).expect("json"));
+            assert_eq!(marker(&update), want, "{raw}");
+        }
+    }
+
+    /// The index of texts finds the turn the walk over every turn found, and a session's
+    /// turns are the ones whose session it is, after any sequence of prompts sent (texts
+    /// shared between turns and sessions, a turn sent again with another text): all
+    /// 4^6 sequences of six prompts from four (session, turn, text) choices each.
+    #[test]
+    fn turn_of_text_and_turns_of_agree_with_walks() {
+        const SENT: [(u32, u64, &str); 4] = [(2, 1, "a"), (1, 3, "b"), (2, 1, "b"), (1, 2, "a")];
+        for n in 0..4usize.pow(6) {
+            let mut o = oracle();
+            let mut rest = n;
+            let mut ever = vec![TEXT];
+            for step in 0..6u64 {
+                let (session, turn, text) = SENT[rest % 4];
+                rest /= 4;
+                o.client_sent(session, TurnId::new(turn).expect("nonzero"), text, step);
+                ever.push(text);
+                for text in ["a", "b", TEXT, "c"] {
+                    let walk = o
+                        .turns
+                        .iter()
+                        .find(|(_, t)| t.text == text)
+                        .map(|(k, _)| *k);
+                    assert_eq!(o.turn_of_text(text).map(|(k, _)| k), walk, "{n} {text}");
+                    // A text once sent stays known, as in the set it replaced.
+                    assert_eq!(
+                        o.texts.contains_key(text),
+                        ever.contains(&text),
+                        "{n} {text}"
+                    );
+                }
+                for session in 0..4 {
+                    let walk: Vec<TurnId> = o
+                        .turns
+                        .iter()
+                        .filter(|(_, t)| t.session == session)
+                        .map(|((_, turn), _)| *turn)
+                        .collect();
+                    let mut indexed = Vec::new();
+                    for t in o.turns_of(session) {
+                        indexed.push(t.text.clone());
+                    }
+                    let texts: Vec<String> = walk
+                        .iter()
+                        .map(|turn| o.turns[&(session, *turn)].text.clone())
+                        .collect();
+                    assert_eq!(indexed, texts, "{n} session {session}");
+                }
+            }
+        }
+    }
 
     const TEXT: &str = "turn 9 of session 7";
 
