@@ -43,25 +43,13 @@ unsafe impl GlobalAlloc for Mimalloc {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarding to mimalloc; see the impl's comment.
-        unsafe {
-            if layout.align() <= PLAIN_ALIGN {
-                mi_malloc(layout.size()) as *mut u8
-            } else {
-                mi_malloc_aligned(layout.size(), layout.align()) as *mut u8
-            }
-        }
+        unsafe { block(layout, mi_malloc, mi_malloc_aligned) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarding to mimalloc; see the impl's comment.
-        unsafe {
-            if layout.align() <= PLAIN_ALIGN {
-                mi_zalloc(layout.size()) as *mut u8
-            } else {
-                mi_zalloc_aligned(layout.size(), layout.align()) as *mut u8
-            }
-        }
+        unsafe { block(layout, mi_zalloc, mi_zalloc_aligned) }
     }
 
     #[inline]
@@ -79,6 +67,30 @@ unsafe impl GlobalAlloc for Mimalloc {
             } else {
                 mi_realloc_aligned(ptr as *mut c_void, new_size, layout.align()) as *mut u8
             }
+        }
+    }
+}
+
+/// A new block for `layout`: from `plain` when a word's alignment is enough, else from
+/// `aligned` (the same call's aligned form: `mi_malloc` / `mi_malloc_aligned`, or
+/// `mi_zalloc` / `mi_zalloc_aligned`).
+///
+/// # Safety
+/// As `GlobalAlloc::alloc`: `layout` has a non-zero size.
+#[allow(unsafe_code)]
+#[inline]
+unsafe fn block(
+    layout: Layout,
+    plain: unsafe extern "C" fn(usize) -> *mut c_void,
+    aligned: unsafe extern "C" fn(usize, usize) -> *mut c_void,
+) -> *mut u8 {
+    // SAFETY: both are mimalloc's allocation calls, valid for any size and (for `aligned`)
+    // any power-of-two alignment, which a `Layout`'s always is.
+    unsafe {
+        if layout.align() <= PLAIN_ALIGN {
+            plain(layout.size()) as *mut u8
+        } else {
+            aligned(layout.size(), layout.align()) as *mut u8
         }
     }
 }
@@ -168,17 +180,27 @@ mod tests {
         (0..len).all(|i| unsafe { ptr.add(i).read() } == (i ^ salt) as u8)
     }
 
+    /// Blocks of one layout live at once: enough that consecutive blocks of a size class
+    /// whose blocks are not all aligned (24 bytes with alignment 16) show it.
+    const LIVE: usize = 64;
+
     #[test]
     fn blocks_are_aligned_writable_and_freed_for_every_layout() {
         for layout in layouts() {
-            // SAFETY: non-zero size; the block is freed with its layout below.
-            let ptr = unsafe { ALLOCATOR.alloc(layout) };
-            assert!(!ptr.is_null(), "{layout:?}");
-            assert_eq!(ptr as usize % layout.align(), 0, "{layout:?}");
-            fill(ptr, layout.size(), 5);
-            assert!(holds(ptr, layout.size(), 5), "{layout:?}");
-            // SAFETY: allocated above with `layout`.
-            unsafe { ALLOCATOR.dealloc(ptr, layout) };
+            let mut live = Vec::with_capacity(LIVE);
+            for salt in 0..LIVE {
+                // SAFETY: non-zero size; the block is freed with its layout below.
+                let ptr = unsafe { ALLOCATOR.alloc(layout) };
+                assert!(!ptr.is_null(), "{layout:?}");
+                assert_eq!(ptr as usize % layout.align(), 0, "{layout:?}");
+                fill(ptr, layout.size(), salt);
+                live.push(ptr);
+            }
+            for (salt, ptr) in live.into_iter().enumerate() {
+                assert!(holds(ptr, layout.size(), salt), "{layout:?}");
+                // SAFETY: allocated above with `layout`.
+                unsafe { ALLOCATOR.dealloc(ptr, layout) };
+            }
         }
     }
 
