@@ -12,6 +12,7 @@
 //! - [`search`]: search strategies (uniform, coverage-guided).
 //! - [`input`]: reading the files a user names, every one with a size cap.
 //! - [`cli`]: the command line.
+#![forbid(unsafe_code)]
 #[cfg(not(madsim))]
 compile_error!(
     "palisade-sim must be built with `--cfg madsim` (set by .cargo/config.toml). \
