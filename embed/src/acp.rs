@@ -424,15 +424,6 @@ impl Params {
 fn write_str(line: &mut Vec<u8>, text: &str) {
     /// A byte of the word is below 0x20, or is `"` or `\` (exact as a yes/no: the
     /// borrow of the subtraction only ever spills above a byte that matched).
-    fn needs_escape(word: u64) -> bool {
-        const ONES: u64 = 0x0101_0101_0101_0101;
-        const HIGHS: u64 = 0x8080_8080_8080_8080;
-        let below = |x: u64, n: u64| x.wrapping_sub(ONES * n) & !x & HIGHS;
-        below(word, 0x20)
-            | below(word ^ (ONES * u64::from(b'"')), 1)
-            | below(word ^ (ONES * u64::from(b'\\')), 1)
-            != 0
-    }
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let bytes = text.as_bytes();
     line.reserve(bytes.len() + 2);
@@ -443,7 +434,7 @@ fn write_str(line: &mut Vec<u8>, text: &str) {
     while at < bytes.len() {
         let end = if let Some(word) = bytes.get(at..at + 8) {
             let word = u64::from_le_bytes(word.try_into().expect("eight bytes"));
-            if !needs_escape(word) {
+            if crate::jsonscan::stop_bytes(word) == 0 {
                 at += 8;
                 continue;
             }

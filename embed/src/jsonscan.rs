@@ -622,7 +622,10 @@ fn string_stop(b: &[u8], mut from: usize) -> Option<usize> {
 /// exactly when it is zero, until the first borrow, which only a flagged byte starts.
 /// The same holds for `x - 0x20…` and bytes below 0x20, and for `"` and `\` after an
 /// exclusive or turns them into zeros.
-fn stop_bytes(word: u64) -> u64 {
+///
+/// These are also exactly the bytes a JSON string must escape, so the writer of the
+/// engine's requests (`acp`'s `write_str`) uses it to skip words that need no escape.
+pub(crate) fn stop_bytes(word: u64) -> u64 {
     let quote = word ^ (ONES * u64::from(b'"'));
     let backslash = word ^ (ONES * u64::from(b'\\'));
     let zero_quote = quote.wrapping_sub(ONES) & !quote;
