@@ -68,8 +68,16 @@ pub fn filter(directives: Option<&str>) -> Result<EnvFilter, String> {
 /// # Errors
 /// `RUST_LOG` does not parse, or a subscriber is already installed.
 pub fn init(format: LogFormat) -> Result<(), String> {
-    let directives = std::env::var("RUST_LOG").ok();
-    let filter = filter(directives.as_deref())?;
+    init_with(format, std::env::var("RUST_LOG").ok().as_deref())
+}
+
+/// Installs the process-wide subscriber with the filter `directives` (see [`filter`])
+/// instead of `RUST_LOG`'s.
+///
+/// # Errors
+/// `directives` do not parse, or a subscriber is already installed.
+pub fn init_with(format: LogFormat, directives: Option<&str>) -> Result<(), String> {
+    let filter = filter(directives)?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

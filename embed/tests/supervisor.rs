@@ -772,9 +772,11 @@ async fn with_runtime_reuse_a_cancelled_prompt_then_a_retry_completes() {
 async fn restart_from_the_state_file_recovers_the_turn_and_rejects_old_epoch_callbacks() {
     let log = temp_path("restart", "log");
     let state = temp_path("restart", "state");
+    // Three seconds of streaming: the first incarnation goes down well inside them even on
+    // a loaded machine (with one second, a run beside a sweep once saw the turn end first).
     let agent = test_agent(&[
         "--chunks",
-        "10",
+        "30",
         "--chunk-delay-ms",
         "100",
         "--log",
@@ -791,6 +793,10 @@ async fn restart_from_the_state_file_recovers_the_turn_and_rejects_old_epoch_cal
     })
     .await;
     a.finish(true).await;
+    assert!(
+        a.turn_ends().is_empty(),
+        "the turn ended before the first incarnation went down: this test needs it in flight"
+    );
     // Output leaves only after the step that admitted it was persisted, and a shutdown
     // hands over all admitted output: what the caller got is what the state file counts.
     let delivered_before = a.output(turn).len();

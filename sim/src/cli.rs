@@ -306,14 +306,36 @@ fn io_error(what: &Path, e: std::io::Error) -> Fail {
     bad_input(format!("{}: cannot write: {e}", what.display()))
 }
 
+/// madsim's warning that a reused thread's `HashMap` keys are not the seed's: the runner
+/// runs many seeds on one thread, on purpose and harmlessly (see [`runner`]), so it would
+/// otherwise fill an operator's log once a seed.
+const MADSIM_RANDOM_STATE: &str = "madsim::sim::rand";
+
+/// `RUST_LOG`'s directives, with [`MADSIM_RANDOM_STATE`] quietened to errors unless they
+/// name it themselves.
+fn log_directives(rust_log: &str) -> String {
+    if rust_log.contains(MADSIM_RANDOM_STATE) {
+        return rust_log.to_owned();
+    }
+    let rust_log = rust_log.trim().trim_end_matches(',');
+    let base = if rust_log.is_empty() {
+        palisade_embed::logging::DEFAULT_FILTER
+    } else {
+        rust_log
+    };
+    format!("{base},{MADSIM_RANDOM_STATE}=error")
+}
+
 /// The binary's entry point.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     // Structured logs only when asked for: the CLI's own output is its contract.
-    if std::env::var_os("RUST_LOG").is_some() {
-        if let Err(message) =
-            palisade_embed::logging::init(palisade_embed::logging::LogFormat::Text)
-        {
+    if let Some(directives) = std::env::var_os("RUST_LOG") {
+        let directives = log_directives(&directives.to_string_lossy());
+        if let Err(message) = palisade_embed::logging::init_with(
+            palisade_embed::logging::LogFormat::Text,
+            Some(&directives),
+        ) {
             eprintln!("palisade: {message}");
             return ExitCode::from(2);
         }
@@ -1159,5 +1181,22 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_log_keeps_madsims_reused_thread_warning_out_unless_asked() {
+        for (rust_log, want) in [
+            ("", "info,madsim::sim::rand=error"),
+            ("debug", "debug,madsim::sim::rand=error"),
+            (
+                "palisade_sim::trace=debug,",
+                "palisade_sim::trace=debug,madsim::sim::rand=error",
+            ),
+            ("madsim::sim::rand=warn", "madsim::sim::rand=warn"),
+        ] {
+            let got = log_directives(rust_log);
+            assert_eq!(got, want, "RUST_LOG={rust_log:?}");
+            assert!(palisade_embed::logging::filter(Some(&got)).is_ok(), "{got}");
+        }
     }
 }

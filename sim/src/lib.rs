@@ -3,7 +3,8 @@
 //!
 //! - [`world`]: the simulated world, fault plans and oracle; [`world::run_seed`] runs one seed.
 //! - [`scenario`]: scenario files (TOML) and where they are found.
-//! - [`runner`]: one fresh thread per seed, panics caught, many seeds in parallel.
+//! - [`runner`]: seeds on threads that carry nothing from one to the next, panics caught,
+//!   many seeds in parallel.
 //! - [`sweep`]: which seeds a sweep runs, determinism checks, progress.
 //! - [`report`]: summary.json/.md, junit.xml, atomic writes, merging shards.
 //! - [`failure`]: failure files (replayable), [`minimize`]: shrinking them,

@@ -114,7 +114,7 @@ const PURGE_DELAY_VAR: &str = "MIMALLOC_PURGE_DELAY";
 
 /// Sets mimalloc's options for a sweep, unless the environment sets them.
 ///
-/// Every seed runs on a fresh thread with a fresh heap, and each finished seed's pages went
+/// When every seed ran on a fresh thread with a fresh heap, each finished seed's pages went
 /// back to the OS (decommitted) a second later, so the next seeds touched fresh pages again:
 /// page faults and the kernel's zeroing of each page (`clear_page`), counted as system time.
 /// Never purging keeps the freed pages for the next seeds: over 3,000 `swarm` seeds

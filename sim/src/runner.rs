@@ -1,10 +1,33 @@
-//! Running seeds: each on a fresh OS thread with its panic caught, many in parallel.
+//! Running seeds: each with its panic caught, many in parallel, on threads that carry
+//! nothing from one seed to the next.
 //!
-//! A fresh thread per seed matters for determinism: std's `HashMap` keys are seeded per
-//! thread, and madsim keeps per-thread state. A panicking seed is a recorded failure and
-//! the sweep goes on. Results come back in item order whatever the number of jobs.
+//! A seed runs on a [`parallel_map`] worker itself, one after another, as long as no seed
+//! has panicked on that worker; anywhere else (the main thread of `palisade run`, a worker
+//! after a panic) it gets a fresh thread. Both give the same trace: what a thread keeps
+//! from a seed it ran cannot reach the next one.
+//! - madsim: each seed builds its own `Runtime` (its RNG, clock, executor and tasks, all
+//!   dropped with it); its context thread-local is set for `block_on` only and restored on
+//!   unwind too. Its one per-thread effect that outlives a runtime is std's `HashMap` keys:
+//!   madsim seeds them from the seed only on a thread that has never made a `RandomState`,
+//!   so on a reused thread they depend on the seeds before. No `HashMap` with std's hasher
+//!   decides anything in a seed: the core's maps use a fixed hasher (`IdMap`), the world's
+//!   are ordered maps and vectors, and madsim's own (its simulators and nodes) are looked up,
+//!   never iterated in a way a trace sees.
+//! - tokio: its thread-local RNG is seeded per thread from a process-wide counter, so it was
+//!   never per seed; the stack world draws nothing from it (`tests/stack.rs` keeps it so).
+//! - mimalloc's per-thread heap: addresses, which no trace holds.
+//! - this module's own: [`LAST_PANIC`] is taken by the run that panicked.
+//!
+//! A failing seed was already run twice on one thread (the second time with its trace
+//! captured) and the two hashes compared. `tests/threads.rs` runs every shipped scenario's
+//! seeds, with and without mutants, each on a fresh thread and all on one reused worker in
+//! both orders, and requires the same hashes.
+//!
+//! A worker on which a seed panicked hands every later seed to a fresh thread: a panic can
+//! stop madsim or the world half-way, and nothing is gained by proving what that leaves.
+//! Results come back in item order whatever the number of jobs.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Once};
@@ -13,12 +36,15 @@ use std::time::Instant;
 use crate::scenario::Scenario;
 use crate::world::{self, FaultPlan, Mutant, SeedOutcome};
 
-/// A seed thread's stack. A madsim runtime with deep async state machines needs more than
-/// std's 2 MiB default, and a stack overflow aborts the whole sweep, not just the seed.
+/// The stack of every thread that runs seeds (workers and fresh seed threads). A madsim
+/// runtime with deep async state machines needs more than std's 2 MiB default, and a stack
+/// overflow aborts the whole sweep, not just the seed.
 pub const SEED_THREAD_STACK_BYTES: usize = 16 << 20;
 
-/// Seed threads are named with this prefix, so the panic hook knows whose panic it sees.
+/// Fresh seed threads are named with this prefix, workers with [`WORKER_THREAD_PREFIX`].
 const SEED_THREAD_PREFIX: &str = "palisade-seed";
+/// The name prefix of [`parallel_map`]'s workers.
+const WORKER_THREAD_PREFIX: &str = "palisade-worker";
 
 /// What running one seed produced.
 // One per seed run, moved a handful of times: boxing the outcome would buy nothing.
@@ -34,31 +60,43 @@ pub enum SeedRun {
     },
 }
 
-/// A seed run and how long it took on the wall clock (thread start to join).
+/// A seed run and how long it took on the wall clock.
 #[derive(Debug)]
 pub struct Timed {
     /// What happened.
     pub run: SeedRun,
-    /// Wall-clock nanoseconds, including the thread's start.
+    /// Wall-clock nanoseconds, including a fresh thread's start where the seed had one.
     pub wall_nanos: u64,
 }
 
-thread_local! {
-    /// The message of the last panic raised on this (seed) thread.
-    static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+/// What the current thread is to the runner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Host {
+    /// Not a worker (a main thread, a fresh seed thread): seeds get a fresh thread.
+    Other,
+    /// A [`parallel_map`] worker on which no seed has panicked: seeds run here.
+    Worker,
+    /// A worker on which a seed panicked: later seeds get a fresh thread.
+    Spent,
 }
 
-/// Keeps seed threads' panics off stderr (they are recorded instead) and remembers their
-/// message and location; any other thread's panic goes to the previous hook.
+thread_local! {
+    /// The message of the last panic raised in a seed on this thread.
+    static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+    /// A seed is running on this thread: its panics are recorded, not printed.
+    static IN_SEED: Cell<bool> = const { Cell::new(false) };
+    /// What this thread is to the runner.
+    static HOST: Cell<Host> = const { Cell::new(Host::Other) };
+}
+
+/// Keeps seeds' panics off stderr (they are recorded instead) and remembers their message
+/// and location; any other panic goes to the previous hook.
 fn install_panic_hook() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         let previous = panic::take_hook();
         panic::set_hook(Box::new(move |info| {
-            let is_seed = std::thread::current()
-                .name()
-                .is_some_and(|n| n.starts_with(SEED_THREAD_PREFIX));
-            if !is_seed {
+            if !IN_SEED.with(Cell::get) {
                 previous(info);
                 return;
             }
@@ -83,48 +121,69 @@ fn install_panic_hook() {
     });
 }
 
-/// Runs one seed on a fresh OS thread and catches its panic.
+/// Runs one seed, on the current thread if it is a worker on which no seed has panicked,
+/// else on a fresh thread; catches its panic.
 pub fn run_isolated(
     scenario: &Scenario,
     seed: u64,
     plan: Option<FaultPlan>,
     mutant: Option<Mutant>,
 ) -> Timed {
-    install_panic_hook();
     let started = Instant::now();
-    let run = std::thread::scope(|scope| {
-        let thread = std::thread::Builder::new()
-            .name(format!("{SEED_THREAD_PREFIX}-{}-{seed}", scenario.name))
-            .stack_size(SEED_THREAD_STACK_BYTES)
-            .spawn_scoped(scope, move || {
-                let result = panic::catch_unwind(AssertUnwindSafe(|| {
-                    world::run_seed(scenario, seed, plan, mutant)
-                }));
-                match result {
-                    Ok(outcome) => SeedRun::Done(outcome),
-                    Err(payload) => {
-                        let message = LAST_PANIC
-                            .with(|slot| slot.borrow_mut().take())
-                            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-                            .or_else(|| payload.downcast_ref::<String>().cloned())
-                            .unwrap_or_else(|| "panicked".into());
-                        SeedRun::Panicked { message }
-                    }
-                }
-            });
-        match thread {
-            Ok(handle) => handle.join().unwrap_or_else(|_| SeedRun::Panicked {
-                message: "the seed thread died outside catch_unwind".into(),
-            }),
-            Err(e) => SeedRun::Panicked {
-                message: format!("could not spawn a seed thread: {e}"),
-            },
-        }
-    });
+    let run = match on_seed_thread(&format!("{}-{seed}", scenario.name), move || {
+        world::run_seed(scenario, seed, plan, mutant)
+    }) {
+        Ok(outcome) => SeedRun::Done(outcome),
+        Err(message) => SeedRun::Panicked { message },
+    };
     Timed {
         run,
         wall_nanos: u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
     }
+}
+
+/// Runs `seed` with its panic caught (`Err` holds the message): here on a worker that has
+/// not seen a panic, on a fresh thread named after `label` anywhere else. A panic spends
+/// the worker.
+fn on_seed_thread<T, F>(label: &str, seed: F) -> Result<T, String>
+where
+    T: Send,
+    F: FnOnce() -> T + Send,
+{
+    install_panic_hook();
+    if HOST.with(Cell::get) == Host::Worker {
+        let run = caught(seed);
+        if run.is_err() {
+            HOST.with(|host| host.set(Host::Spent));
+        }
+        return run;
+    }
+    std::thread::scope(|scope| {
+        let thread = std::thread::Builder::new()
+            .name(format!("{SEED_THREAD_PREFIX}-{label}"))
+            .stack_size(SEED_THREAD_STACK_BYTES)
+            .spawn_scoped(scope, move || caught(seed));
+        match thread {
+            Ok(handle) => handle
+                .join()
+                .unwrap_or_else(|_| Err("the seed thread died outside catch_unwind".into())),
+            Err(e) => Err(format!("could not spawn a seed thread: {e}")),
+        }
+    })
+}
+
+/// Runs `seed` on this thread with its panic caught and its message recorded.
+fn caught<T>(seed: impl FnOnce() -> T) -> Result<T, String> {
+    IN_SEED.with(|flag| flag.set(true));
+    let result = panic::catch_unwind(AssertUnwindSafe(seed));
+    IN_SEED.with(|flag| flag.set(false));
+    result.map_err(|payload| {
+        LAST_PANIC
+            .with(|slot| slot.borrow_mut().take())
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "panicked".into())
+    })
 }
 
 /// Maps `work` over `items` on `jobs` worker threads; `on_result` sees every result on the
@@ -155,25 +214,40 @@ where
     let stop_at = AtomicUsize::new(usize::MAX);
     let workers = jobs.clamp(1, items.len());
     let (tx, rx) = mpsc::channel::<(usize, R)>();
+    let (next_item, stop_item, work, stop_when) = (&next, &stop_at, &work, &stop_when);
+    // Takes items until none is left (or one is past a known stop), sending each result.
+    let take_items = |tx: mpsc::Sender<(usize, R)>| loop {
+        let i = next_item.fetch_add(1, Ordering::Relaxed);
+        // Items are taken in increasing order, so once one is past a known stop, every
+        // later one is too.
+        if i >= items.len() || i > stop_item.load(Ordering::Acquire) {
+            break;
+        }
+        let result = work(&items[i]);
+        if stop_when.as_ref().is_some_and(|stop| stop(&result)) {
+            stop_item.fetch_min(i, Ordering::AcqRel);
+        }
+        if tx.send((i, result)).is_err() {
+            break;
+        }
+    };
     std::thread::scope(|scope| {
-        for _ in 0..workers {
+        let mut spawned = 0;
+        for k in 0..workers {
             let tx = tx.clone();
-            let (next, stop_at, work, stop_when) = (&next, &stop_at, &work, &stop_when);
-            scope.spawn(move || loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                // Items are taken in increasing order, so once one is past a known stop,
-                // every later one is too.
-                if i >= items.len() || i > stop_at.load(Ordering::Acquire) {
-                    break;
-                }
-                let result = work(&items[i]);
-                if stop_when.as_ref().is_some_and(|stop| stop(&result)) {
-                    stop_at.fetch_min(i, Ordering::AcqRel);
-                }
-                if tx.send((i, result)).is_err() {
-                    break;
-                }
-            });
+            let worker = std::thread::Builder::new()
+                .name(format!("{WORKER_THREAD_PREFIX}-{k}"))
+                .stack_size(SEED_THREAD_STACK_BYTES)
+                .spawn_scoped(scope, move || {
+                    HOST.with(|host| host.set(Host::Worker));
+                    take_items(tx);
+                });
+            spawned += usize::from(worker.is_ok());
+        }
+        if spawned == 0 {
+            // No thread to spare: this one takes every item (each seed on a fresh thread,
+            // which records its own failure to start).
+            take_items(tx.clone());
         }
         drop(tx);
         for (i, result) in rx {
@@ -223,23 +297,50 @@ mod tests {
 
     #[test]
     fn a_panicking_seed_is_recorded() {
-        // The placeholder world never panics; a scenario the world cannot take would. Here
-        // we only check the catch path itself with a thread of the seed prefix.
-        install_panic_hook();
-        let run = std::thread::Builder::new()
-            .name(format!("{SEED_THREAD_PREFIX}-test"))
-            .spawn(|| {
-                let r = panic::catch_unwind(|| panic!("boom {}", 7));
-                assert!(r.is_err());
-                LAST_PANIC.with(|slot| slot.borrow_mut().take())
-            })
-            .expect("spawn")
-            .join()
-            .expect("join");
-        let message = run.expect("hook recorded the panic");
+        let message = on_seed_thread("test", || -> u32 { panic!("boom {}", 7) })
+            .expect_err("the panic is caught");
         assert!(
             message.contains("boom 7") && message.contains("runner.rs"),
             "{message}"
         );
+    }
+
+    /// Seeds run on the worker itself until one panics there; after that each gets a
+    /// fresh thread. Off a worker, every seed gets a fresh thread.
+    #[test]
+    fn a_worker_runs_seeds_itself_until_one_panics() {
+        let here = || std::thread::current().id();
+        let off_worker = on_seed_thread("off", here).expect("ran");
+        assert_ne!(
+            off_worker,
+            here(),
+            "a main thread's seed got a fresh thread"
+        );
+        let steps = [false, false, true, false, false];
+        let out = parallel_map(
+            &steps,
+            1,
+            |&panics| {
+                let ran_on = on_seed_thread("step", move || {
+                    assert!(!panics, "a seed that panics");
+                    std::thread::current().id()
+                });
+                (ran_on, std::thread::current().id())
+            },
+            None::<fn(&_) -> bool>,
+            |_, _| {},
+        );
+        let out: Vec<_> = out.into_iter().map(|r| r.expect("ran")).collect();
+        let on_worker: Vec<Option<bool>> = out
+            .iter()
+            .map(|(ran_on, worker)| ran_on.as_ref().ok().map(|t| t == worker))
+            .collect();
+        assert_eq!(
+            on_worker,
+            [Some(true), Some(true), None, Some(false), Some(false)],
+            "{out:?}"
+        );
+        let message = out[2].0.as_ref().expect_err("the panic is recorded");
+        assert!(message.contains("a seed that panics"), "{message}");
     }
 }

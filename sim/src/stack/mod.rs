@@ -450,8 +450,8 @@ mod tests {
         Scenario::load(&path).expect("the shipped scenario loads")
     }
 
-    /// The seeds of `stack-basic` that fail `invariant`, each on a fresh thread (as the
-    /// runner runs them), with the platform's group signals broken or not.
+    /// The seeds of `stack-basic` that fail `invariant`, each on a fresh thread (as
+    /// `palisade run` runs one), with the platform's group signals broken or not.
     fn failing(invariant: &str, signals_reach_top_only: bool) -> Vec<u64> {
         let scenario = stack_basic();
         (1..=SEEDS)

@@ -209,7 +209,7 @@ fn run_once(
     ))
 }
 
-/// Runs one seed on the current thread (the caller gives each seed a fresh thread).
+/// Runs one seed on the current thread (the caller, [`crate::runner`], picks the thread).
 /// `plan = None` draws the plan from the seed; `Some` replays or shrinks an explicit plan.
 /// A failing seed is run a second time with its trace captured; both runs must hash alike.
 pub fn run_seed(
