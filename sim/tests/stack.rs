@@ -117,19 +117,7 @@ fn a_stack_candidate_runs_the_same_on_every_thread() {
 /// instead) and no `select!` without `biased;` (its first branch is drawn from it).
 #[test]
 fn the_stack_world_draws_nothing_from_tokios_thread_rng() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut files = Vec::new();
-    let mut dirs = vec![root.join("embed/src"), root.join("sim/src")];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).expect("a source directory") {
-            let path = entry.expect("an entry").path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                files.push(path);
-            }
-        }
-    }
+    let files = common::rust_sources(&["embed/src", "sim/src"], &[]);
     assert!(files.len() > 20, "found only {} source files", files.len());
     let mut found = Vec::new();
     for file in &files {

@@ -8,6 +8,8 @@
 //! failing and passing, than before); each gives the same trace hash, edges and verdict
 //! every time.
 
+mod common;
+
 use std::path::Path;
 
 use palisade_sim::failure;
@@ -138,26 +140,7 @@ fn a_seed_runs_the_same_on_a_fresh_thread_and_after_any_other_seeds() {
 /// (The embedding's binaries run as processes of their own, never in a seed.)
 #[test]
 fn nothing_a_seed_runs_hashes_with_std_per_thread_keys() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut files = Vec::new();
-    let mut dirs = vec![
-        root.join("core/src"),
-        root.join("embed/src"),
-        root.join("sim/src"),
-    ];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).expect("a source directory") {
-            let path = entry.expect("an entry").path();
-            if path.ends_with("embed/src/bin") {
-                continue;
-            }
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                files.push(path);
-            }
-        }
-    }
+    let files = common::rust_sources(&["core/src", "embed/src", "sim/src"], &["embed/src/bin"]);
     assert!(files.len() > 40, "found only {} source files", files.len());
     let mut found = Vec::new();
     for file in &files {

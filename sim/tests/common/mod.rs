@@ -62,3 +62,27 @@ pub fn read_json(path: &Path) -> Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
+
+/// The `.rs` files under `dirs` (relative to the workspace root), sorted, leaving out the
+/// directories in `skip` (relative to the root too).
+pub fn rust_sources(dirs: &[&str], skip: &[&str]) -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let skip: Vec<PathBuf> = skip.iter().map(|d| root.join(d)).collect();
+    let mut files = Vec::new();
+    let mut dirs: Vec<PathBuf> = dirs.iter().map(|d| root.join(d)).collect();
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("a source directory") {
+            let path = entry.expect("an entry").path();
+            if skip.contains(&path) {
+                continue;
+            }
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
