@@ -170,6 +170,13 @@ impl Auditor {
                         "session {session} joined {attempt}, which is not its live attempt"
                     );
                 }
+                if *until < now {
+                    fail!(
+                        "R1-join-bounded",
+                        "session {session}: joiner promised an answer by {until}, which is \
+                         already past (now {now})"
+                    );
+                }
                 if *until > now.plus_millis(self.join_wait_ms) {
                     fail!(
                         "R1-join-bounded",

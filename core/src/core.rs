@@ -260,7 +260,8 @@ impl Core {
         self.timers.first().map(|(t, _)| *t)
     }
 
-    fn observe(&mut self, now: Timestamp) -> Timestamp {
+    /// Raises the core's clock to `now` (never lowers it) and returns the clock.
+    pub(crate) fn observe(&mut self, now: Timestamp) -> Timestamp {
         // A clock that jumps backwards must not move deadlines or revive leases.
         if now > self.last_now {
             self.last_now = now;

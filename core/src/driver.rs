@@ -287,8 +287,13 @@ impl<O: Observer> Driver<O> {
     /// The core restarted from a snapshot (its previous incarnation crashed): `core`
     /// replaces the driver's, everything pending is dropped (it died with the process),
     /// and the effects the restore queued are observed ([`Step::Restored`]) and wait for
-    /// pulling.
-    pub fn restore(&mut self, now: Timestamp, core: Core) {
+    /// pulling. `now` is a time like any other the driver is handed: the restored core's
+    /// clock is raised to it (a snapshot carries the time of its own last step, which may
+    /// be long before), so a clock that reads earlier afterwards cannot move a deadline
+    /// promised from then on before `now`. No timer fires here; the next
+    /// [`Driver::handle_timeout`] fires the ones the downtime made due.
+    pub fn restore(&mut self, now: Timestamp, mut core: Core) {
+        core.observe(now);
         self.core = core;
         self.inbox.clear();
         self.outbox.clear();
@@ -443,6 +448,48 @@ mod tests {
                 Output::Timeout(_) | Output::Idle => return,
             }
         }
+    }
+
+    /// Found by cargo-fuzz (`fuzz/regressions/callback_orderings/restore-at-a-later-time-
+    /// then-a-clock-reading-earlier`): a core restored from a snapshot of its last step
+    /// kept that step's clock, not the restore's, so after a clock that read earlier
+    /// than the restore it promised a joiner an answer by a time the restore had already
+    /// passed, and answered late.
+    #[test]
+    fn a_restore_raises_the_clock_so_an_earlier_reading_cannot_shorten_a_promise() {
+        let config = Config::default();
+        let mut d = driver();
+        let _ = d.handle(Timestamp::ZERO, Input::Resume { session: s(1) });
+        drain(&mut d, Timestamp::ZERO, |_| vec![]);
+        let snapshot = d.core().snapshot();
+        let restart = Timestamp::from_millis(120_000);
+        d.restore(restart, Core::restore(&snapshot).unwrap());
+        drain(&mut d, restart, |_| vec![]);
+        // The embedder's clock now reads earlier than at the restore.
+        let earlier = Timestamp::from_millis(119_530);
+        assert!(matches!(
+            d.handle(earlier, Input::Resume { session: s(2) }),
+            Verdict::Started { .. }
+        ));
+        let Output::Effect(Effect::StartRuntime { deadline, .. }) = d.poll_output(earlier) else {
+            panic!("a runtime to start")
+        };
+        assert_eq!(deadline, restart.plus_millis(config.start_deadline_ms));
+        drain(&mut d, earlier, |_| vec![]);
+        let Verdict::Joined { until, .. } = d.handle(earlier, Input::Resume { session: s(2) })
+        else {
+            panic!("the second resume joins the first")
+        };
+        assert_eq!(until, restart.plus_millis(config.join_wait_ms));
+        // The core asks to be woken by then, and answers the joiner when it is.
+        let wake = d.poll_timeout().expect("a wake-up for the joiner");
+        assert!(wake <= until, "woken at {wake}, promised by {until}");
+        assert!(d.handle_timeout(until));
+        let mut answered = false;
+        while let Output::Effect(e) = d.poll_output(until) {
+            answered |= matches!(e, Effect::JoinTimedOut { session, .. } if session == s(2));
+        }
+        assert!(answered, "{:?}", d.observer().0);
     }
 
     #[test]
