@@ -199,6 +199,14 @@ impl<O: Observer> Driver<O> {
         driver
     }
 
+    /// A driver for `core`, restored from a snapshot at `now` (its previous incarnation
+    /// crashed): [`Driver::with_observer`], with the core's clock first raised to `now` as
+    /// [`Driver::restore`] raises it (a snapshot carries the time of its own last step).
+    pub fn restored(now: Timestamp, mut core: Core, observer: O) -> Driver<O> {
+        core.observe(now);
+        Driver::with_observer(core, observer)
+    }
+
     /// Who confirms leases (default: [`LeaseCheck::OnPull`]; feature `harness`).
     #[cfg(feature = "harness")]
     #[must_use]

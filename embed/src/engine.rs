@@ -538,14 +538,17 @@ impl Engine {
             checker,
             ..Watch::default()
         };
-        Ok(Engine::with_core(config, core, watch))
+        Ok(Engine::with_driver(
+            config,
+            Driver::with_observer(core, watch),
+        ))
     }
 
-    fn with_core(mut config: SupervisorConfig, core: Core, watch: Watch) -> Engine {
+    fn with_driver(mut config: SupervisorConfig, driver: Driver<Watch>) -> Engine {
         // A restored core keeps its own configuration; say so truthfully.
-        config.core = core.config().clone();
+        config.core = driver.core().config().clone();
         Engine {
-            driver: Driver::with_observer(core, watch),
+            driver,
             config,
             books: BTreeMap::new(),
             runtimes: SortedMap::default(),
@@ -577,7 +580,8 @@ impl Engine {
     /// Restores a state image written by [`Engine::encode_state`]: the core comes back in
     /// the next epoch, every execution that was bound is reported exited (its process died
     /// with the previous incarnation) and stopped, and every live attempt that had no
-    /// runtime yet gets one ([`Action::Spawn`]). Persist the new state before anything
+    /// runtime yet gets one ([`Action::Spawn`]). The core's clock starts at `now` (a time
+    /// the state image's core may never have seen). Persist the new state before anything
     /// else: it carries the new epoch.
     pub fn restore(
         config: SupervisorConfig,
@@ -604,7 +608,9 @@ impl Engine {
             outer: observer,
             ..Watch::default()
         };
-        let mut engine = Engine::with_core(config, core, watch);
+        // Restored at `now`: the core's clock starts there, not at its snapshot's last
+        // step, so a clock reading earlier later cannot shorten a deadline.
+        let mut engine = Engine::with_driver(config, Driver::restored(now, core, watch));
         // Live attempts that had no runtime bound: their StartRuntime was being carried out
         // when the previous incarnation died, so they get a runtime below (attempts bound
         // to a recorded execution fail when it is reported exited).
@@ -3042,6 +3048,29 @@ mod tests {
         restored.flush_output(later);
         let outputs = output_seqs(&mut restored);
         assert_eq!(outputs, [(turn, 1), (turn, 2), (turn, 3)]);
+    }
+
+    /// The engine's side of the core driver's finding
+    /// (`fuzz/regressions/callback_orderings/restore-at-a-later-time-then-a-clock-reading-earlier`):
+    /// restored at a time its core never saw, then handed a clock that reads earlier, an
+    /// engine must not count a new deadline from the earlier reading.
+    #[test]
+    fn a_restore_raises_the_clock_so_an_earlier_reading_cannot_shorten_a_deadline() {
+        let config = config();
+        let bytes = Engine::new(config.clone())
+            .unwrap()
+            .encode_state(Timestamp::from_millis(1));
+        let restart = Timestamp::from_millis(120_000);
+        let mut restored = Engine::restore(config.clone(), &bytes, restart).unwrap();
+        let earlier = Timestamp::from_millis(119_530);
+        assert!(matches!(
+            restored.resume(earlier, session(1)),
+            Verdict::Started { .. }
+        ));
+        assert_eq!(
+            restored.poll_timeout(),
+            Some(restart.plus_millis(config.core.start_deadline_ms))
+        );
     }
 
     #[test]
