@@ -1,5 +1,5 @@
 //! The one loop around [`Core`] that every embedder uses: the production embedding
-//! (`palisade-embed`'s engine), the simulator, the fuzz harness and the core's own tests.
+//! (`palisade-engine`'s engine), the simulator, the fuzz harness and the core's own tests.
 //!
 //! A [`Driver`] owns the core and makes the embed loop non-re-entrant by construction:
 //!

@@ -261,7 +261,7 @@ impl Core {
     /// After a restart its processes died with the previous incarnation; an embedder
     /// reports each one with a callback from `owner` under `generation` carrying
     /// [`RuntimeEvent::Exited`](crate::RuntimeEvent::Exited) (and [`Input::Stopped`](crate::Input::Stopped) for one
-    /// that was `stopping`), as `palisade-embed` does from its own records.
+    /// that was `stopping`), as `palisade-engine` does from its own records.
     pub fn known_executions(&self) -> Vec<KnownExecution> {
         let mut all: Vec<KnownExecution> = self
             .executions

@@ -1,86 +1,26 @@
-//! Knobs of the [`Supervisor`](crate::Supervisor) and its sans-IO [`Engine`](crate::Engine).
+//! Knobs of the [`Supervisor`](crate::Supervisor): the engine's, and the shell's own.
 
-use std::path::PathBuf;
-
-use palisade_core::delivery::{CoalescerConfig, DEFAULT_QUEUE_CAPACITY, MAX_QUEUE_CAPACITY};
-use palisade_core::{Config, ConfigError};
+use palisade_engine::{EngineConfig, EngineConfigError};
 
 use crate::rpc::ConnectionConfig;
-
-/// Longest prompt text accepted from a caller. The text is kept (and persisted) until the
-/// turn ends, because a recovery re-prompt needs it; a mebibyte is far more than any
-/// human-written prompt.
-pub const MAX_PROMPT_BYTES: usize = 1 << 20;
-
-/// Events (and output events in them) waiting for the caller before the engine stops
-/// moving output out of the per-session delivery queues (which then fill and push back on
-/// the agents).
-pub const READY_EVENTS: usize = 64;
 
 /// Everything the supervisor needs besides the agent command and the state file.
 #[derive(Debug, Clone)]
 pub struct SupervisorConfig {
-    /// The core's configuration. When the supervisor restores a state file, the
-    /// snapshot's configuration is used instead (the core restores its own).
-    pub core: Config,
-    /// Working directory sent with `session/new` and `session/load` (absolute, per ACP).
-    pub cwd: PathBuf,
-    /// How long `initialize` may take before the start counts as failed.
-    pub initialize_timeout_ms: u64,
-    /// How long `session/load` may take. A timeout is inconclusive (rule 6): the failure
-    /// is reported and the conversation token is kept.
-    pub load_timeout_ms: u64,
-    /// How long `session/new` may take.
-    pub new_session_timeout_ms: u64,
-    /// A prompt with neither an answer nor a notification for this long means the agent
-    /// is wedged: the runtime is reported exited (so recovery may take over) and killed.
-    pub prompt_idle_timeout_ms: u64,
-    /// On a stop, how long the agent gets to exit after its stdin is closed (ACP agents
-    /// exit on EOF and may save their conversation first) before it is killed.
-    pub stop_grace_ms: u64,
-    /// Capacity of each session's delivery queue ([`palisade_core::delivery`]): output
-    /// admitted by the core that the caller has not taken yet. When one is full the
-    /// supervisor stops reading from agents, which then block: backpressure, never loss.
-    pub delivery_queue_capacity: usize,
-    /// How output events are batched for the caller.
-    pub coalescer: CoalescerConfig,
+    /// The engine's (and through it the core's) configuration.
+    pub engine: EngineConfig,
     /// Capacity of the caller's event channel.
     pub event_capacity: usize,
     /// The connection to each agent process.
     pub connection: ConnectionConfig,
-    /// Check every core step against the core's reference model of the rules
-    /// (`palisade_core::audit`). Acts only with the crate feature `audit`, which tests
-    /// turn on: the model remembers every attempt it saw, and it is switched off after a
-    /// restore (it cannot know the attempts before it).
-    pub audit: bool,
-    /// Runtime reuse: a new attempt of a session whose previous attempt was retired while
-    /// its agent process was still being started (a cancelled resume, a start that missed
-    /// its deadline) takes that process over instead of starting another one. The core
-    /// fences it: the new attempt binds the execution under a new generation, and the
-    /// retired attempt's late bind neither claims nor stops it (rule 5). A shell that
-    /// reports [`Engine::spawned`](crate::Engine::spawned) within the same call that
-    /// carried out the spawn (as the [`Supervisor`](crate::Supervisor) does) never has a
-    /// start in flight to reuse; a shell whose starts take time (a remote controller, a
-    /// container) does. Off by default.
-    pub reuse_runtimes: bool,
 }
 
 impl Default for SupervisorConfig {
     fn default() -> Self {
         SupervisorConfig {
-            core: Config::default(),
-            cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
-            initialize_timeout_ms: 30_000,
-            load_timeout_ms: 60_000,
-            new_session_timeout_ms: 60_000,
-            prompt_idle_timeout_ms: 600_000,
-            stop_grace_ms: 2_000,
-            delivery_queue_capacity: DEFAULT_QUEUE_CAPACITY,
-            coalescer: CoalescerConfig::default(),
+            engine: EngineConfig::default(),
             event_capacity: 256,
             connection: ConnectionConfig::default(),
-            audit: false,
-            reuse_runtimes: false,
         }
     }
 }
@@ -88,23 +28,17 @@ impl Default for SupervisorConfig {
 /// Why a [`SupervisorConfig`] was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SupervisorConfigError {
-    /// The core refused its part.
-    Core(ConfigError),
-    /// A timeout of zero would fire before anything could happen.
-    ZeroTimeout(&'static str),
-    /// A capacity out of its range.
+    /// The engine refused its part.
+    Engine(EngineConfigError),
+    /// A capacity of the shell out of its range.
     Capacity(&'static str),
-    /// `cwd` is relative; ACP wants an absolute working directory.
-    RelativeCwd,
 }
 
 impl std::fmt::Display for SupervisorConfigError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            SupervisorConfigError::Core(error) => write!(f, "core config: {error}"),
-            SupervisorConfigError::ZeroTimeout(name) => write!(f, "{name} must be at least 1 ms"),
+            SupervisorConfigError::Engine(error) => write!(f, "{error}"),
             SupervisorConfigError::Capacity(name) => write!(f, "{name} is out of range"),
-            SupervisorConfigError::RelativeCwd => f.write_str("cwd must be an absolute path"),
         }
     }
 }
@@ -114,25 +48,11 @@ impl std::error::Error for SupervisorConfigError {}
 impl SupervisorConfig {
     /// Checks the bounds.
     pub fn validate(&self) -> Result<(), SupervisorConfigError> {
-        self.core.validate().map_err(SupervisorConfigError::Core)?;
-        for (name, value) in [
-            ("initialize_timeout_ms", self.initialize_timeout_ms),
-            ("load_timeout_ms", self.load_timeout_ms),
-            ("new_session_timeout_ms", self.new_session_timeout_ms),
-            ("prompt_idle_timeout_ms", self.prompt_idle_timeout_ms),
-        ] {
-            if value == 0 {
-                return Err(SupervisorConfigError::ZeroTimeout(name));
-            }
-        }
-        if !(1..=MAX_QUEUE_CAPACITY).contains(&self.delivery_queue_capacity) {
-            return Err(SupervisorConfigError::Capacity("delivery_queue_capacity"));
-        }
+        self.engine
+            .validate()
+            .map_err(SupervisorConfigError::Engine)?;
         if self.event_capacity == 0 {
             return Err(SupervisorConfigError::Capacity("event_capacity"));
-        }
-        if !self.cwd.is_absolute() {
-            return Err(SupervisorConfigError::RelativeCwd);
         }
         Ok(())
     }
@@ -143,28 +63,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bad_configs_are_refused() {
+    fn the_shells_capacities_are_checked_beside_the_engines_config() {
         assert_eq!(SupervisorConfig::default().validate(), Ok(()));
-        let with = |change: fn(&mut SupervisorConfig)| {
-            let mut config = SupervisorConfig::default();
-            change(&mut config);
-            config.validate()
+        let config = SupervisorConfig {
+            event_capacity: 0,
+            ..SupervisorConfig::default()
         };
         assert_eq!(
-            with(|c| c.load_timeout_ms = 0),
-            Err(SupervisorConfigError::ZeroTimeout("load_timeout_ms"))
+            config.validate(),
+            Err(SupervisorConfigError::Capacity("event_capacity"))
         );
-        assert_eq!(
-            with(|c| c.delivery_queue_capacity = 0),
-            Err(SupervisorConfigError::Capacity("delivery_queue_capacity"))
-        );
-        assert_eq!(
-            with(|c| c.cwd = "relative".into()),
-            Err(SupervisorConfigError::RelativeCwd)
-        );
+        let mut config = SupervisorConfig::default();
+        config.engine.load_timeout_ms = 0;
         assert!(matches!(
-            with(|c| c.core.recovery_delays_ms = vec![1; 9]),
-            Err(SupervisorConfigError::Core(_))
+            config.validate(),
+            Err(SupervisorConfigError::Engine(_))
         ));
     }
 }

@@ -1,24 +1,24 @@
-//! `palisade-embed`: the Palisade core in production, against a real ACP agent
-//! subprocess over stdio.
+//! `palisade-embed`: the tokio shell that runs Palisade in production, against real ACP
+//! agent subprocesses over stdio.
 //!
-//! Two layers:
+//! The logic lives below this crate, without I/O: the fence (`palisade-core`), the
+//! orchestrator around it ([`palisade_engine::Engine`]) and the ACP wire
+//! (`palisade-wire`). This crate only carries out what the engine decides:
 //!
-//! - **The supervisor** ([`Supervisor`], a thin tokio shell around the sans-IO
-//!   [`Engine`]): owns a [`palisade_core::Core`] and carries out its effects. It spawns
-//!   agent processes, speaks ACP to them, feeds every callback and timer back to the core,
-//!   delivers output to the caller losslessly and in order ([`SessionEvent`]), and persists
-//!   the core's snapshot atomically after every step that changed it, restoring it (in the
-//!   next epoch) on start. `palisade-supervise` is the same thing as a command line tool;
-//!   `docs/embedding.md` walks through it.
-//! - **The wire**, independent of the core: ACP payloads ([`acp`], on the official
-//!   `agent-client-protocol-schema` types), a small JSON-RPC 2.0 framing layer
-//!   ([`jsonrpc`]) and an async connection to an agent process ([`rpc`]) whose every
-//!   failure is a typed [`RpcFailure`]. The connection owns the agent's whole process
-//!   tree ([`process`]): a stop, a kill, a drop, and a watchdog process when the
-//!   supervisor itself is SIGKILLed, take down every process the agent started.
-//!
-//! The crate also ships `palisade-test-agent`, a real ACP agent scripted by arguments,
-//! which the integration tests drive.
+//! - **The supervisor** ([`Supervisor`]): owns the engine, the clock, the state file
+//!   ([`state_file`]) and the caller's channels. It spawns agent processes, feeds every
+//!   agent event, answer, exit and timer back to the engine, hands output to the caller
+//!   losslessly and in order ([`SessionEvent`]), and persists the engine's state image
+//!   atomically after every step that changed it, restoring it (in the next epoch) on
+//!   start. `palisade-supervise` is the same thing as a command line tool
+//!   ([`supervise`]); `docs/embedding.md` walks through it.
+//! - **The connection** ([`rpc`]): an async connection to one agent process whose every
+//!   failure is a typed [`RpcFailure`]. It owns the agent's whole process tree
+//!   ([`process`]): a stop, a kill, a drop, and a watchdog process when the supervisor
+//!   itself is SIGKILLed, take down every process the agent started.
+//! - **The seams** ([`platform`]): time, tasks, blocking jobs and agent processes. Production
+//!   fills them with [`TokioPlatform`]; the simulator fills them with simulated ones and
+//!   runs this very code.
 //!
 //! A prompt turn under supervision:
 //!
@@ -51,7 +51,8 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use palisade_embed::{acp, AgentCommand, AgentConnection, AgentEvent, ConnectionConfig};
+//! use palisade_embed::{AgentCommand, AgentConnection, AgentEvent, ConnectionConfig};
+//! use palisade_wire::acp;
 //! use tokio::time::Instant;
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -92,35 +93,28 @@
 //! # }
 //! ```
 
-pub mod acp;
-pub mod agent_model;
 pub mod config;
-pub mod engine;
-pub mod events;
-pub mod jsonrpc;
-mod jsonscan;
 pub mod logging;
 pub mod platform;
 pub mod process;
-pub mod replay;
 pub mod rpc;
-mod sorted_map;
-pub mod state;
+pub mod state_file;
 pub mod supervise;
 pub mod supervisor;
+pub mod tokio_platform;
 pub mod watch;
-pub mod wire;
 
 pub use config::{SupervisorConfig, SupervisorConfigError};
-pub use engine::{Action, Engine, EngineStats, Op, PromptError};
-pub use events::{ConversationOrigin, FailureCause, OutputEvent, SessionEvent};
-pub use jsonrpc::{RequestId, RpcError};
-pub use platform::{Platform, TokioPlatform};
-pub use rpc::{
-    AgentCommand, AgentConnection, AgentEvent, AgentEvents, Anomaly, CloseReason, ConnectionConfig,
-    ConnectionStats, ProcessExit, RpcFailure, SpawnError, StderrMode,
+pub use palisade_engine::{
+    ConversationOrigin, Engine, EngineConfig, FailureCause, OutputEvent, PromptError, SessionEvent,
 };
-pub use state::{StateError, StateFile, StateFs};
+pub use platform::{AgentCommand, Platform, SpawnError, StderrMode};
+pub use rpc::{
+    AgentConnection, AgentEvent, AgentEvents, Anomaly, CloseReason, ConnectionConfig,
+    ConnectionStats, ProcessExit, RpcFailure,
+};
+pub use state_file::{StateError, StateFile, StateFs};
 pub use supervisor::{
     Embedding, SessionEvents, StartError, Supervisor, SupervisorError, SupervisorStats,
 };
+pub use tokio_platform::TokioPlatform;

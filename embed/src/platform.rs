@@ -1,11 +1,11 @@
 //! The seams between the supervisor and the world it runs in: time, tasks, blocking I/O
 //! and agent processes ([`Platform`]), the state file's file operations
-//! ([`StateFs`](crate::state::StateFs)), and, for `palisade-supervise`'s loop, its
+//! ([`StateFs`](crate::state_file::StateFs)), and, for `palisade-supervise`'s loop, its
 //! console and its prompts ([`crate::supervise`]).
 //!
-//! Production fills them with [`TokioPlatform`] (tokio's clock, timers and tasks, real
+//! Production fills them with [`TokioPlatform`](crate::tokio_platform::TokioPlatform) (tokio's clock, timers and tasks, real
 //! processes in their own process groups with a watchdog, [`crate::process`]) and
-//! [`RealFs`](crate::state::RealFs). The simulator (`palisade-sim`, `sim/src/stack/`)
+//! [`RealFs`](crate::state_file::RealFs). The simulator (`palisade-sim`, `sim/src/stack/`)
 //! fills them with madsim's clock and tasks, in-memory pipes to simulated agent processes,
 //! and a simulated disk that loses, tears and delays writes. Everything above the seams —
 //! [`Supervisor`](crate::Supervisor), [`AgentConnection`](crate::AgentConnection), the
@@ -16,16 +16,18 @@
 //! the workspace-wide `--cfg madsim` cannot put the shipped binaries on a simulated
 //! runtime.
 
+use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::future::Future;
 use std::io;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
 
-use crate::rpc::{AgentCommand, ConnectionConfig, ProcessExit, SpawnError};
+use palisade_wire::ProcessExit;
 
 /// A boxed future that can move between threads (what a [`Platform`] runs).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -125,11 +127,13 @@ pub trait Platform: Send + Sync + fmt::Debug + 'static {
     fn spawn(&self, task: BoxFuture<'static, ()>) -> Task;
     /// Runs `job` where blocking is fine, and resolves with its result.
     fn blocking(&self, job: BlockingJob) -> BoxFuture<'static, io::Result<()>>;
-    /// Starts an agent process (its own process tree) with piped stdin and stdout.
+    /// Starts an agent process (its own process tree, guarded by `watchdog`) with piped
+    /// stdin and stdout, and its stderr where `stderr` says.
     fn spawn_agent(
         &self,
         command: &AgentCommand,
-        config: &ConnectionConfig,
+        stderr: StderrMode,
+        watchdog: &WatchdogProgram,
     ) -> Result<SpawnedAgent, SpawnError>;
 }
 
@@ -157,45 +161,152 @@ pub fn sleep(platform: &dyn Platform, duration: Duration) -> BoxFuture<'static, 
     platform.sleep_until(platform.now() + duration)
 }
 
-/// Production: tokio's clock, timers and tasks (call it inside a tokio runtime), blocking
-/// jobs on tokio's blocking pool, and real agent processes ([`crate::process`]).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct TokioPlatform;
+/// Where the agent's stderr goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StderrMode {
+    /// Our own stderr (agents log there).
+    #[default]
+    Inherit,
+    /// Discarded.
+    Null,
+    /// Read line by line and logged as `tracing` events (target `palisade_embed::agent`,
+    /// info) in the span that started the agent: the supervisor's execution span, which
+    /// names its session, attempt and execution.
+    Log,
+}
 
-impl Platform for TokioPlatform {
-    fn now(&self) -> Instant {
-        Instant::now()
+/// How to start an agent: program, arguments, extra environment, working directory.
+#[derive(Debug, Clone)]
+pub struct AgentCommand {
+    program: OsString,
+    args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+    current_dir: Option<PathBuf>,
+}
+
+impl AgentCommand {
+    /// A command running `program` (looked up in `PATH` if it has no slash).
+    pub fn new(program: impl Into<OsString>) -> Self {
+        Self {
+            program: program.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            current_dir: None,
+        }
     }
 
-    fn unix_ms(&self) -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    /// Appends one argument.
+    #[must_use]
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
+        self.args.push(arg.into());
+        self
     }
 
-    fn sleep_until(&self, deadline: Instant) -> BoxFuture<'static, ()> {
-        Box::pin(tokio::time::sleep_until(deadline))
+    /// Appends arguments.
+    #[must_use]
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
     }
 
-    fn spawn(&self, task: BoxFuture<'static, ()>) -> Task {
-        let handle = tokio::spawn(task);
-        Task::new(move || handle.abort())
+    /// Sets one environment variable on top of ours.
+    #[must_use]
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
     }
 
-    fn blocking(&self, job: BlockingJob) -> BoxFuture<'static, io::Result<()>> {
-        let handle = tokio::task::spawn_blocking(job);
-        Box::pin(async move {
-            handle
-                .await
-                .unwrap_or_else(|error| Err(io::Error::other(error.to_string())))
-        })
+    /// Runs the agent in this directory.
+    #[must_use]
+    pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.current_dir = Some(dir.into());
+        self
     }
 
-    fn spawn_agent(
-        &self,
-        command: &AgentCommand,
-        config: &ConnectionConfig,
-    ) -> Result<SpawnedAgent, SpawnError> {
-        crate::process::spawn_agent(command, config)
+    /// The program.
+    #[must_use]
+    pub fn program(&self) -> &OsStr {
+        &self.program
+    }
+
+    /// The arguments.
+    #[must_use]
+    pub fn arguments(&self) -> &[OsString] {
+        &self.args
+    }
+
+    /// The extra environment.
+    #[must_use]
+    pub fn environment(&self) -> &[(OsString, OsString)] {
+        &self.env
+    }
+
+    /// The working directory, if one was set.
+    #[must_use]
+    pub fn working_dir(&self) -> Option<&Path> {
+        self.current_dir.as_deref()
+    }
+}
+
+/// Why an agent could not be started.
+#[derive(Debug)]
+pub enum SpawnError {
+    /// The OS refused to start the program (not found, not executable, ...).
+    Spawn(io::Error),
+    /// The child came up without the piped stdin or stdout we asked for.
+    MissingPipe,
+}
+
+impl std::fmt::Display for SpawnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SpawnError::Spawn(error) => write!(f, "could not start the agent: {error}"),
+            SpawnError::MissingPipe => f.write_str("the agent has no stdin/stdout pipe"),
+        }
+    }
+}
+
+impl std::error::Error for SpawnError {}
+
+/// The watchdog program's name, looked for beside the running executable.
+pub const WATCHDOG_PROGRAM: &str = "palisade-watchdog";
+
+/// Which watchdog process guards each agent's tree against a supervisor that dies
+/// without running code (SIGKILL, abort).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum WatchdogProgram {
+    /// `palisade-watchdog` beside the running executable, or one directory up (where
+    /// cargo puts binaries, seen from a test binary in `deps/`); none if neither exists.
+    #[default]
+    Beside,
+    /// This program, run with the watchdog's arguments.
+    Path(PathBuf),
+    /// No watchdog: the tree is still taken down by every stop, kill and drop, but not
+    /// when the supervisor is SIGKILLed.
+    Off,
+}
+
+impl WatchdogProgram {
+    /// The program to run, if any.
+    #[must_use]
+    pub fn resolve(&self) -> Option<PathBuf> {
+        match self {
+            WatchdogProgram::Off => None,
+            WatchdogProgram::Path(path) => Some(path.clone()),
+            WatchdogProgram::Beside => {
+                let exe = std::env::current_exe().ok()?;
+                let dir = exe.parent()?;
+                let found = [Some(dir), dir.parent()]
+                    .into_iter()
+                    .flatten()
+                    .map(|dir| dir.join(WATCHDOG_PROGRAM))
+                    .find(|path| path.is_file());
+                found
+            }
+        }
     }
 }

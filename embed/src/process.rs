@@ -16,7 +16,7 @@
 //!   in the group plus every process whose initial environment carries the marker
 //!   (`/proc/<pid>/environ`). A descendant that execs with an emptied environment *and*
 //!   leaves the group is not found; nothing short of a cgroup would find it.
-//! - **Take down.** [`ProcessTree::signal`] signals every member; the connection's stop is
+//! - **Take down.** A signal goes to every member of the tree; the connection's stop is
 //!   stdin close → grace → SIGTERM → [`TERM_GRACE`] → SIGKILL, then it waits until no
 //!   member is left (zombies count as gone: their parent reaps them).
 //! - **Guard.** Dropping a [`ProcessTree`] that was not seen down SIGKILLs every member
@@ -39,7 +39,7 @@
 
 use std::collections::BTreeSet;
 use std::io::{self, BufRead};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -47,8 +47,12 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{kill_process, kill_process_group, test_kill_process_group, Pid, Signal};
 
-use crate::platform::{AgentTree, BoxFuture, SpawnedAgent, TreeSignal};
-use crate::rpc::{AgentCommand, ConnectionConfig, ProcessExit, SpawnError, StderrMode};
+use palisade_wire::ProcessExit;
+
+use crate::platform::{
+    AgentCommand, AgentTree, BoxFuture, SpawnError, SpawnedAgent, StderrMode, TreeSignal,
+    WatchdogProgram, WATCHDOG_PROGRAM,
+};
 
 /// The environment variable that marks every process of one agent's tree.
 pub const TREE_ENV: &str = "PALISADE_AGENT_TREE";
@@ -65,48 +69,9 @@ pub const DOWN_WITHIN: Duration = Duration::from_secs(5);
 /// checks its parent.
 pub const POLL: Duration = Duration::from_millis(20);
 
-/// The watchdog program's name, looked for beside the running executable.
-pub const WATCHDOG_PROGRAM: &str = "palisade-watchdog";
-
 /// Processes scanned in `/proc` per look at a tree. A machine runs a few hundred; past
 /// this the scan stops (and the group signal still reaches the group).
 pub const MAX_PROCESSES_SCANNED: usize = 1 << 20;
-
-/// Which watchdog process guards each agent's tree against a supervisor that dies
-/// without running code (SIGKILL, abort).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum WatchdogProgram {
-    /// `palisade-watchdog` beside the running executable, or one directory up (where
-    /// cargo puts binaries, seen from a test binary in `deps/`); none if neither exists.
-    #[default]
-    Beside,
-    /// This program, run with the watchdog's arguments.
-    Path(PathBuf),
-    /// No watchdog: the tree is still taken down by every stop, kill and drop, but not
-    /// when the supervisor is SIGKILLed.
-    Off,
-}
-
-impl WatchdogProgram {
-    /// The program to run, if any.
-    #[must_use]
-    pub fn resolve(&self) -> Option<PathBuf> {
-        match self {
-            WatchdogProgram::Off => None,
-            WatchdogProgram::Path(path) => Some(path.clone()),
-            WatchdogProgram::Beside => {
-                let exe = std::env::current_exe().ok()?;
-                let dir = exe.parent()?;
-                let found = [Some(dir), dir.parent()]
-                    .into_iter()
-                    .flatten()
-                    .map(|dir| dir.join(WATCHDOG_PROGRAM))
-                    .find(|path| path.is_file());
-                found
-            }
-        }
-    }
-}
 
 /// A marker value unique to one agent tree: our pid, a counter and the time.
 #[must_use]
@@ -276,7 +241,7 @@ fn environ_has(dir: &Path, needle: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// An agent's tree while the connection owns it. Dropping it before [`set_down`]
+/// An agent's tree while the connection owns it. Dropping it before `set_down`
 /// (`ProcessTree::set_down`) SIGKILLs every member, synchronously.
 #[derive(Debug)]
 pub struct ProcessTree {
@@ -420,14 +385,14 @@ async fn log_stderr(stderr: tokio::process::ChildStderr) {
     }
 }
 
-/// stdout: [`TokioPlatform`](crate::platform::TokioPlatform)'s agent processes.
+/// stdout: [`TokioPlatform`](crate::tokio_platform::TokioPlatform)'s agent processes.
 pub fn spawn_agent(
     command: &AgentCommand,
-    config: &ConnectionConfig,
+    stderr: StderrMode,
+    watchdog: &WatchdogProgram,
 ) -> Result<SpawnedAgent, SpawnError> {
     let marker = new_marker();
-    let watchdog = config
-        .watchdog
+    let watchdog = watchdog
         .resolve()
         .and_then(|program| Watchdog::spawn(&program, &marker));
     let mut cmd = tokio::process::Command::new(command.program());
@@ -439,7 +404,7 @@ pub fn spawn_agent(
         .process_group(0)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(match config.stderr {
+        .stderr(match stderr {
             StderrMode::Inherit => Stdio::inherit(),
             StderrMode::Null => Stdio::null(),
             StderrMode::Log => Stdio::piped(),

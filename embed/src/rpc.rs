@@ -7,7 +7,7 @@
 //!   [`AgentEvents`] channel;
 //! - a **writer** that owns the child's stdin and writes whole lines only (a request
 //!   whose deadline passes mid-write can never leave half a line in the pipe);
-//! - a **supervisor** that owns the [`Child`] and its whole process tree
+//! - a **supervisor** that owns the child process and its whole process tree
 //!   ([`crate::process`]): it takes the tree down on request and reaps the child.
 //!
 //! The agent runs as the leader of its own process group, marked in its environment, and
@@ -30,9 +30,7 @@
 //! what the agent writes; garbage, unknown response ids and oversized lines are counted
 //! ([`ConnectionStats`]) and reported as [`Anomaly`] events.
 
-use std::ffi::{OsStr, OsString};
 use std::io;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -42,24 +40,20 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::acp::Params;
-use crate::jsonrpc::{encode_response, FrameError, RawJson, RequestId, RpcError};
-use crate::platform::{timeout_at, AgentTree, Platform, Task, TokioPlatform, TreeSignal};
-use crate::process::WatchdogProgram;
+use palisade_wire::acp::Params;
+pub use palisade_wire::connection::{
+    AgentEvent, Anomaly, CloseReason, ConnectionStats, ProcessExit, RpcFailure,
+    DEFAULT_MAX_LINE_BYTES,
+};
+use palisade_wire::connection::{Incoming, Wire};
+use palisade_wire::jsonrpc::{encode_response, RawJson, RequestId, RpcError};
+
+use crate::platform::{
+    timeout_at, AgentCommand, AgentTree, Platform, SpawnError, StderrMode, Task, TreeSignal,
+    WatchdogProgram,
+};
+use crate::tokio_platform::TokioPlatform;
 use crate::watch;
-use crate::wire::{Incoming, Wire};
-
-/// Default longest line we accept from an agent. A `session/load` history replay or a
-/// file read can be megabytes in one line; past this the agent is broken (or hostile) and
-/// the line is skipped and reported, so one line cannot take the service's memory.
-pub const DEFAULT_MAX_LINE_BYTES: usize = 32 * 1024 * 1024;
-
-/// Requests in flight on one connection. ACP traffic is a handful of concurrent calls;
-/// more than this means a caller is leaking requests.
-pub const MAX_PENDING_REQUESTS: usize = 1024;
-
-/// Timed-out request ids remembered, so a late answer is reported as late, not unknown.
-pub const LATE_IDS_REMEMBERED: usize = 64;
 
 /// Lines queued for the writer. A full queue makes the next send wait (under the
 /// caller's deadline), which is backpressure towards the caller.
@@ -69,9 +63,6 @@ pub const WRITE_QUEUE_LINES: usize = 64;
 /// overflow in compozy #454, to show that here it only slows the agent down.
 pub const DEFAULT_EVENT_CAPACITY: usize = 1024;
 
-/// Bytes of a garbage line kept in a report. Enough to recognise it, small enough to log.
-pub const GARBAGE_SAMPLE_BYTES: usize = 256;
-
 /// After stdout ends, how long we wait for the exit status before deciding the process
 /// is alive with its stdout closed. A process that exits closes stdout at the same
 /// moment, so its status follows within milliseconds.
@@ -80,202 +71,6 @@ pub const EXIT_GRACE: Duration = Duration::from_millis(500);
 /// After the process exits, how long we keep reading a stdout that a grandchild still
 /// holds open, before declaring the transport dead anyway.
 pub const DRAIN_GRACE: Duration = Duration::from_millis(500);
-
-/// How an agent process ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum ProcessExit {
-    /// It exited with this code.
-    Code(i32),
-    /// It was killed by this signal (9 is SIGKILL).
-    Signal(i32),
-    /// The status could not be read.
-    Unknown,
-}
-
-impl From<std::process::ExitStatus> for ProcessExit {
-    fn from(status: std::process::ExitStatus) -> Self {
-        if let Some(code) = status.code() {
-            return ProcessExit::Code(code);
-        }
-        #[cfg(unix)]
-        {
-            use std::os::unix::process::ExitStatusExt;
-            if let Some(signal) = status.signal() {
-                return ProcessExit::Signal(signal);
-            }
-        }
-        ProcessExit::Unknown
-    }
-}
-
-/// Why a request (or notification, or response) did not get its answer. Closed: each
-/// variant maps to one action of the caller.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum RpcFailure {
-    /// The agent answered with a JSON-RPC error. Action: classify it (e.g. load fallback).
-    Rpc(RpcError),
-    /// No answer before the deadline; the agent may still be working. Action: inconclusive;
-    /// retry or tear down, never treat as "not found".
-    TimedOut,
-    /// The agent's stdout ended (or its stdin broke) while the process was still running.
-    /// Action: the runtime is dead; tear it down and recover.
-    TransportClosed,
-    /// The agent process exited. Action: the runtime is dead; recover.
-    ProcessExited {
-        /// How it ended.
-        status: ProcessExit,
-    },
-    /// The agent wrote more non-JSON-RPC lines than the connection's garbage budget.
-    /// Action: the runtime is broken; tear it down and recover.
-    Garbage {
-        /// The start of the line that used up the budget.
-        line: String,
-    },
-    /// We killed the agent (or dropped the connection). Action: none; we asked for it.
-    Killed,
-    /// [`MAX_PENDING_REQUESTS`] requests are already in flight. Action: caller bug; back off.
-    TooManyPending,
-}
-
-impl std::fmt::Display for RpcFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RpcFailure::Rpc(error) => write!(f, "{error}"),
-            RpcFailure::TimedOut => f.write_str("no answer before the deadline"),
-            RpcFailure::TransportClosed => f.write_str("agent transport closed"),
-            RpcFailure::ProcessExited { status } => write!(f, "agent process exited: {status:?}"),
-            RpcFailure::Garbage { line } => write!(f, "agent wrote garbage: {line:?}"),
-            RpcFailure::Killed => f.write_str("agent was killed by us"),
-            RpcFailure::TooManyPending => f.write_str("too many requests in flight"),
-        }
-    }
-}
-
-impl std::error::Error for RpcFailure {}
-
-/// An I/O error's kind in a state file: by name (`std::io::ErrorKind` has no serde form);
-/// a name this build does not know reads back as `Other`.
-mod error_kind {
-    use std::io::ErrorKind;
-
-    const KNOWN: [ErrorKind; 10] = [
-        ErrorKind::BrokenPipe,
-        ErrorKind::ConnectionReset,
-        ErrorKind::ConnectionAborted,
-        ErrorKind::UnexpectedEof,
-        ErrorKind::InvalidData,
-        ErrorKind::Interrupted,
-        ErrorKind::PermissionDenied,
-        ErrorKind::TimedOut,
-        ErrorKind::WouldBlock,
-        ErrorKind::Other,
-    ];
-
-    pub(super) fn serialize<S: serde::Serializer>(
-        kind: &ErrorKind,
-        s: S,
-    ) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&format!("{kind:?}"))
-    }
-
-    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(
-        d: D,
-    ) -> Result<ErrorKind, D::Error> {
-        let name: String = serde::Deserialize::deserialize(d)?;
-        Ok(KNOWN
-            .into_iter()
-            .find(|k| format!("{k:?}") == name)
-            .unwrap_or(ErrorKind::Other))
-    }
-}
-
-/// Why the connection ended; the last event on [`AgentEvents`].
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum CloseReason {
-    /// stdout ended and the process exited.
-    ProcessExited(ProcessExit),
-    /// stdout ended but the process kept running past [`EXIT_GRACE`].
-    StdoutClosed,
-    /// Reading stdout failed.
-    ReadFailed(#[serde(with = "error_kind")] io::ErrorKind),
-    /// The garbage budget was used up by this line (sample).
-    Garbage(String),
-    /// We killed the agent; its exit status, if it was reaped within [`EXIT_GRACE`].
-    Killed(Option<ProcessExit>),
-}
-
-impl CloseReason {
-    /// The failure a request gets when the connection closed for this reason.
-    #[must_use]
-    pub fn failure(&self) -> RpcFailure {
-        match self {
-            CloseReason::ProcessExited(status) => RpcFailure::ProcessExited { status: *status },
-            CloseReason::StdoutClosed | CloseReason::ReadFailed(_) => RpcFailure::TransportClosed,
-            CloseReason::Garbage(line) => RpcFailure::Garbage { line: line.clone() },
-            CloseReason::Killed(_) => RpcFailure::Killed,
-        }
-    }
-}
-
-/// Something the agent wrote that the connection could not use. Reported, counted, never
-/// a panic.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Anomaly {
-    /// A line that is not a JSON-RPC message.
-    Garbage {
-        /// Why it is not.
-        kind: FrameError,
-        /// Its first [`GARBAGE_SAMPLE_BYTES`] bytes, lossily decoded.
-        sample: String,
-    },
-    /// A line longer than [`ConnectionConfig::max_line_bytes`]; skipped, and it counts
-    /// against the garbage budget.
-    OversizedLine {
-        /// How long it was.
-        bytes: usize,
-    },
-    /// A response whose id matches no request we sent.
-    UnknownResponseId {
-        /// The id it carried.
-        id: RequestId,
-        /// Whether it was an error response.
-        was_error: bool,
-    },
-    /// A response to a request that had already timed out or been dropped by its caller.
-    LateResponse {
-        /// Our id of that request.
-        id: i64,
-    },
-}
-
-/// What the agent sends us, in wire order. Responses are not here: they go to the
-/// request that waits for them.
-#[derive(Debug, Clone, PartialEq)]
-pub enum AgentEvent {
-    /// A notification, e.g. `session/update`.
-    Notification {
-        /// The method, e.g. [`crate::acp::SESSION_UPDATE`].
-        method: String,
-        /// The params as raw JSON: unknown update kinds pass through untouched.
-        params: RawJson,
-        /// Bytes of the line on the wire, newline included (for coalescing budgets).
-        wire_bytes: usize,
-    },
-    /// A request from the agent (e.g. `session/request_permission`); answer it with
-    /// [`AgentConnection::respond`] or the agent waits.
-    Request {
-        /// The agent's id, to echo back.
-        id: RequestId,
-        /// The method.
-        method: String,
-        /// The raw params.
-        params: Value,
-    },
-    /// Something unusable; see [`Anomaly`].
-    Anomaly(Anomaly),
-    /// The connection ended; nothing follows.
-    Closed(CloseReason),
-}
 
 /// The receiving end of a connection's bounded event channel.
 #[derive(Debug)]
@@ -295,118 +90,6 @@ impl AgentEvents {
     /// an answer, draining this until `None` yields everything that preceded it.
     pub fn try_recv(&mut self) -> Option<AgentEvent> {
         self.receiver.try_recv().ok()
-    }
-}
-
-/// Counters of one connection. Monotonic; read with [`AgentConnection::stats`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ConnectionStats {
-    /// Notifications delivered to [`AgentEvents`].
-    pub notifications: u64,
-    /// Requests from the agent delivered to [`AgentEvents`].
-    pub agent_requests: u64,
-    /// Responses routed to a waiting request.
-    pub responses: u64,
-    /// Lines that were not JSON-RPC.
-    pub garbage_lines: u64,
-    /// Lines over [`ConnectionConfig::max_line_bytes`].
-    pub oversized_lines: u64,
-    /// Responses with an id we never sent.
-    pub unknown_response_ids: u64,
-    /// Responses to requests that had timed out.
-    pub late_responses: u64,
-    /// Events that could not be delivered because [`AgentEvents`] was dropped.
-    pub events_without_receiver: u64,
-}
-
-/// Where the agent's stderr goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum StderrMode {
-    /// Our own stderr (agents log there).
-    #[default]
-    Inherit,
-    /// Discarded.
-    Null,
-    /// Read line by line and logged as `tracing` events (target `palisade_embed::agent`,
-    /// info) in the span that started the agent: the supervisor's execution span, which
-    /// names its session, attempt and execution.
-    Log,
-}
-
-/// How to start an agent: program, arguments, extra environment, working directory.
-#[derive(Debug, Clone)]
-pub struct AgentCommand {
-    program: OsString,
-    args: Vec<OsString>,
-    env: Vec<(OsString, OsString)>,
-    current_dir: Option<PathBuf>,
-}
-
-impl AgentCommand {
-    /// A command running `program` (looked up in `PATH` if it has no slash).
-    pub fn new(program: impl Into<OsString>) -> Self {
-        Self {
-            program: program.into(),
-            args: Vec::new(),
-            env: Vec::new(),
-            current_dir: None,
-        }
-    }
-
-    /// Appends one argument.
-    #[must_use]
-    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
-        self.args.push(arg.into());
-        self
-    }
-
-    /// Appends arguments.
-    #[must_use]
-    pub fn args<I, S>(mut self, args: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<OsString>,
-    {
-        self.args.extend(args.into_iter().map(Into::into));
-        self
-    }
-
-    /// Sets one environment variable on top of ours.
-    #[must_use]
-    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
-        self.env.push((key.into(), value.into()));
-        self
-    }
-
-    /// Runs the agent in this directory.
-    #[must_use]
-    pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.current_dir = Some(dir.into());
-        self
-    }
-
-    /// The program.
-    #[must_use]
-    pub fn program(&self) -> &OsStr {
-        &self.program
-    }
-
-    /// The arguments.
-    #[must_use]
-    pub fn arguments(&self) -> &[OsString] {
-        &self.args
-    }
-
-    /// The extra environment.
-    #[must_use]
-    pub fn environment(&self) -> &[(OsString, OsString)] {
-        &self.env
-    }
-
-    /// The working directory, if one was set.
-    #[must_use]
-    pub fn working_dir(&self) -> Option<&Path> {
-        self.current_dir.as_deref()
     }
 }
 
@@ -440,26 +123,6 @@ impl Default for ConnectionConfig {
         }
     }
 }
-
-/// Why an agent could not be started.
-#[derive(Debug)]
-pub enum SpawnError {
-    /// The OS refused to start the program (not found, not executable, ...).
-    Spawn(io::Error),
-    /// The child came up without the piped stdin or stdout we asked for.
-    MissingPipe,
-}
-
-impl std::fmt::Display for SpawnError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SpawnError::Spawn(error) => write!(f, "could not start the agent: {error}"),
-            SpawnError::MissingPipe => f.write_str("the agent has no stdin/stdout pipe"),
-        }
-    }
-}
-
-impl std::error::Error for SpawnError {}
 
 type Reply = Result<RawJson, RpcFailure>;
 
@@ -570,7 +233,7 @@ impl AgentConnection {
         command: &AgentCommand,
         config: ConnectionConfig,
     ) -> Result<(AgentConnection, AgentEvents), SpawnError> {
-        let spawned = platform.spawn_agent(command, &config)?;
+        let spawned = platform.spawn_agent(command, config.stderr, &config.watchdog)?;
         let pid = spawned.pid;
         let shared = Arc::new(Shared {
             wire: Mutex::new(Wire::new(config.garbage_budget)),

@@ -433,18 +433,18 @@ async fn next_prompt(
 pub fn config_for(options: &Options) -> Result<SupervisorConfig, (u8, String)> {
     let mut config = SupervisorConfig::default();
     if let Some(cwd) = &options.cwd {
-        config.cwd.clone_from(cwd);
+        config.engine.cwd.clone_from(cwd);
     }
-    if !config.cwd.is_absolute() {
-        config.cwd = std::env::current_dir()
+    if !config.engine.cwd.is_absolute() {
+        config.engine.cwd = std::env::current_dir()
             .map_err(|e| (1, format!("no current directory: {e}")))?
-            .join(&config.cwd);
+            .join(&config.engine.cwd);
     }
     if let Some(delays) = &options.recovery_delays_ms {
-        config.core.recovery_delays_ms.clone_from(delays);
+        config.engine.core.recovery_delays_ms.clone_from(delays);
     }
     if let Some(profile) = options.profile {
-        config.core.agent_profile = profile;
+        config.engine.core.agent_profile = profile;
     }
     // Agents' stderr lines go to the log, in their execution's span, not raw to ours.
     config.connection.stderr = StderrMode::Log;

@@ -28,18 +28,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::jsonrpc::RawJson;
 use palisade_core::driver::Observer;
 use palisade_core::{Config, Epoch, Input, SessionId, Timestamp, TurnId, Verdict};
+use palisade_engine::state::{self, StateError, BODY_OFFSET};
+use palisade_engine::{Action, Engine, EngineStats, Op, PromptError, SessionEvent};
+use palisade_wire::RawJson;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::config::{SupervisorConfig, SupervisorConfigError};
-use crate::engine::{Action, Engine, EngineStats, Op, PromptError};
-use crate::events::SessionEvent;
-use crate::platform::{timeout_at, Platform, Task, TokioPlatform};
-use crate::rpc::{AgentCommand, AgentConnection, AgentEvent, AgentEvents, ProcessExit, RpcFailure};
-use crate::state::{self, StateError, StateFile, BODY_OFFSET};
+use crate::platform::{timeout_at, AgentCommand, Platform, Task};
+use crate::rpc::{AgentConnection, AgentEvent, AgentEvents, ProcessExit, RpcFailure};
+use crate::state_file::StateFile;
+use crate::tokio_platform::TokioPlatform;
 
 /// Inbox messages handled in one step before the state is persisted. Larger steps mean
 /// fewer fsyncs in a burst; smaller ones mean earlier persistence.
@@ -330,16 +331,15 @@ impl Supervisor {
         let event_capacity = config.event_capacity;
         let (clock, mut engine) = match existing {
             Some(bytes) => {
-                let saved_at_ms = state::decode(&bytes)
-                    .map_err(StartError::State)?
-                    .saved_at_ms;
+                let saved_at_ms = state::saved_at_ms(&bytes).map_err(StartError::State)?;
                 let clock = Clock::resume(Arc::clone(&platform), saved_at_ms);
-                let engine = Engine::restore_observed(config, &bytes, clock.now(), observer)
+                let engine = Engine::restore_observed(config.engine, &bytes, clock.now(), observer)
                     .map_err(StartError::State)?;
                 (clock, engine)
             }
             None => {
-                let mut engine = Engine::new(config).map_err(StartError::Config)?;
+                let mut engine = Engine::new(config.engine)
+                    .map_err(|error| StartError::Config(SupervisorConfigError::Engine(error)))?;
                 if let Some(observer) = observer {
                     engine.set_observer(observer);
                 }
@@ -560,7 +560,7 @@ struct Handle {
 struct PumpRequest {
     op: Op,
     method: &'static str,
-    params: crate::acp::Params,
+    params: palisade_wire::acp::Params,
     deadline: Instant,
 }
 

@@ -7,12 +7,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use palisade_embed::acp::schema::{ContentBlock, SessionNotification, SessionUpdate};
-use palisade_embed::acp::{self, LoadSessionSupport};
 use palisade_embed::{
     AgentCommand, AgentConnection, AgentEvent, AgentEvents, Anomaly, CloseReason, ConnectionConfig,
-    ProcessExit, RequestId, RpcError, RpcFailure, SpawnError, StderrMode,
+    ProcessExit, RpcFailure, SpawnError, StderrMode,
 };
+use palisade_wire::acp::schema::{ContentBlock, SessionNotification, SessionUpdate};
+use palisade_wire::acp::{self, LoadSessionSupport};
+use palisade_wire::{RequestId, RpcError};
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -24,7 +25,7 @@ const PROMPTLY: Duration = Duration::from_secs(3);
 const SIGKILL: i32 = 9;
 
 fn test_agent(args: &[&str]) -> AgentCommand {
-    AgentCommand::new(env!("CARGO_BIN_EXE_palisade-test-agent")).args(args)
+    AgentCommand::new(palisade_testkit::shipped::binary("palisade-test-agent")).args(args)
 }
 
 fn deadline() -> Instant {

@@ -46,9 +46,10 @@ use palisade_core::classify::{
 use palisade_core::{ExecutionId, SessionId, TurnId, TurnOutcome};
 use palisade_embed::process::TREE_ENV;
 use palisade_embed::{
-    acp, AgentCommand, AgentConnection, ConnectionConfig, ConversationOrigin, RpcFailure,
-    SessionEvent, SessionEvents, StderrMode, Supervisor, SupervisorConfig,
+    AgentCommand, AgentConnection, ConnectionConfig, ConversationOrigin, RpcFailure, SessionEvent,
+    SessionEvents, StderrMode, Supervisor, SupervisorConfig,
 };
+use palisade_wire::acp;
 use serde_json::{json, Value};
 
 const CODEX_PACKAGE: &str = "@zed-industries/codex-acp";
@@ -83,14 +84,12 @@ fn note(message: &str) {
     let _ = writeln!(std::io::stderr(), "interop: {message}");
 }
 
-/// `target/` (from the binaries cargo built for this test), and the cache in it.
+/// The cache of installed agents: `interop/` in the workspace's target directory.
 fn cache_dir() -> PathBuf {
-    let bin = Path::new(env!("CARGO_BIN_EXE_palisade-supervise"));
-    let target = bin
+    palisade_testkit::shipped::target_dir()
         .parent()
-        .and_then(Path::parent)
-        .expect("binaries live in target/<profile>/");
-    target.join("interop")
+        .expect("the shipped binaries live in <target>/shipped")
+        .join("interop")
 }
 
 /// Runs a command with a deadline; its output, or why not.
@@ -562,7 +561,7 @@ struct RealAgent {
 }
 
 /// What the supervisor's JSON-RPC layer hands the classifier (as the engine builds it).
-fn classifier_view(error: &palisade_embed::RpcError) -> RpcError {
+fn classifier_view(error: &palisade_wire::RpcError) -> RpcError {
     RpcError {
         code: error.code,
         message: error.message.clone(),
@@ -752,13 +751,13 @@ fn session() -> SessionId {
 /// SIGKILL mid-turn and the turn is recovered; shutdown leaves no process behind.
 async fn supervisor_checks(agent: &RealAgent, report: &mut Vec<String>) {
     let mut config = SupervisorConfig::default();
-    config.core.agent_profile = agent.profile;
-    config.core.recovery_delays_ms = vec![100, 200, 400];
-    config.cwd = agent.cwd.clone();
-    config.stop_grace_ms = 500;
-    config.prompt_idle_timeout_ms = 30_000;
+    config.engine.core.agent_profile = agent.profile;
+    config.engine.core.recovery_delays_ms = vec![100, 200, 400];
+    config.engine.cwd = agent.cwd.clone();
+    config.engine.stop_grace_ms = 500;
+    config.engine.prompt_idle_timeout_ms = 30_000;
     config.connection.stderr = StderrMode::Null;
-    config.audit = true;
+    config.engine.audit = true;
     let (supervisor, events) =
         Supervisor::start(config, agent.command.clone(), None).expect("starts");
     let mut run = Run {

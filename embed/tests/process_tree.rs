@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use palisade_core::{SessionId, TurnOutcome};
-use palisade_embed::process::WatchdogProgram;
+use palisade_embed::platform::WatchdogProgram;
 use palisade_embed::{AgentCommand, SessionEvent, Supervisor, SupervisorConfig};
 use serde_json::Value;
 
@@ -23,8 +23,13 @@ const GONE_WITHIN: Duration = Duration::from_secs(3);
 /// Generous, for a loaded machine: how long a run may take to reach a given point.
 const WITHIN: Duration = Duration::from_secs(30);
 
-const AGENT: &str = env!("CARGO_BIN_EXE_palisade-test-agent");
-const SUPERVISE: &str = env!("CARGO_BIN_EXE_palisade-supervise");
+fn agent() -> std::path::PathBuf {
+    palisade_testkit::shipped::binary("palisade-test-agent")
+}
+
+fn supervise_bin() -> std::path::PathBuf {
+    palisade_testkit::shipped::binary("palisade-supervise")
+}
 
 fn temp_log(test: &str) -> PathBuf {
     let path =
@@ -87,13 +92,14 @@ fn roles(pids: &[(u32, String)]) -> Vec<&str> {
 
 fn agent_cmd(launcher: &str, log: &Path, extra: &str) -> String {
     format!(
-        "{AGENT} --launcher {launcher} --on-eof stay --log {} {extra}",
+        "{} --launcher {launcher} --on-eof stay --log {} {extra}",
+        agent().display(),
         log.display()
     )
 }
 
 fn supervise(agent: &str, prompt: &str) -> Command {
-    let mut command = Command::new(SUPERVISE);
+    let mut command = Command::new(supervise_bin());
     command
         .args(["--agent-cmd", agent, "--prompt", prompt])
         .args(["--recovery-delays-ms", "50,100"])
@@ -187,10 +193,10 @@ fn a_sigkilled_palisade_supervise_leaves_no_process_of_any_agent_tree() {
 
 fn config() -> SupervisorConfig {
     let mut config = SupervisorConfig::default();
-    config.core.recovery_delays_ms = vec![50, 100, 200];
-    config.cwd = std::env::temp_dir();
-    config.stop_grace_ms = 200;
-    config.audit = true;
+    config.engine.core.recovery_delays_ms = vec![50, 100, 200];
+    config.engine.cwd = std::env::temp_dir();
+    config.engine.stop_grace_ms = 200;
+    config.engine.audit = true;
     config
 }
 
@@ -201,7 +207,7 @@ fn session() -> SessionId {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_launcher_killed_mid_turn_is_recovered_and_its_orphaned_agent_is_killed() {
     let log = temp_log("launcher-killed");
-    let agent = AgentCommand::new(AGENT).args([
+    let agent = AgentCommand::new(agent()).args([
         "--launcher",
         "spawn",
         "--on-eof",
@@ -274,7 +280,7 @@ fn a_runtime_dropped_mid_turn_takes_every_tree_down_without_a_watchdog() {
     runtime.block_on(async {
         let mut config = config();
         config.connection.watchdog = WatchdogProgram::Off;
-        let agent = AgentCommand::new(AGENT).args([
+        let agent = AgentCommand::new(agent()).args([
             "--launcher",
             "setsid",
             "--on-eof",

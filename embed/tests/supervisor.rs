@@ -18,12 +18,13 @@ use palisade_core::{
     AttemptId, Callback, Epoch, Input, RejectReason, RuntimeEvent, SessionId, TurnId, TurnOutcome,
     Verdict,
 };
-use palisade_embed::replay::REPLAY_BLOCK_TAG;
 use palisade_embed::{
-    acp, AgentCommand, CloseReason, ConversationOrigin, FailureCause, ProcessExit, PromptError,
+    AgentCommand, CloseReason, ConversationOrigin, FailureCause, ProcessExit, PromptError,
     RpcFailure, SessionEvent, SessionEvents, StderrMode, Supervisor, SupervisorConfig,
     SupervisorError,
 };
+use palisade_engine::replay::REPLAY_BLOCK_TAG;
+use palisade_wire::acp;
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -37,14 +38,14 @@ fn session() -> SessionId {
 }
 
 fn test_agent(args: &[&str]) -> AgentCommand {
-    AgentCommand::new(env!("CARGO_BIN_EXE_palisade-test-agent")).args(args)
+    AgentCommand::new(palisade_testkit::shipped::binary("palisade-test-agent")).args(args)
 }
 
 fn config() -> SupervisorConfig {
     let mut config = SupervisorConfig::default();
-    config.core.recovery_delays_ms = vec![50, 100, 200];
-    config.cwd = std::env::temp_dir();
-    config.audit = true;
+    config.engine.core.recovery_delays_ms = vec![50, 100, 200];
+    config.engine.cwd = std::env::temp_dir();
+    config.engine.audit = true;
     config
 }
 
@@ -560,7 +561,7 @@ async fn load_timeout_reports_the_failure_and_keeps_the_conversation() {
         log.to_str().unwrap(),
     ]);
     let mut config = config();
-    config.load_timeout_ms = 400;
+    config.engine.load_timeout_ms = 400;
     let mut h = Harness::start(config, agent, None);
     let first = first_turn_then_idle_exit(&mut h).await;
 
@@ -603,10 +604,10 @@ async fn eleven_hundred_notifications_arrive_in_order_without_a_disconnect() {
     // Small queues everywhere, one event per batch, and a slow caller: far fewer slots
     // than notifications, so the agent must be held back; without backpressure this would
     // overflow (and in compozy #454, disconnect).
-    config.delivery_queue_capacity = 16;
+    config.engine.delivery_queue_capacity = 16;
     config.event_capacity = 4;
     config.connection.event_capacity = 16;
-    config.coalescer = CoalescerConfig {
+    config.engine.coalescer = CoalescerConfig {
         max_delay_ms: 0,
         max_events: 1,
         max_bytes: 1 << 20,
@@ -659,10 +660,10 @@ async fn eleven_hundred_notifications_arrive_in_order_without_a_disconnect() {
 async fn a_fast_caller_against_tiny_queues_never_stalls_delivery() {
     let agent = test_agent(&["--chunks", "4000"]);
     let mut config = config();
-    config.delivery_queue_capacity = 2;
+    config.engine.delivery_queue_capacity = 2;
     config.event_capacity = 1;
     config.connection.event_capacity = 2;
-    config.coalescer = CoalescerConfig {
+    config.engine.coalescer = CoalescerConfig {
         max_delay_ms: 0,
         max_events: 1,
         max_bytes: 1 << 20,
@@ -743,7 +744,7 @@ async fn with_runtime_reuse_a_cancelled_prompt_then_a_retry_completes() {
     let log = temp_path("reuse", "log");
     let agent = test_agent(&["--log", log.to_str().unwrap()]);
     let mut config = config();
-    config.reuse_runtimes = true;
+    config.engine.reuse_runtimes = true;
     let mut h = Harness::start(config, agent, None);
     let cancelled = h.supervisor.prompt(session(), "first").await.unwrap();
     assert_eq!(h.supervisor.cancel(session()).await, Ok(Verdict::Accepted));
@@ -942,9 +943,9 @@ async fn bad_agents_fail_with_a_typed_cause_and_leak_nothing() {
     ];
     for (args, initialize_timeout_ms, check) in cases {
         let mut config = config();
-        config.initialize_timeout_ms = initialize_timeout_ms;
-        config.new_session_timeout_ms = 500;
-        config.prompt_idle_timeout_ms = 500;
+        config.engine.initialize_timeout_ms = initialize_timeout_ms;
+        config.engine.new_session_timeout_ms = 500;
+        config.engine.prompt_idle_timeout_ms = 500;
         config.connection.stderr = StderrMode::Null;
         let mut h = Harness::start(config, test_agent(args), None);
         let started = Instant::now();
@@ -1070,7 +1071,7 @@ async fn recovery_exhausts_once_when_every_replacement_dies() {
 async fn empty_recovery_schedule_fails_the_turn_with_no_recovery_events() {
     let agent = test_agent(&["--chunks", "5", "--exit-after-chunks", "2"]);
     let mut config = config();
-    config.core.recovery_delays_ms = Vec::new();
+    config.engine.core.recovery_delays_ms = Vec::new();
     let mut h = Harness::start(config, agent, None);
     let turn = h.supervisor.prompt(session(), "once").await.unwrap();
     assert_eq!(h.turn_end(turn).await.0, TurnOutcome::Failed);
@@ -1083,12 +1084,16 @@ async fn empty_recovery_schedule_fails_the_turn_with_no_recovery_events() {
 
 #[test]
 fn palisade_supervise_runs_an_agent_and_prints_one_json_line_per_event() {
-    let agent = format!("{} --chunks 2", env!("CARGO_BIN_EXE_palisade-test-agent"));
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_palisade-supervise"))
-        .args(["--agent-cmd", &agent, "--prompt", "one", "--prompt", "two"])
-        .args(["--recovery-delays-ms", "50,100"])
-        .output()
-        .expect("palisade-supervise runs");
+    let agent = format!(
+        "{} --chunks 2",
+        palisade_testkit::shipped::binary("palisade-test-agent").display()
+    );
+    let output =
+        std::process::Command::new(palisade_testkit::shipped::binary("palisade-supervise"))
+            .args(["--agent-cmd", &agent, "--prompt", "one", "--prompt", "two"])
+            .args(["--recovery-delays-ms", "50,100"])
+            .output()
+            .expect("palisade-supervise runs");
     assert!(
         output.status.success(),
         "{}",
@@ -1120,18 +1125,20 @@ fn palisade_supervise_runs_an_agent_and_prints_one_json_line_per_event() {
         // A blank prompt (an unset shell variable) is refused, not sent.
         &["--agent-cmd", "x", "--prompt", ""][..],
     ] {
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_palisade-supervise"))
-            .args(bad)
-            .output()
-            .unwrap();
+        let output =
+            std::process::Command::new(palisade_testkit::shipped::binary("palisade-supervise"))
+                .args(bad)
+                .output()
+                .unwrap();
         assert_eq!(output.status.code(), Some(2), "{bad:?}");
         assert!(String::from_utf8_lossy(&output.stderr).contains("palisade-supervise:"));
     }
     // An agent that cannot run: the turn does not complete, exit 1.
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_palisade-supervise"))
-        .args(["--agent-cmd", "/nonexistent/agent", "--prompt", "x"])
-        .output()
-        .unwrap();
+    let output =
+        std::process::Command::new(palisade_testkit::shipped::binary("palisade-supervise"))
+            .args(["--agent-cmd", "/nonexistent/agent", "--prompt", "x"])
+            .output()
+            .unwrap();
     assert_eq!(output.status.code(), Some(1));
 }
 
@@ -1168,17 +1175,18 @@ fn the_built_palisade_supervise_runs_on_real_time_with_real_processes() {
     let state = temp_path("real-binary", "state");
     let agent = format!(
         "{} --chunks 3 --chunk-delay-ms 200 --log {}",
-        env!("CARGO_BIN_EXE_palisade-test-agent"),
+        palisade_testkit::shipped::binary("palisade-test-agent").display(),
         log.display()
     );
     let before = std::time::SystemTime::now();
     let started = std::time::Instant::now();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_palisade-supervise"))
-        .args(["--agent-cmd", &agent, "--prompt", "one"])
-        .arg("--state")
-        .arg(&state)
-        .output()
-        .expect("palisade-supervise runs");
+    let output =
+        std::process::Command::new(palisade_testkit::shipped::binary("palisade-supervise"))
+            .args(["--agent-cmd", &agent, "--prompt", "one"])
+            .arg("--state")
+            .arg(&state)
+            .output()
+            .expect("palisade-supervise runs");
     let took = started.elapsed();
     assert!(
         output.status.success(),
@@ -1226,10 +1234,11 @@ fn the_built_palisade_supervise_runs_on_real_time_with_real_processes() {
 fn supervise_piped(log: &Path, agent_args: &str) -> std::process::Command {
     let agent = format!(
         "{} {agent_args} --log {}",
-        env!("CARGO_BIN_EXE_palisade-test-agent"),
+        palisade_testkit::shipped::binary("palisade-test-agent").display(),
         log.display()
     );
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_palisade-supervise"));
+    let mut command =
+        std::process::Command::new(palisade_testkit::shipped::binary("palisade-supervise"));
     command
         .args(["--agent-cmd", &agent])
         .stdout(std::process::Stdio::piped())
@@ -1318,13 +1327,14 @@ fn palisade_supervise_prints_why_a_prompt_failed() {
     ] {
         let agent = format!(
             "{} --prompt-error {mode}",
-            env!("CARGO_BIN_EXE_palisade-test-agent")
+            palisade_testkit::shipped::binary("palisade-test-agent").display()
         );
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_palisade-supervise"))
-            .args(["--agent-cmd", &agent, "--prompt", "hello"])
-            .args(["--recovery-delays-ms", ""])
-            .output()
-            .expect("palisade-supervise runs");
+        let output =
+            std::process::Command::new(palisade_testkit::shipped::binary("palisade-supervise"))
+                .args(["--agent-cmd", &agent, "--prompt", "hello"])
+                .args(["--recovery-delays-ms", ""])
+                .output()
+                .expect("palisade-supervise runs");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(1), "{mode}: {stderr}");
         let line = stderr
@@ -1344,10 +1354,11 @@ fn palisade_supervise_logs_agent_stderr_in_the_execution_span() {
     // a RUST_LOG that does not parse is bad usage.
     let agent = format!(
         "{} --no-such-flag",
-        env!("CARGO_BIN_EXE_palisade-test-agent")
+        palisade_testkit::shipped::binary("palisade-test-agent").display()
     );
     let run = |format: &str, rust_log: Option<&str>| {
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_palisade-supervise"));
+        let mut command =
+            std::process::Command::new(palisade_testkit::shipped::binary("palisade-supervise"));
         command
             .args(["--agent-cmd", &agent, "--prompt", "hello"])
             .args(["--recovery-delays-ms", "", "--log-format", format])

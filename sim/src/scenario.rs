@@ -323,7 +323,7 @@ pub struct Workload {
     /// container): other inputs reach the engine meanwhile. `[0, 0]`: the shell reports
     /// it in the same call, as `palisade-supervise` does.
     pub spawn_delay_ms: Bounds<u64>,
-    /// The engine's runtime reuse (`SupervisorConfig::reuse_runtimes`).
+    /// The engine's runtime reuse (`EngineConfig::reuse_runtimes`).
     pub reuse_runtimes: bool,
 }
 

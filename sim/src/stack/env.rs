@@ -10,13 +10,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use palisade_embed::agent_model::{AgentModel, Behaviour, MemoryStore, Out, Seen};
 use palisade_embed::platform::{
-    AgentTree, BlockingJob, BoxFuture, Platform, SpawnedAgent, Task, TreeSignal,
+    AgentCommand, AgentTree, BlockingJob, BoxFuture, Platform, SpawnError, SpawnedAgent,
+    StderrMode, Task, TreeSignal, WatchdogProgram,
 };
-use palisade_embed::state::StateFs;
+use palisade_embed::state_file::StateFs;
 use palisade_embed::watch;
-use palisade_embed::{AgentCommand, ConnectionConfig, ProcessExit, SpawnError};
+use palisade_testkit::agent_model::{AgentModel, Behaviour, MemoryStore, Out, Seen};
+use palisade_wire::ProcessExit;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::time::Instant;
 
@@ -253,7 +254,8 @@ impl Platform for SimPlatform {
     fn spawn_agent(
         &self,
         _command: &AgentCommand,
-        _config: &ConnectionConfig,
+        _stderr: StderrMode,
+        _watchdog: &WatchdogProgram,
     ) -> Result<SpawnedAgent, SpawnError> {
         let (ours_in, agent_in) = tokio::io::duplex(PIPE_BYTES);
         let (agent_out, ours_out) = tokio::io::duplex(PIPE_BYTES);

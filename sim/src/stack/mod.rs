@@ -4,7 +4,7 @@
 //! [`Supervisor`](palisade_embed::Supervisor) → the [`Engine`](palisade_embed::Engine)
 //! → the process seam, all the production code, on madsim's clock and tasks
 //! ([`env::SimPlatform`]). Agent processes are madsim tasks running the shared
-//! [`AgentModel`](palisade_embed::agent_model::AgentModel) behind in-memory pipes; the
+//! [`AgentModel`](palisade_testkit::agent_model::AgentModel) behind in-memory pipes; the
 //! state file lives on a [`env::SimDisk`] that fails (ENOSPC, EIO), tears a write or
 //! crashes between write and rename when the plan says. The caller pipes prompts into
 //! the loop's stdin and reads its events (and may stop reading for a while).
@@ -263,7 +263,10 @@ pub(crate) async fn run(
             stop: Box::pin(std::future::pending()),
         };
         let (done_tx, mut done_rx) = oneshot::channel();
-        let config = config.clone();
+        let config = palisade_embed::SupervisorConfig {
+            engine: config.clone(),
+            ..palisade_embed::SupervisorConfig::default()
+        };
         use palisade_embed::Platform as _;
         let _ = platform.spawn(Box::pin(feeder));
         let _ = platform.spawn(Box::pin(async move {

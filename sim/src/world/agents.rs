@@ -1,9 +1,9 @@
 //! Which real agent a scenario's runtimes imitate: the behaviour each simulated agent
-//! process gets (from `palisade_embed::agent_model`, the model `palisade-test-agent`
+//! process gets (from `palisade_testkit::agent_model`, the model `palisade-test-agent`
 //! runs on real stdio), and the core profile a service would configure for it.
 
 use palisade_core::classify::AgentProfile;
-use palisade_embed::agent_model::{Behaviour, LoadCapability, UnknownSession};
+use palisade_testkit::agent_model::{Behaviour, LoadCapability, UnknownSession};
 
 use super::plan::{chance, mix, pick};
 use super::setup::Environment;
@@ -82,9 +82,9 @@ pub(crate) fn behaviour(
         new_fails: None,
         prompt_fail_per_mille: 0,
         prompt_failure: if chance(key(8), 0.5) {
-            palisade_embed::agent_model::RequestFailure::AuthRequired
+            palisade_testkit::agent_model::RequestFailure::AuthRequired
         } else {
-            palisade_embed::agent_model::RequestFailure::Internal
+            palisade_testkit::agent_model::RequestFailure::Internal
         },
         answer_delay_ms: (w.load_delay_ms.lo.max(1), w.load_delay_ms.hi.max(1)),
         events_per_prompt: match env {

@@ -13,12 +13,12 @@ use std::sync::LazyLock;
 use memchr::memmem;
 use palisade_core::classify::AgentProfile;
 use palisade_core::{AttemptId, AttemptOutcome, ExecutionId, TurnId, TurnOutcome};
-use palisade_embed::agent_model::{Behaviour, LoadCapability, Seen, StreamEvent};
-use palisade_embed::jsonrpc::RpcError;
-use palisade_embed::replay::REPLAY_BLOCK_TAG;
-use palisade_embed::rpc::{CloseReason, RpcFailure};
-use palisade_embed::{FailureCause, OutputEvent, SessionEvent, SupervisorConfig};
+use palisade_engine::replay::REPLAY_BLOCK_TAG;
+use palisade_engine::{EngineConfig, FailureCause, OutputEvent, SessionEvent};
 use palisade_reference::rule6;
+use palisade_testkit::agent_model::{Behaviour, LoadCapability, Seen, StreamEvent};
+use palisade_wire::jsonrpc::RpcError;
+use palisade_wire::{CloseReason, RpcFailure};
 
 use super::Violation;
 use crate::scenario::Scenario;
@@ -165,7 +165,7 @@ pub(crate) struct Oracle {
 }
 
 impl Oracle {
-    pub(crate) fn new(config: &SupervisorConfig, scenario: &Scenario) -> Oracle {
+    pub(crate) fn new(config: &EngineConfig, scenario: &Scenario) -> Oracle {
         Oracle {
             enabled: std::env::var_os("PALISADE_ORACLE").is_none_or(|v| v != "off"),
             procs: BTreeMap::new(),
@@ -1143,7 +1143,7 @@ pub(crate) fn strip_blocks(text: &str) -> &str {
 /// Runs for every event a client gets. The marker starts after the first
 /// `"toolCallId":"` of the update, or after its first `"text":"` when it has no tool call
 /// id; [`marker_start`] finds that place without scanning the whole payload twice.
-pub(crate) fn marker(update: &palisade_embed::jsonrpc::RawJson) -> Option<(&str, u32)> {
+pub(crate) fn marker(update: &palisade_wire::jsonrpc::RawJson) -> Option<(&str, u32)> {
     let raw = update.get();
     let start = marker_start(raw.as_bytes())?;
     let rest = &raw[start..];
@@ -1213,8 +1213,8 @@ mod tests {
     use super::*;
     use palisade_core::delivery::EventKind;
     use palisade_core::SessionId;
-    use palisade_embed::jsonrpc::RawJson;
-    use palisade_embed::ConversationOrigin;
+    use palisade_engine::ConversationOrigin;
+    use palisade_wire::jsonrpc::RawJson;
 
     /// Every sequence of up to five of these pieces (keys, their fragments, quotes,
     /// escapes, markers, filler), about 100,000 inputs: the one-scan search finds the

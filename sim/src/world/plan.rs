@@ -49,10 +49,10 @@ pub const MAX_DISK_FAULT_WRITES: u32 = 64;
 #[serde(rename_all = "snake_case")]
 pub enum LoadErrorClass {
     /// The agent answers this entry of the catalogue of load answers
-    /// (`palisade_embed::agent_model::LoadAnswer`) for a conversation it still has: a real
+    /// (`palisade_testkit::agent_model::LoadAnswer`) for a conversation it still has: a real
     /// transient failure or an adversarial near-miss of a proof (swarm over the
     /// environment).
-    Answer(palisade_embed::agent_model::LoadAnswer),
+    Answer(palisade_testkit::agent_model::LoadAnswer),
     /// The provider lost the conversation: the agent's real unknown-session answer.
     UnknownSession,
     /// −32603 with a generic message; the conversation still exists.

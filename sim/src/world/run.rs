@@ -26,15 +26,13 @@ use palisade_core::{
     AttemptId, Core, Effect, ExecutionId, RejectReason, SessionId, Timestamp, TurnId, TurnOutcome,
     Verdict,
 };
-use palisade_embed::agent_model::{
+use palisade_engine::{Action, Engine, EngineConfig, Op, PromptError, SessionEvent};
+use palisade_testkit::agent_model::{
     push_decimal, AgentModel, LoadAnswer, MemoryStore, NextLoad, Out, Seen,
 };
-use palisade_embed::jsonrpc::encode_response;
-use palisade_embed::wire::{Incoming, Wire};
-use palisade_embed::{
-    Action, AgentEvent, CloseReason, Engine, Op, ProcessExit, PromptError, RpcFailure,
-    SessionEvent, SupervisorConfig,
-};
+use palisade_wire::connection::{Incoming, Wire};
+use palisade_wire::jsonrpc::encode_response;
+use palisade_wire::{AgentEvent, CloseReason, ProcessExit, RpcFailure};
 
 use super::agenda::Agenda;
 use super::agents::behaviour;
@@ -206,7 +204,7 @@ pub(crate) struct Watch {
 
 impl Watch {
     /// A watch for an engine configured with `config` (the stack world shares it).
-    pub(crate) fn shared(config: &SupervisorConfig, capture: bool) -> Arc<Mutex<Watch>> {
+    pub(crate) fn shared(config: &EngineConfig, capture: bool) -> Arc<Mutex<Watch>> {
         Arc::new(Mutex::new(Watch {
             tracer: Tracer::new(capture),
             checker: new_checker(config),
@@ -225,7 +223,7 @@ impl Watch {
     /// The engine restarts from the state file: the checker goes back to what it had seen
     /// when that was written (the stack world's disk can lag behind the core: steps never
     /// written never left the process, and are legitimately forgotten).
-    pub(crate) fn rewind_to_durable(&mut self, config: &SupervisorConfig) {
+    pub(crate) fn rewind_to_durable(&mut self, config: &EngineConfig) {
         self.checker = self.durable.clone().or_else(|| new_checker(config));
     }
 
@@ -235,7 +233,7 @@ impl Watch {
 }
 
 /// The core's reference checker, unless the checks are ground truth only.
-fn new_checker(config: &SupervisorConfig) -> Option<Checker> {
+fn new_checker(config: &EngineConfig) -> Option<Checker> {
     (super::checks() == Checks::All).then(|| {
         Checker::new(&config.core)
             .enabled(std::env::var_os("PALISADE_ORACLE").is_none_or(|v| v != "off"))
@@ -322,7 +320,7 @@ pub(crate) struct World {
     clock: madsim::time::TimeHandle,
     start_elapsed: Duration,
     now: u64,
-    config: SupervisorConfig,
+    config: EngineConfig,
     engine: Held,
     watch: Arc<Mutex<Watch>>,
     skew_ms: i64,
@@ -539,7 +537,8 @@ impl World {
             Box::new(Proc {
                 session: s,
                 model,
-                wire: Wire::new(self.config.connection.garbage_budget),
+                // The production connection's own garbage budget.
+                wire: Wire::new(palisade_embed::ConnectionConfig::default().garbage_budget),
                 alive: true,
                 stdin_open: true,
                 ignores_eof,
@@ -604,7 +603,7 @@ impl World {
                             .reply(now, execution, op, Err(failure))
                     }
                     Ok((id, line)) => {
-                        if method == palisade_embed::acp::SESSION_PROMPT {
+                        if method == palisade_wire::acp::SESSION_PROMPT {
                             let text = params.prompt_text().unwrap_or_default();
                             // The engine writes it as it performs the dispatch: the
                             // trace's last line is that `perform`.
@@ -994,9 +993,9 @@ impl World {
         // the line's text instead of copying it (`parse_shared`: the same frame).
         let mut line = line;
         line.truncate(line.trim_end().len());
-        let frame = palisade_embed::jsonrpc::parse_shared(&std::sync::Arc::new(line));
+        let frame = palisade_wire::jsonrpc::parse_shared(&std::sync::Arc::new(line));
         let method = match &frame {
-            Ok(palisade_embed::jsonrpc::Frame::Request { method, .. }) => method.as_str(),
+            Ok(palisade_wire::jsonrpc::Frame::Request { method, .. }) => method.as_str(),
             _ => "",
         };
         if method == "session/prompt" {
@@ -1011,7 +1010,7 @@ impl World {
                 match class {
                     LoadErrorClass::UnknownSession => {
                         // The agent's disk really lost the conversation.
-                        if let Ok(palisade_embed::jsonrpc::Frame::Request { params, .. }) = &frame {
+                        if let Ok(palisade_wire::jsonrpc::Frame::Request { params, .. }) = &frame {
                             let params = params.to_value();
                             if let Some(id) = params.get("sessionId").and_then(|v| v.as_str()) {
                                 self.store.lose(id);
@@ -1612,7 +1611,7 @@ mod tests {
     /// deadline is dropped, not served stale.
     #[test]
     fn held_engine_forgets_its_deadline_on_change() {
-        let engine = Engine::new(SupervisorConfig::default()).expect("the default config");
+        let engine = Engine::new(EngineConfig::default()).expect("the default config");
         let mut held = Held::new(engine);
         assert_eq!(held.poll_timeout(), None, "a new engine has no deadline");
         let session = SessionId::new(1).expect("a nonzero session");

@@ -13,7 +13,7 @@
 //!   sized at the coalescer's byte cap, counts at its event cap, large tool-call and
 //!   resource payloads), bursts sized at the delivery queue's and the coalescer's caps,
 //!   tombstone pressure (a cancel-and-retry storm past the 16-tombstone ring), and loads
-//!   that fail with any answer of the catalogue (`palisade_embed::agent_model::LoadAnswer`).
+//!   that fail with any answer of the catalogue (`palisade_testkit::agent_model::LoadAnswer`).
 //!
 //! Both are part of the plan: a failure file records them, replay runs them exactly, and
 //! minimisation moves them back toward the scenario's own ([`RunConfig::fixed`],
@@ -30,8 +30,8 @@ use palisade_core::delivery::{
     MAX_QUEUE_CAPACITY,
 };
 use palisade_core::Config;
-use palisade_embed::agent_model::LoadAnswer;
-use palisade_embed::SupervisorConfig;
+use palisade_engine::EngineConfig;
+use palisade_testkit::agent_model::LoadAnswer;
 
 use super::agents::profile;
 use super::plan::{mix, Fault, FaultKind, FaultPlan, LoadErrorClass, PlanError};
@@ -83,7 +83,7 @@ pub struct RunConfig {
     pub coalesce_events: u32,
     /// The coalescer's byte cap.
     pub coalesce_bytes: u64,
-    /// The engine's runtime reuse (`SupervisorConfig::reuse_runtimes`).
+    /// The engine's runtime reuse (`EngineConfig::reuse_runtimes`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reuse_runtimes: bool,
 }
@@ -126,8 +126,8 @@ impl RunConfig {
     }
 
     /// The engine's whole configuration.
-    pub fn engine(&self) -> SupervisorConfig {
-        SupervisorConfig {
+    pub fn engine(&self) -> EngineConfig {
+        EngineConfig {
             core: self.core(),
             cwd: "/work".into(),
             initialize_timeout_ms: ENGINE_REQUEST_TIMEOUT_MS,
@@ -142,7 +142,7 @@ impl RunConfig {
                 max_bytes: self.coalesce_bytes,
             },
             reuse_runtimes: self.reuse_runtimes,
-            ..SupervisorConfig::default()
+            ..EngineConfig::default()
         }
     }
 

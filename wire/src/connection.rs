@@ -2,18 +2,253 @@
 //! answer routed back to its request by id, abandoned ids remembered as late, every line
 //! the agent writes classified ([`Incoming`]), the garbage budget, the counters.
 //!
-//! The tokio connection ([`crate::rpc`]) keeps one behind a mutex and moves bytes; the
-//! simulator keeps one per simulated agent process and moves the same bytes through its
-//! pipes. So the framing and the routing that production runs are what the sweep drives.
+//! It also holds the vocabulary a connection reports in: [`AgentEvent`], [`RpcFailure`],
+//! [`CloseReason`], [`Anomaly`], [`ProcessExit`] and [`ConnectionStats`].
+//!
+//! The tokio connection (`palisade_embed::rpc`) keeps one behind a mutex and moves bytes;
+//! the simulator keeps one per simulated agent process and moves the same bytes through
+//! its pipes. So the framing and the routing that production runs are what the sweep
+//! drives.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::io;
+
+use serde_json::Value;
 
 use crate::acp::Params;
-use crate::jsonrpc::{parse_frame, parse_shared, Frame, FrameError, RawJson, RequestId};
-use crate::rpc::{
-    AgentEvent, Anomaly, CloseReason, ConnectionStats, RpcFailure, GARBAGE_SAMPLE_BYTES,
-    LATE_IDS_REMEMBERED, MAX_PENDING_REQUESTS,
-};
+use crate::jsonrpc::{parse_frame, parse_shared, Frame, FrameError, RawJson, RequestId, RpcError};
+
+/// Default longest line we accept from an agent. A `session/load` history replay or a
+/// file read can be megabytes in one line; past this the agent is broken (or hostile) and
+/// the line is skipped and reported, so one line cannot take the service's memory.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 32 * 1024 * 1024;
+
+/// Requests in flight on one connection. ACP traffic is a handful of concurrent calls;
+/// more than this means a caller is leaking requests.
+pub const MAX_PENDING_REQUESTS: usize = 1024;
+
+/// Timed-out request ids remembered, so a late answer is reported as late, not unknown.
+pub const LATE_IDS_REMEMBERED: usize = 64;
+
+/// Bytes of a garbage line kept in a report. Enough to recognise it, small enough to log.
+pub const GARBAGE_SAMPLE_BYTES: usize = 256;
+
+/// How an agent process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ProcessExit {
+    /// It exited with this code.
+    Code(i32),
+    /// It was killed by this signal (9 is SIGKILL).
+    Signal(i32),
+    /// The status could not be read.
+    Unknown,
+}
+
+impl From<std::process::ExitStatus> for ProcessExit {
+    fn from(status: std::process::ExitStatus) -> Self {
+        if let Some(code) = status.code() {
+            return ProcessExit::Code(code);
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::process::ExitStatusExt;
+            if let Some(signal) = status.signal() {
+                return ProcessExit::Signal(signal);
+            }
+        }
+        ProcessExit::Unknown
+    }
+}
+
+/// Why a request (or notification, or response) did not get its answer. Closed: each
+/// variant maps to one action of the caller.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum RpcFailure {
+    /// The agent answered with a JSON-RPC error. Action: classify it (e.g. load fallback).
+    Rpc(RpcError),
+    /// No answer before the deadline; the agent may still be working. Action: inconclusive;
+    /// retry or tear down, never treat as "not found".
+    TimedOut,
+    /// The agent's stdout ended (or its stdin broke) while the process was still running.
+    /// Action: the runtime is dead; tear it down and recover.
+    TransportClosed,
+    /// The agent process exited. Action: the runtime is dead; recover.
+    ProcessExited {
+        /// How it ended.
+        status: ProcessExit,
+    },
+    /// The agent wrote more non-JSON-RPC lines than the connection's garbage budget.
+    /// Action: the runtime is broken; tear it down and recover.
+    Garbage {
+        /// The start of the line that used up the budget.
+        line: String,
+    },
+    /// We killed the agent (or dropped the connection). Action: none; we asked for it.
+    Killed,
+    /// [`MAX_PENDING_REQUESTS`] requests are already in flight. Action: caller bug; back off.
+    TooManyPending,
+}
+
+impl std::fmt::Display for RpcFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RpcFailure::Rpc(error) => write!(f, "{error}"),
+            RpcFailure::TimedOut => f.write_str("no answer before the deadline"),
+            RpcFailure::TransportClosed => f.write_str("agent transport closed"),
+            RpcFailure::ProcessExited { status } => write!(f, "agent process exited: {status:?}"),
+            RpcFailure::Garbage { line } => write!(f, "agent wrote garbage: {line:?}"),
+            RpcFailure::Killed => f.write_str("agent was killed by us"),
+            RpcFailure::TooManyPending => f.write_str("too many requests in flight"),
+        }
+    }
+}
+
+impl std::error::Error for RpcFailure {}
+
+/// An I/O error's kind in a state file: by name (`std::io::ErrorKind` has no serde form);
+/// a name this build does not know reads back as `Other`.
+mod error_kind {
+    use std::io::ErrorKind;
+
+    const KNOWN: [ErrorKind; 10] = [
+        ErrorKind::BrokenPipe,
+        ErrorKind::ConnectionReset,
+        ErrorKind::ConnectionAborted,
+        ErrorKind::UnexpectedEof,
+        ErrorKind::InvalidData,
+        ErrorKind::Interrupted,
+        ErrorKind::PermissionDenied,
+        ErrorKind::TimedOut,
+        ErrorKind::WouldBlock,
+        ErrorKind::Other,
+    ];
+
+    pub(super) fn serialize<S: serde::Serializer>(
+        kind: &ErrorKind,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{kind:?}"))
+    }
+
+    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<ErrorKind, D::Error> {
+        let name: String = serde::Deserialize::deserialize(d)?;
+        Ok(KNOWN
+            .into_iter()
+            .find(|k| format!("{k:?}") == name)
+            .unwrap_or(ErrorKind::Other))
+    }
+}
+
+/// Why the connection ended; the last event a connection reports.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum CloseReason {
+    /// stdout ended and the process exited.
+    ProcessExited(ProcessExit),
+    /// stdout ended but the process kept running past the connection's exit grace.
+    StdoutClosed,
+    /// Reading stdout failed.
+    ReadFailed(#[serde(with = "error_kind")] io::ErrorKind),
+    /// The garbage budget was used up by this line (sample).
+    Garbage(String),
+    /// We killed the agent; its exit status, if it was reaped within the connection's exit grace.
+    Killed(Option<ProcessExit>),
+}
+
+impl CloseReason {
+    /// The failure a request gets when the connection closed for this reason.
+    #[must_use]
+    pub fn failure(&self) -> RpcFailure {
+        match self {
+            CloseReason::ProcessExited(status) => RpcFailure::ProcessExited { status: *status },
+            CloseReason::StdoutClosed | CloseReason::ReadFailed(_) => RpcFailure::TransportClosed,
+            CloseReason::Garbage(line) => RpcFailure::Garbage { line: line.clone() },
+            CloseReason::Killed(_) => RpcFailure::Killed,
+        }
+    }
+}
+
+/// Something the agent wrote that the connection could not use. Reported, counted, never
+/// a panic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Anomaly {
+    /// A line that is not a JSON-RPC message.
+    Garbage {
+        /// Why it is not.
+        kind: FrameError,
+        /// Its first [`GARBAGE_SAMPLE_BYTES`] bytes, lossily decoded.
+        sample: String,
+    },
+    /// A line longer than the connection's longest line; skipped, and it counts
+    /// against the garbage budget.
+    OversizedLine {
+        /// How long it was.
+        bytes: usize,
+    },
+    /// A response whose id matches no request we sent.
+    UnknownResponseId {
+        /// The id it carried.
+        id: RequestId,
+        /// Whether it was an error response.
+        was_error: bool,
+    },
+    /// A response to a request that had already timed out or been dropped by its caller.
+    LateResponse {
+        /// Our id of that request.
+        id: i64,
+    },
+}
+
+/// What the agent sends us, in wire order. Responses are not here: they go to the
+/// request that waits for them.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentEvent {
+    /// A notification, e.g. `session/update`.
+    Notification {
+        /// The method, e.g. [`crate::acp::SESSION_UPDATE`].
+        method: String,
+        /// The params as raw JSON: unknown update kinds pass through untouched.
+        params: RawJson,
+        /// Bytes of the line on the wire, newline included (for coalescing budgets).
+        wire_bytes: usize,
+    },
+    /// A request from the agent (e.g. `session/request_permission`); answer it with
+    /// a response (`palisade_embed::AgentConnection::respond`) or the agent waits.
+    Request {
+        /// The agent's id, to echo back.
+        id: RequestId,
+        /// The method.
+        method: String,
+        /// The raw params.
+        params: Value,
+    },
+    /// Something unusable; see [`Anomaly`].
+    Anomaly(Anomaly),
+    /// The connection ended; nothing follows.
+    Closed(CloseReason),
+}
+
+/// Counters of one connection. Monotonic.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnectionStats {
+    /// Notifications delivered to the connection's events.
+    pub notifications: u64,
+    /// Requests from the agent delivered to the connection's events.
+    pub agent_requests: u64,
+    /// Responses routed to a waiting request.
+    pub responses: u64,
+    /// Lines that were not JSON-RPC.
+    pub garbage_lines: u64,
+    /// Lines over the connection's longest line.
+    pub oversized_lines: u64,
+    /// Responses with an id we never sent.
+    pub unknown_response_ids: u64,
+    /// Responses to requests that had timed out.
+    pub late_responses: u64,
+    /// Events that could not be delivered because their receiver was dropped.
+    pub events_without_receiver: u64,
+}
 
 /// What one line from the agent turned out to be.
 #[derive(Debug, PartialEq)]

@@ -97,7 +97,7 @@ pub struct RawJson {
     raw: std::sync::OnceLock<Box<RawValue>>,
     /// Where a `session/update`'s members lie in this text, when the frame's validating
     /// walk noted them (params framed by [`parse_frame`] only; see
-    /// [`crate::events::read_update`]).
+    /// `palisade_engine::events::read_update`).
     update_spans: Option<Box<jsonscan::UpdateSpans>>,
 }
 
@@ -111,7 +111,8 @@ impl RawJson {
     /// `part`, one valid JSON value cut out of this value's text (as [`crate::jsonscan`]
     /// cuts a member's value out of it), sharing the text instead of copying it. Text that
     /// does not lie inside this value's is copied.
-    pub(crate) fn part(&self, part: &str) -> RawJson {
+    #[doc(hidden)]
+    pub fn part(&self, part: &str) -> RawJson {
         let text = self.get();
         let start = (part.as_ptr() as usize).wrapping_sub(text.as_ptr() as usize);
         let inside = start <= text.len() && part.len() <= text.len() - start;
@@ -144,7 +145,8 @@ impl RawJson {
 
     /// Where a `session/update`'s members lie in [`RawJson::get`]'s text, if the frame's
     /// validating walk noted them.
-    pub(crate) fn update_spans(&self) -> Option<&jsonscan::UpdateSpans> {
+    #[doc(hidden)]
+    pub fn update_spans(&self) -> Option<&jsonscan::UpdateSpans> {
         self.update_spans.as_deref()
     }
 
@@ -185,7 +187,8 @@ impl RawJson {
 
     /// `text`, which must be one valid JSON value without surrounding whitespace: a
     /// member's value as [`crate::jsonscan`] cuts it out of validated text.
-    pub(crate) fn valid(text: &str) -> RawJson {
+    #[doc(hidden)]
+    pub fn valid(text: &str) -> RawJson {
         RawJson {
             whole: std::sync::Arc::new(text.to_owned()),
             span: 0..text.len(),

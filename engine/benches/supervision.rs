@@ -9,23 +9,24 @@
 //! the finished batches to the caller. The agent, the pipe and JSON parsing are not in it;
 //! a second benchmark adds the JSON-RPC framing of the line for comparison.
 //!
-//! Run: `CARGO_TARGET_DIR=/work/targets/embed cargo bench -p palisade-embed --bench supervision`
+//! Run: `CARGO_TARGET_DIR=/work/targets/embed cargo bench -p palisade-engine --bench supervision`
 
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use palisade_core::{SessionId, Timestamp};
-use palisade_embed::jsonrpc::{parse_frame, Frame};
-use palisade_embed::{acp, Action, AgentEvent, Engine, Op, SupervisorConfig};
+use palisade_engine::{Action, Engine, EngineConfig, Op};
+use palisade_wire::jsonrpc::{parse_frame, Frame};
+use palisade_wire::{acp, AgentEvent};
 use serde_json::{json, Value};
 
 const CONVERSATION: &str = "bench-session";
 
 /// An engine with one session whose prompt is in flight on a ready runtime.
 fn streaming_engine(now: Timestamp) -> (Engine, palisade_core::ExecutionId) {
-    let config = SupervisorConfig {
+    let config = EngineConfig {
         cwd: "/tmp".into(),
-        ..SupervisorConfig::default()
+        ..EngineConfig::default()
     };
     let mut engine = Engine::new(config).expect("default config is valid");
     let session = SessionId::new(1).expect("1 is not zero");
@@ -43,7 +44,7 @@ fn streaming_engine(now: Timestamp) -> (Engine, palisade_core::ExecutionId) {
                     now,
                     execution,
                     op,
-                    Ok(palisade_embed::jsonrpc::RawJson::from_value(&result)),
+                    Ok(palisade_wire::RawJson::from_value(&result)),
                 );
                 return op;
             }

@@ -224,13 +224,16 @@ pub fn listed_in(answer: &Value, session_id: &str) -> (Option<bool>, Option<Stri
     (Some(listed), next)
 }
 
+/// The name Palisade gives itself in `initialize`.
+pub const CLIENT_NAME: &str = "palisade-supervise";
+
 /// The params of a request or notification the engine sends, kept as their parts and
 /// written straight into the line ([`Params::request_line`]): no tree is built per request.
 /// The bytes are exactly those of the tree the `*_params` builders below make (a test
 /// compares the two on arbitrary texts), so an agent reads the same line either way.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Params {
-    /// `initialize` of [`crate::engine::CLIENT_NAME`] at this crate's version; its text is
+    /// `initialize` of [`CLIENT_NAME`] at this crate's version; its text is
     /// built once.
     Initialize,
     /// `session/new` in `cwd`.
@@ -274,7 +277,7 @@ impl From<Value> for Params {
 
 /// The text of [`Params::Initialize`], built once: the params are the same for every agent.
 static INITIALIZE_TEXT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    initialize_params(crate::engine::CLIENT_NAME, env!("CARGO_PKG_VERSION")).to_string()
+    initialize_params(CLIENT_NAME, env!("CARGO_PKG_VERSION")).to_string()
 });
 
 /// `session/new`'s params as the schema writes them (the members in its order).
@@ -316,9 +319,7 @@ impl Params {
     #[must_use]
     pub fn to_value(&self) -> Value {
         match self {
-            Params::Initialize => {
-                initialize_params(crate::engine::CLIENT_NAME, env!("CARGO_PKG_VERSION"))
-            }
+            Params::Initialize => initialize_params(CLIENT_NAME, env!("CARGO_PKG_VERSION")),
             Params::NewSession { cwd } => new_session_params(cwd.clone()),
             Params::LoadSession { session_id, cwd } => load_session_params(session_id, cwd.clone()),
             Params::ListSessions { cursor } => list_sessions_params(cursor.as_deref()),
@@ -777,7 +778,7 @@ mod tests {
     #[test]
     fn the_initialize_line_names_us_once_built() {
         let line = Params::Initialize.request_line(&RequestId::Number(1), INITIALIZE);
-        let tree = initialize_params(crate::engine::CLIENT_NAME, env!("CARGO_PKG_VERSION"));
+        let tree = initialize_params(CLIENT_NAME, env!("CARGO_PKG_VERSION"));
         assert_eq!(
             line,
             crate::jsonrpc::encode_request(&RequestId::Number(1), INITIALIZE, &tree)

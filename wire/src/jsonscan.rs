@@ -16,7 +16,7 @@
 
 /// The members of the object `text` (valid JSON), in order: each name as written between
 /// its quotes (escapes not decoded) and its value's text. `None` if `text` is not an object.
-pub(crate) fn members(text: &str) -> Option<Members<'_>> {
+pub fn members(text: &str) -> Option<Members<'_>> {
     let at = skip_ws(text.as_bytes(), 0);
     (text.as_bytes().get(at) == Some(&b'{')).then_some(Members {
         text,
@@ -27,7 +27,7 @@ pub(crate) fn members(text: &str) -> Option<Members<'_>> {
 
 /// See [`members`].
 #[derive(Debug)]
-pub(crate) struct Members<'a> {
+pub struct Members<'a> {
     text: &'a str,
     at: usize,
     done: bool,
@@ -37,7 +37,7 @@ impl<'a> Members<'a> {
     /// The next member's name and where its value starts, without reading the value: the
     /// caller then either skips it ([`Members::value_at`]) or walks it
     /// ([`Members::object_at`], then [`Members::resume_after`]), so an object is walked once.
-    pub(crate) fn next_name(&mut self) -> Option<(&'a str, usize)> {
+    pub fn next_name(&mut self) -> Option<(&'a str, usize)> {
         if self.done {
             return None;
         }
@@ -62,7 +62,7 @@ impl<'a> Members<'a> {
 
     /// The text of the value that starts at `start` (from [`Members::next_name`]); the walk
     /// goes on after it.
-    pub(crate) fn value_at(&mut self, start: usize) -> Option<&'a str> {
+    pub fn value_at(&mut self, start: usize) -> Option<&'a str> {
         let end = skip_value(self.text.as_bytes(), start)?;
         self.at = end;
         self.text.get(start..end)
@@ -71,7 +71,7 @@ impl<'a> Members<'a> {
     /// The members of the value that starts at `start` when it is an object; `None` for
     /// any other value. Once they are read to the end, [`Members::resume_after`] goes on
     /// after the object.
-    pub(crate) fn object_at(&self, start: usize) -> Option<Members<'a>> {
+    pub fn object_at(&self, start: usize) -> Option<Members<'a>> {
         (self.text.as_bytes().get(start) == Some(&b'{')).then_some(Members {
             text: self.text,
             at: start + 1,
@@ -81,7 +81,7 @@ impl<'a> Members<'a> {
 
     /// Goes on after the object whose members `inner` read to the end; `None` if `inner`
     /// was not read to its end.
-    pub(crate) fn resume_after(&mut self, inner: &Members<'a>) -> Option<()> {
+    pub fn resume_after(&mut self, inner: &Members<'a>) -> Option<()> {
         if !inner.done || self.text.as_bytes().get(inner.at) != Some(&b'}') {
             return None;
         }
@@ -101,7 +101,7 @@ impl<'a> Iterator for Members<'a> {
 
 /// What a member's value is, when it is one of the plain kinds a reader takes as is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Plain<'a> {
+pub enum Plain<'a> {
     /// `null`.
     Null,
     /// A string without escapes: its text between the quotes.
@@ -112,7 +112,7 @@ pub(crate) enum Plain<'a> {
 
 /// `value` (the text of one valid JSON value) as a [`Plain`], or `None` for any other
 /// kind (a string with escapes, a number, an array, ...).
-pub(crate) fn plain(value: &str) -> Option<Plain<'_>> {
+pub fn plain(value: &str) -> Option<Plain<'_>> {
     match value.as_bytes().first()? {
         b'n' => Some(Plain::Null),
         b'{' => Some(Plain::Object(value)),
@@ -184,16 +184,16 @@ fn skip_value(b: &[u8], at: usize) -> Option<usize> {
 /// The top-level members of a JSON-RPC message, each as its value's text (`None` when
 /// absent or `null`, as serde reads an `Option`).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Envelope<'a> {
-    pub(crate) jsonrpc: Option<&'a str>,
-    pub(crate) id: Option<&'a str>,
-    pub(crate) method: Option<&'a str>,
-    pub(crate) params: Option<&'a str>,
-    pub(crate) result: Option<&'a str>,
-    pub(crate) error: Option<&'a str>,
+pub struct Envelope<'a> {
+    pub jsonrpc: Option<&'a str>,
+    pub id: Option<&'a str>,
+    pub method: Option<&'a str>,
+    pub params: Option<&'a str>,
+    pub result: Option<&'a str>,
+    pub error: Option<&'a str>,
     /// Where the members a `session/update` is read for lie in `params`, when `params`
     /// is an object and the validating walk noted them (see [`UpdateSpans`]).
-    pub(crate) update_spans: Option<UpdateSpans>,
+    pub update_spans: Option<UpdateSpans>,
 }
 
 /// Where the members the engine reads of a `session/update` lie in its params' text (byte
@@ -204,25 +204,25 @@ pub(crate) struct Envelope<'a> {
 /// levels it reads has an escape (it may spell a name looked for) or a member looked for
 /// is given twice; the reader then reads the params as if nothing had been noted.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct UpdateSpans {
+pub struct UpdateSpans {
     /// `sessionId`, `update`, `update.sessionUpdate`, `update.content`,
     /// `update.content.type`, in that order (see [`UpdateSpans::SESSION_ID`] and the rest).
-    pub(crate) spans: [Option<(usize, usize)>; 5],
+    pub spans: [Option<(usize, usize)>; 5],
     /// The noted spans may not be what serde reads: read the params without them.
-    pub(crate) unsure: bool,
+    pub unsure: bool,
 }
 
 impl UpdateSpans {
     /// `params.sessionId`.
-    pub(crate) const SESSION_ID: usize = 0;
+    pub const SESSION_ID: usize = 0;
     /// `params.update`.
-    pub(crate) const UPDATE: usize = 1;
+    pub const UPDATE: usize = 1;
     /// `params.update.sessionUpdate`.
-    pub(crate) const KIND: usize = 2;
+    pub const KIND: usize = 2;
     /// `params.update.content`.
-    pub(crate) const CONTENT: usize = 3;
+    pub const CONTENT: usize = 3;
     /// `params.update.content.type`.
-    pub(crate) const CONTENT_KIND: usize = 4;
+    pub const CONTENT_KIND: usize = 4;
 
     /// Notes that the member `which` lies at `span`; a member given twice makes the
     /// spans unsure (serde reads the last one, the walk would hold the first).
@@ -234,7 +234,7 @@ impl UpdateSpans {
 
     /// The text of the member `which` in `params` (the text the spans were noted in):
     /// `Some(None)` when it was not there.
-    pub(crate) fn text<'a>(&self, params: &'a str, which: usize) -> Option<Option<&'a str>> {
+    pub fn text<'a>(&self, params: &'a str, which: usize) -> Option<Option<&'a str>> {
         match self.spans[which] {
             None => Some(None),
             Some((start, end)) => params.get(start..end).map(Some),
@@ -264,7 +264,7 @@ const MAX_DEPTH: usize = 64;
 /// Unlike the rest of this module it validates: every byte of the line is checked
 /// against the JSON grammar (each string's bytes by [`string_stop`], after one UTF-8
 /// check), so it can stand in for serde's validating pass over a message.
-pub(crate) fn envelope(line: &[u8]) -> Option<Envelope<'_>> {
+pub fn envelope(line: &[u8]) -> Option<Envelope<'_>> {
     envelope_of_text(std::str::from_utf8(line).ok()?)
 }
 
@@ -275,7 +275,7 @@ pub(crate) fn envelope(line: &[u8]) -> Option<Envelope<'_>> {
 /// write them) are read by [`compact_envelope`], straight-line code; any other line, and
 /// any line that walk does not answer for, by [`general_envelope`]. Both answer the same
 /// (a test mutates compact lines at every position and compares them).
-pub(crate) fn envelope_of_text(text: &str) -> Option<Envelope<'_>> {
+pub fn envelope_of_text(text: &str) -> Option<Envelope<'_>> {
     compact_envelope(text).or_else(|| general_envelope(text))
 }
 
@@ -300,7 +300,7 @@ fn literal_at(b: &[u8], at: usize, literal: &[u8]) -> Option<usize> {
 /// The member names are matched as literals, so none is escaped or given twice, and each
 /// value is checked by the same functions as in [`general_envelope`]: the envelope is the
 /// one that walk reads.
-pub(crate) fn compact_envelope(text: &str) -> Option<Envelope<'_>> {
+pub fn compact_envelope(text: &str) -> Option<Envelope<'_>> {
     const JSONRPC: &[u8] = br#"{"jsonrpc":"2.0","#;
     let b = text.as_bytes();
     let mut at = literal_at(b, 0, JSONRPC)?;
@@ -415,7 +415,7 @@ fn general_envelope(text: &str) -> Option<Envelope<'_>> {
 /// [`general_envelope`] with no straight-line code anywhere: each object walked member by
 /// member ([`valid_noting`]). The reference the fast paths are tested against.
 #[cfg(test)]
-pub(crate) fn reference_envelope(text: &str) -> Option<Envelope<'_>> {
+pub fn reference_envelope(text: &str) -> Option<Envelope<'_>> {
     walk_envelope(text, |b, start, spans| {
         valid_noting(b, start, MAX_DEPTH, Level::Params, spans)
     })
@@ -625,7 +625,7 @@ fn string_stop(b: &[u8], mut from: usize) -> Option<usize> {
 ///
 /// These are also exactly the bytes a JSON string must escape, so the writer of the
 /// engine's requests (`acp`'s `write_str`) uses it to skip words that need no escape.
-pub(crate) fn stop_bytes(word: u64) -> u64 {
+pub fn stop_bytes(word: u64) -> u64 {
     let quote = word ^ (ONES * u64::from(b'"'));
     let backslash = word ^ (ONES * u64::from(b'\\'));
     let zero_quote = quote.wrapping_sub(ONES) & !quote;

@@ -1,8 +1,8 @@
-//! The supervisor's state file: the core's snapshot plus what the supervisor itself must
-//! remember across a restart, written atomically.
+//! The engine's state image: the core's snapshot plus what the engine itself must
+//! remember across a restart. The shell writes it atomically (`palisade_embed::state_file`).
 //!
 //! The core snapshots its own state ([`Core::snapshot`](palisade_core::Core::snapshot)).
-//! The supervisor adds what only it knows: which ACP session id each conversation token
+//! The engine adds what only it knows: which ACP session id each conversation token
 //! stands for, the text of each turn in flight (a recovery re-prompt needs it), which
 //! executions it had bound (their processes died with it, and the restored core must hear
 //! so), and its ID counters (so no ID is ever reused).
@@ -13,15 +13,10 @@
 //! "PLSV" | version: u16 | saved_at_ms: u64 | header_len: u32 | header (JSON) | core snapshot
 //! ```
 //!
-//! Writing is write-temp, fsync, rename, fsync-directory: after a crash the file is either
-//! the old state or the new one, never a mix. The sequence is [`write_atomically_on`], over
-//! the file operations of a [`StateFs`]: the real filesystem ([`RealFs`]) in production,
-//! a simulated disk that fails, delays and tears writes in the simulator.
+//! The shell writes it with write-temp, fsync, rename, fsync-directory: after a crash the
+//! file is either the old state or the new one, never a mix.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::io;
 
 use palisade_core::{
     AttemptId, ConversationToken, ExecutionId, Generation, RestoreError, SessionId, TurnId,
@@ -38,7 +33,7 @@ const PREFIX_LEN: usize = 6;
 const FIXED_LEN: usize = PREFIX_LEN + 8 + 4;
 /// Where the part that is compared to decide whether anything changed begins: right after
 /// `saved_at_ms`, which changes with every write.
-pub(crate) const BODY_OFFSET: usize = PREFIX_LEN + 8;
+pub const BODY_OFFSET: usize = PREFIX_LEN + 8;
 /// The latest `saved_at_ms` a state file may carry: 9999-12-31T23:59:59.999Z in Unix
 /// milliseconds. The supervisor's clock is Unix milliseconds and resumes from this time;
 /// a later one leaves no room for the core's deadlines (they saturate at the end of time
@@ -78,7 +73,7 @@ pub(crate) struct SessionRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct QueuedOutput {
     pub(crate) seq: u64,
-    pub(crate) update: crate::jsonrpc::RawJson,
+    pub(crate) update: palisade_wire::RawJson,
     pub(crate) wire_bytes: usize,
 }
 
@@ -148,6 +143,12 @@ pub(crate) fn encode(saved_at_ms: u64, header: &Header, core_snapshot: &[u8]) ->
     out
 }
 
+/// When the state image in `bytes` was saved (Unix milliseconds): the clock a restarted
+/// shell resumes from. Checks the prefix only; the restore checks the rest.
+pub fn saved_at_ms(bytes: &[u8]) -> Result<u64, StateError> {
+    decode(bytes).map(|decoded| decoded.saved_at_ms)
+}
+
 /// A decoded state image: when it was saved, the supervisor's header, the core's bytes.
 pub(crate) struct Decoded<'a> {
     pub(crate) saved_at_ms: u64,
@@ -187,120 +188,6 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Decoded<'_>, StateError> {
         header,
         core_snapshot: &bytes[header_end..],
     })
-}
-
-/// The file operations the state file needs. Blocking: the supervisor runs a write on
-/// its platform's blocking pool ([`crate::platform::Platform::blocking`]).
-pub trait StateFs: Send + Sync + std::fmt::Debug {
-    /// The whole file; an error of kind `NotFound` if there is none.
-    fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
-    /// Creates or truncates `path`, writes `bytes` and fsyncs the file.
-    fn write_synced(&self, path: &Path, bytes: &[u8]) -> io::Result<()>;
-    /// Renames `from` over `to` (atomic on POSIX filesystems).
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
-    /// Fsyncs the directory `dir`, so that a rename in it survives a power loss.
-    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
-}
-
-/// The real filesystem.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RealFs;
-
-impl StateFs for RealFs {
-    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
-        std::fs::read(path)
-    }
-
-    fn write_synced(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)?;
-        file.write_all(bytes)?;
-        file.sync_all()
-    }
-
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        std::fs::rename(from, to)
-    }
-
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        File::open(dir)?.sync_all()
-    }
-}
-
-/// Where a supervisor keeps its state: a path on a [`StateFs`].
-#[derive(Debug, Clone)]
-pub struct StateFile {
-    /// The filesystem.
-    pub fs: Arc<dyn StateFs>,
-    /// The file.
-    pub path: PathBuf,
-}
-
-impl StateFile {
-    /// `path` on the real filesystem.
-    #[must_use]
-    pub fn real(path: impl Into<PathBuf>) -> StateFile {
-        StateFile {
-            fs: Arc::new(RealFs),
-            path: path.into(),
-        }
-    }
-
-    /// Reads the state; `Ok(None)` if there is none yet.
-    pub fn read(&self) -> Result<Option<Vec<u8>>, StateError> {
-        read_on(&*self.fs, &self.path)
-    }
-
-    /// Replaces the state with `bytes`, atomically and durably ([`write_atomically_on`]).
-    pub fn write(&self, bytes: &[u8]) -> io::Result<()> {
-        write_atomically_on(&*self.fs, &self.path, bytes)
-    }
-}
-
-/// Reads a state file; `Ok(None)` if there is none yet.
-pub fn read_on(fs: &dyn StateFs, path: &Path) -> Result<Option<Vec<u8>>, StateError> {
-    match fs.read(path) {
-        Ok(bytes) => Ok(Some(bytes)),
-        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(error) => Err(StateError::Io(error)),
-    }
-}
-
-/// Reads a state file on the real filesystem; `Ok(None)` if there is none yet.
-#[cfg(test)]
-pub(crate) fn read(path: &Path) -> Result<Option<Vec<u8>>, StateError> {
-    read_on(&RealFs, path)
-}
-
-/// The temporary file a write goes through: `<name>.tmp` beside the state file.
-#[must_use]
-pub fn temp_path(path: &Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".tmp");
-    path.with_file_name(name)
-}
-
-/// Replaces `path` with `bytes` atomically and durably, on `fs`: write a temporary file
-/// beside it and fsync it, rename it over `path`, fsync the directory (so the rename itself
-/// survives a power loss). A crash at any point leaves `path` holding the old state or the
-/// new one, never a mix; a leftover temporary file is never read.
-pub fn write_atomically_on(fs: &dyn StateFs, path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let temp = temp_path(path);
-    fs.write_synced(&temp, bytes)?;
-    fs.rename(&temp, path)?;
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    fs.sync_dir(dir)
-}
-
-/// [`write_atomically_on`] the real filesystem.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    write_atomically_on(&RealFs, path, bytes)
 }
 
 #[cfg(test)]
@@ -362,18 +249,5 @@ mod tests {
                 "saved_at {saved_at}"
             );
         }
-    }
-
-    #[test]
-    fn atomic_write_replaces_the_file_and_leaves_no_temp() {
-        let dir = std::env::temp_dir().join(format!("palisade-state-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("state.bin");
-        write_atomically(&path, b"one").unwrap();
-        write_atomically(&path, b"two").unwrap();
-        assert_eq!(std::fs::read(&path).unwrap(), b"two");
-        assert!(!temp_path(&path).exists());
-        assert_eq!(read(&dir.join("missing")).unwrap(), None);
-        std::fs::remove_dir_all(dir).unwrap();
     }
 }

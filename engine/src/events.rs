@@ -13,9 +13,9 @@ use palisade_core::{
 };
 use serde_json::{json, Value};
 
-use crate::jsonrpc::RawJson;
-use crate::jsonscan::{self, Plain};
-use crate::rpc::{CloseReason, ProcessExit, RpcFailure};
+use palisade_wire::connection::{CloseReason, ProcessExit, RpcFailure};
+use palisade_wire::jsonrpc::RawJson;
+use palisade_wire::jsonscan::{self, Plain};
 
 /// One streamed `session/update` of a turn, as the caller receives it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -838,8 +838,8 @@ mod tests {
         fn the_noted_reading_of_a_framed_update_is_serdes(text in params_text()) {
             let text = text.replace(['\n', '\t', '\r'], " ");
             let line = format!(r#"{{"jsonrpc":"2.0","method":"session/update","params":{text}}}"#);
-            let Ok(crate::jsonrpc::Frame::Notification { params, .. }) =
-                crate::jsonrpc::parse_frame(line.as_bytes())
+            let Ok(palisade_wire::jsonrpc::Frame::Notification { params, .. }) =
+                palisade_wire::jsonrpc::parse_frame(line.as_bytes())
             else {
                 return Err(proptest::test_runner::TestCaseError::fail(line));
             };
@@ -872,8 +872,8 @@ mod tests {
     #[test]
     fn a_framed_chunk_is_read_from_the_spans_its_frame_noted() {
         let line = br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"resource_link","text":"e1.1#1 {\"x\"}"}}}}"#;
-        let Ok(crate::jsonrpc::Frame::Notification { params, .. }) =
-            crate::jsonrpc::parse_frame(line)
+        let Ok(palisade_wire::jsonrpc::Frame::Notification { params, .. }) =
+            palisade_wire::jsonrpc::parse_frame(line)
         else {
             panic!("a notification");
         };
@@ -894,8 +894,8 @@ mod tests {
             br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"plan","sessionUpdate":"tool_call"}}}"#.as_slice(),
             br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{"session\u0055pdate":"plan"}}}"#.as_slice(),
         ] {
-            let Ok(crate::jsonrpc::Frame::Notification { params, .. }) =
-                crate::jsonrpc::parse_frame(line)
+            let Ok(palisade_wire::jsonrpc::Frame::Notification { params, .. }) =
+                palisade_wire::jsonrpc::parse_frame(line)
             else {
                 panic!("a notification");
             };

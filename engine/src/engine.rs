@@ -1,7 +1,7 @@
 //! The supervisor's logic without I/O: a [`Core`] plus what the core leaves to its
 //! embedder (ACP session ids, prompt texts, request bookkeeping, lossless delivery).
 //!
-//! The [`Supervisor`](crate::Supervisor) is a thin tokio shell around an `Engine`; the
+//! The `Supervisor` (`palisade-embed`) is a thin tokio shell around an `Engine`; the
 //! engine never spawns, awaits, or reads a clock. Call order, as in the core:
 //!
 //! 1. feed one input: a caller command ([`Engine::prompt`], [`Engine::cancel`], ...), an
@@ -22,7 +22,7 @@
 //! - `StartRuntime` → [`Action::Spawn`]; the shell spawns and calls [`Engine::spawned`],
 //!   which allocates an [`ExecutionId`], reports `Input::Bound`, `BootReady`, and sends
 //!   `initialize`, whose answer becomes `AgentReady` with the `loadSession` capability.
-//!   With [`SupervisorConfig::reuse_runtimes`], a `StartRuntime` while a retired attempt
+//!   With [`EngineConfig::reuse_runtimes`], a `StartRuntime` while a retired attempt
 //!   of the same session still waits for its spawn asks for no second process: the new
 //!   attempt binds that one when it is up (`Input::Bound` for the new attempt first, then
 //!   the retired attempt's own, late, which the core refuses), and only its own
@@ -52,7 +52,7 @@
 //!   grace, SIGKILL, reap) then `Input::Stopped`. `KillExecution` → [`Action::Kill`].
 //! - The connection closing (process exit, stdout closed, garbage) → `Exited`, and the
 //!   process is killed and reaped whatever state it is in. A prompt silent for
-//!   [`SupervisorConfig::prompt_idle_timeout_ms`] → `Exited` and kill.
+//!   [`EngineConfig::prompt_idle_timeout_ms`] → `Exited` and kill.
 //!
 //! # Known limit
 //!
@@ -77,20 +77,18 @@ use palisade_core::{
 };
 use serde_json::{json, Value};
 
-use crate::acp;
-use crate::config::{SupervisorConfig, SupervisorConfigError, MAX_PROMPT_BYTES, READY_EVENTS};
+use palisade_wire::acp;
+use palisade_wire::connection::{AgentEvent, CloseReason, ProcessExit, RpcFailure};
+use palisade_wire::jsonrpc::{codes, RawJson, RequestId, RpcError};
+
+use crate::config::{EngineConfig, EngineConfigError, MAX_PROMPT_BYTES, READY_EVENTS};
 use crate::events::{
     self, kind_of, origin_of, ConversationOrigin, FailureCause, OutputEvent, SessionEvent,
     UpdateHead,
 };
-use crate::jsonrpc::{codes, RawJson, RequestId, RpcError};
 use crate::replay::render_prompt;
-use crate::rpc::{AgentEvent, CloseReason, ProcessExit, RpcFailure};
 use crate::sorted_map::SortedMap;
 use crate::state::{self, ExecutionRecord, Header, QueuedOutput, SessionRecord, StateError};
-
-/// The name the supervisor gives itself in `initialize`.
-pub const CLIENT_NAME: &str = "palisade-supervise";
 
 /// Failure causes remembered for [`SessionEvent::FailureReported`]. A cause is looked up
 /// in the same step as (or a few steps after) it was recorded, so a short ring suffices.
@@ -245,7 +243,7 @@ pub struct EngineStats {
     /// Runtime deaths reported to the core.
     pub exits_reported: u64,
     /// Violations the auditor found (0 unless feature `audit` and
-    /// `SupervisorConfig::audit`).
+    /// `EngineConfig::audit`).
     pub audit_violations: u64,
 }
 
@@ -402,7 +400,7 @@ struct Counters {
 pub struct Engine {
     /// The core behind the one non-re-entrant driver (leases confirmed on pull).
     driver: Driver<Watch>,
-    config: SupervisorConfig,
+    config: EngineConfig,
     books: BTreeMap<SessionId, Book>,
     runtimes: SortedMap<ExecutionId, Runtime>,
     graveyard: VecDeque<ExecutionRecord>,
@@ -429,7 +427,7 @@ pub struct Engine {
     turn_causes: BTreeMap<SessionId, FailureCause>,
     /// Spawns asked for and not yet reported ([`Action::Spawn`] → [`Engine::spawned`]).
     spawning: BTreeSet<(SessionId, AttemptId)>,
-    /// With [`SupervisorConfig::reuse_runtimes`]: per session, the live attempt that waits
+    /// With [`EngineConfig::reuse_runtimes`]: per session, the live attempt that waits
     /// for the process a retired attempt's spawn is starting, instead of a spawn of its own.
     waiting: BTreeMap<SessionId, AttemptId>,
 }
@@ -527,10 +525,9 @@ fn classify_error(error: &RpcError) -> classify::RpcError {
 
 impl Engine {
     /// A fresh engine (epoch 1).
-    pub fn new(config: SupervisorConfig) -> Result<Engine, SupervisorConfigError> {
+    pub fn new(config: EngineConfig) -> Result<Engine, EngineConfigError> {
         config.validate()?;
-        let core =
-            Core::new(config.core.clone(), Epoch::FIRST).map_err(SupervisorConfigError::Core)?;
+        let core = Core::new(config.core.clone(), Epoch::FIRST).map_err(EngineConfigError::Core)?;
         #[cfg(feature = "audit")]
         let checker = config.audit.then(|| Checker::new(&config.core));
         let watch = Watch {
@@ -544,7 +541,7 @@ impl Engine {
         ))
     }
 
-    fn with_driver(mut config: SupervisorConfig, driver: Driver<Watch>) -> Engine {
+    fn with_driver(mut config: EngineConfig, driver: Driver<Watch>) -> Engine {
         // A restored core keeps its own configuration; say so truthfully.
         config.core = driver.core().config().clone();
         Engine {
@@ -584,7 +581,7 @@ impl Engine {
     /// the state image's core may never have seen). Persist the new state before anything
     /// else: it carries the new epoch.
     pub fn restore(
-        config: SupervisorConfig,
+        config: EngineConfig,
         bytes: &[u8],
         now: Timestamp,
     ) -> Result<Engine, StateError> {
@@ -594,7 +591,7 @@ impl Engine {
     /// [`Engine::restore`], with `observer` watching from the first step (the restore's
     /// own): see [`Engine::set_observer`].
     pub fn restore_observed(
-        config: SupervisorConfig,
+        config: EngineConfig,
         bytes: &[u8],
         now: Timestamp,
         observer: Option<Box<dyn Observer + Send>>,
@@ -702,7 +699,7 @@ impl Engine {
 
     /// The configuration in force (the core part comes from the snapshot after a restore).
     #[must_use]
-    pub fn config(&self) -> &SupervisorConfig {
+    pub fn config(&self) -> &EngineConfig {
         &self.config
     }
 
@@ -742,7 +739,7 @@ impl Engine {
         }
     }
 
-    /// The first violations the auditor found (empty unless `SupervisorConfig::audit`).
+    /// The first violations the auditor found (empty unless `EngineConfig::audit`).
     #[cfg(feature = "audit")]
     #[must_use]
     pub fn audit_violations(&self) -> &[Found] {
@@ -847,7 +844,7 @@ impl Engine {
     /// The shell started (or failed to start) the agent for `attempt` after
     /// [`Action::Spawn`]: `Ok(pid)` or `Err(why)`. Returns the execution allocated to it.
     ///
-    /// With [`SupervisorConfig::reuse_runtimes`], a process started for an attempt that was
+    /// With [`EngineConfig::reuse_runtimes`], a process started for an attempt that was
     /// retired meanwhile goes to the session's live attempt if that one waits for it: the
     /// live attempt binds it first, then the retired attempt's own bind is reported, late,
     /// and the core decides what that may do (rule 5: nothing, once a later attempt claimed
@@ -2317,11 +2314,11 @@ fn output_event(session: SessionId, turn: TurnId, batch: Batch<OutputItem>) -> S
 mod tests {
     use super::*;
 
-    fn config() -> SupervisorConfig {
-        let mut config = SupervisorConfig {
+    fn config() -> EngineConfig {
+        let mut config = EngineConfig {
             cwd: "/tmp".into(),
             audit: true,
-            ..SupervisorConfig::default()
+            ..EngineConfig::default()
         };
         config.core.recovery_delays_ms = vec![50];
         config

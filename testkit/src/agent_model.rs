@@ -33,7 +33,7 @@ use serde_json::{json, Value};
 
 use palisade_core::classify::AgentProfile;
 
-use crate::jsonrpc::{parse_frame, Frame, RawJson, RequestId, RpcError};
+use palisade_wire::jsonrpc::{parse_frame, Frame, RawJson, RequestId, RpcError};
 
 /// What `initialize` says about `session/load`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -1064,7 +1064,7 @@ impl AgentModel {
         outcome: Result<Value, RpcError>,
         note: Option<Seen>,
     ) {
-        let line = crate::jsonrpc::encode_response(id, &outcome);
+        let line = palisade_wire::jsonrpc::encode_response(id, &outcome);
         self.emit_noted(at, Out::Line(line), note);
     }
 
@@ -1083,7 +1083,7 @@ impl AgentModel {
     pub fn on_frame(
         &mut self,
         now: u64,
-        frame: Result<Frame, crate::jsonrpc::FrameError>,
+        frame: Result<Frame, palisade_wire::jsonrpc::FrameError>,
         store: &mut dyn ConversationStore,
     ) {
         if self.exited {
@@ -1094,7 +1094,7 @@ impl AgentModel {
                 self.request(now, id, &method, &params, store)
             }
             Ok(Frame::Notification { method, params }) => {
-                if method == crate::acp::SESSION_CANCEL {
+                if method == palisade_wire::acp::SESSION_CANCEL {
                     let session = params
                         .to_value()
                         .get("sessionId")
@@ -1148,7 +1148,7 @@ impl AgentModel {
                     self.behaviour.lists_sessions,
                     self.script.malformed_load_capability,
                 );
-                let line = crate::jsonrpc::encode_response_raw(&id, &result);
+                let line = palisade_wire::jsonrpc::encode_response_raw(&id, &result);
                 self.emit(at, Out::Line(line));
             }
             "session/new" => {
@@ -1160,7 +1160,7 @@ impl AgentModel {
                 }
                 let session = store.create();
                 self.held.insert(session.clone());
-                let line = crate::jsonrpc::encode_response_raw(&id, &new_result(&session));
+                let line = palisade_wire::jsonrpc::encode_response_raw(&id, &new_result(&session));
                 if self.behaviour.unprompted_updates {
                     let update = commands_update_line(&session);
                     self.emit_noted(at, Out::Line(line), Some(Seen::New(Ok(session))));
@@ -1329,8 +1329,8 @@ impl AgentModel {
             } else {
                 "agent_message_chunk"
             };
-            let line = crate::jsonrpc::encode_notification(
-                crate::acp::SESSION_UPDATE,
+            let line = palisade_wire::jsonrpc::encode_notification(
+                palisade_wire::acp::SESSION_UPDATE,
                 &json!({
                     "sessionId": session,
                     "update": {
@@ -1484,8 +1484,8 @@ impl AgentModel {
         if text.len() < bytes {
             text.push_str(&".".repeat(bytes - text.len()));
         }
-        let line = crate::jsonrpc::encode_notification(
-            crate::acp::SESSION_UPDATE,
+        let line = palisade_wire::jsonrpc::encode_notification(
+            palisade_wire::acp::SESSION_UPDATE,
             &json!({
                 "sessionId": p.session,
                 "update": {
@@ -1513,7 +1513,7 @@ impl AgentModel {
                 let mut result = String::from(r#"{"stopReason":"#);
                 result.push_str(&serde_json::to_string(&stop).expect("a string serializes"));
                 result.push('}');
-                let line = crate::jsonrpc::encode_response_raw(&p.id, &result);
+                let line = palisade_wire::jsonrpc::encode_response_raw(&p.id, &result);
                 let note = Seen::PromptAnswered {
                     tag: p.tag.clone(),
                     answer: Ok(stop),
@@ -1596,7 +1596,7 @@ fn new_result(session: &str) -> String {
 /// `session/new`, written without a tree (the line the tree of the same members in the
 /// same order serializes to).
 fn commands_update_line(session: &str) -> String {
-    crate::jsonrpc::encode_with(None, crate::acp::SESSION_UPDATE, |line| {
+    palisade_wire::jsonrpc::encode_with(None, palisade_wire::acp::SESSION_UPDATE, |line| {
         line.extend_from_slice(br#"{"sessionId":"#);
         push_json_str(line, session);
         line.extend_from_slice(
@@ -1609,7 +1609,7 @@ fn commands_update_line(session: &str) -> String {
 /// The `session/request_permission` request of the prompt tagged `tag` in `session`,
 /// written without a tree.
 fn permission_request_line(id: &RequestId, session: &str, tag: &str) -> String {
-    crate::jsonrpc::encode_with(Some(id), "session/request_permission", |line| {
+    palisade_wire::jsonrpc::encode_with(Some(id), "session/request_permission", |line| {
         line.extend_from_slice(br#"{"sessionId":"#);
         push_json_str(line, session);
         line.extend_from_slice(br#","toolCall":{"toolCallId":"#);
@@ -1625,7 +1625,7 @@ fn permission_request_line(id: &RequestId, session: &str, tag: &str) -> String {
 }
 
 /// The line answering a `session/load` with `answer` (from the catalogue entry `kind`,
-/// if any): the line [`crate::jsonrpc::encode_response`] writes for it (`{}` on success).
+/// if any): the line [`palisade_wire::jsonrpc::encode_response`] writes for it (`{}` on success).
 /// An error that is the same for every conversation (the long texts) is serialized once
 /// per process ([`LoadAnswer::constant_error_json`]): escaping its 64 KiB text was most
 /// of an agent's answering otherwise.
@@ -1641,10 +1641,10 @@ fn load_answer_line(
                 Some(json),
                 "the catalogue's constant error is the error answered"
             );
-            crate::jsonrpc::encode_error_raw(id, json)
+            palisade_wire::jsonrpc::encode_error_raw(id, json)
         }
-        (Err(error), None) => crate::jsonrpc::encode_response(id, &Err(error.clone())),
-        (Ok(()), _) => crate::jsonrpc::encode_response_raw(id, "{}"),
+        (Err(error), None) => palisade_wire::jsonrpc::encode_response(id, &Err(error.clone())),
+        (Ok(()), _) => palisade_wire::jsonrpc::encode_response_raw(id, "{}"),
     }
 }
 
@@ -1655,7 +1655,7 @@ fn load_answer_line(
 fn initialize_result(load: LoadCapability, lists_sessions: bool, malformed: bool) -> String {
     let mut result = String::with_capacity(128);
     result.push_str(r#"{"protocolVersion":"#);
-    push_decimal(&mut result, u64::from(crate::acp::PROTOCOL_VERSION));
+    push_decimal(&mut result, u64::from(palisade_wire::acp::PROTOCOL_VERSION));
     result.push_str(r#","agentCapabilities":{"#);
     let mut members = Vec::with_capacity(2);
     let malformed_member = r#""loadSession":"yes""#;
@@ -1697,7 +1697,7 @@ fn initialize_result_of_tree(load: LoadCapability, lists_sessions: bool, malform
         caps.insert("loadSession".into(), json!("yes"));
     }
     json!({
-        "protocolVersion": crate::acp::PROTOCOL_VERSION,
+        "protocolVersion": palisade_wire::acp::PROTOCOL_VERSION,
         "agentCapabilities": caps,
         "authMethods": [],
     })
@@ -1838,7 +1838,7 @@ fn prompt_params_of_tree(params: &Value) -> (String, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{Incoming, Wire};
+    use palisade_wire::connection::{Incoming, Wire};
 
     /// Params text from an alphabet that hits every branch of [`prompt_params`]: the
     /// members it reads, an escaped spelling of one, repeats, values of every kind
@@ -1909,7 +1909,7 @@ mod tests {
                 Some(error) => Err(error),
                 None => Ok(()),
             };
-            let tree = crate::jsonrpc::encode_response(&id, &answer.clone().map(|()| json!({})));
+            let tree = palisade_wire::jsonrpc::encode_response(&id, &answer.clone().map(|()| json!({})));
             proptest::prop_assert_eq!(load_answer_line(&id, kind, &answer), tree);
         }
     }
@@ -1928,13 +1928,13 @@ mod tests {
         ) {
             let id = RequestId::Number(number);
             proptest::prop_assert_eq!(
-                crate::jsonrpc::encode_response_raw(&id, &new_result(&session)),
-                crate::jsonrpc::encode_response(&id, &Ok(json!({ "sessionId": session })))
+                palisade_wire::jsonrpc::encode_response_raw(&id, &new_result(&session)),
+                palisade_wire::jsonrpc::encode_response(&id, &Ok(json!({ "sessionId": session })))
             );
             proptest::prop_assert_eq!(
                 commands_update_line(&session),
-                crate::jsonrpc::encode_notification(
-                    crate::acp::SESSION_UPDATE,
+                palisade_wire::jsonrpc::encode_notification(
+                    palisade_wire::acp::SESSION_UPDATE,
                     &json!({
                         "sessionId": session,
                         "update": {
@@ -1948,7 +1948,7 @@ mod tests {
             );
             proptest::prop_assert_eq!(
                 permission_request_line(&id, &session, &tag),
-                crate::jsonrpc::encode_request(
+                palisade_wire::jsonrpc::encode_request(
                     &id,
                     "session/request_permission",
                     &json!({
@@ -1987,11 +1987,11 @@ mod tests {
                 for malformed in [false, true] {
                     let tree = initialize_result_of_tree(load, lists, malformed);
                     assert_eq!(
-                        crate::jsonrpc::encode_response_raw(
+                        palisade_wire::jsonrpc::encode_response_raw(
                             &id,
                             &initialize_result(load, lists, malformed)
                         ),
-                        crate::jsonrpc::encode_response(&id, &Ok(tree)),
+                        palisade_wire::jsonrpc::encode_response(&id, &Ok(tree)),
                         "{load:?} lists {lists} malformed {malformed}"
                     );
                 }
@@ -2049,7 +2049,7 @@ mod tests {
         let (_, line) = wire
             .request(
                 "session/new",
-                &crate::acp::Params::Tree(json!({"cwd": "/"})),
+                &palisade_wire::acp::Params::Tree(json!({"cwd": "/"})),
                 "new",
             )
             .unwrap();
@@ -2065,7 +2065,7 @@ mod tests {
         let (_, line) = wire
             .request(
                 "session/prompt",
-                &crate::acp::Params::Prompt {
+                &palisade_wire::acp::Params::Prompt {
                     session_id: session,
                     text: "hello".into(),
                 },
@@ -2089,7 +2089,7 @@ mod tests {
             assert!(line.contains(marker.as_str()));
             assert!(matches!(
                 wire.receive(line.trim_end().as_bytes()),
-                Incoming::Event(crate::rpc::AgentEvent::Notification { .. })
+                Incoming::Event(palisade_wire::AgentEvent::Notification { .. })
             ));
         }
         assert!(matches!(

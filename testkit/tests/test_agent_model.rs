@@ -25,7 +25,7 @@ use agent_client_protocol_schema::v1::{
     NewSessionResponse, Notification, PromptResponse, Request, RequestPermissionRequest, Response,
     SessionNotification,
 };
-use palisade_embed::agent_model::{
+use palisade_testkit::agent_model::{
     AgentModel, Behaviour, LoadCapability, Out, PlainChunks, PromptEnd, RequestFailure, Script,
     ScriptStore, UnknownSession,
 };

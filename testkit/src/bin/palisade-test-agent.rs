@@ -1,7 +1,7 @@
 //! `palisade-test-agent`: a real ACP v1 agent over stdio, scripted by arguments.
 //!
 //! Everything ACP it does is the simulator's agent: it runs
-//! [`palisade_embed::agent_model::AgentModel`] — the behaviour table of real agents the
+//! [`palisade_testkit::agent_model::AgentModel`] — the behaviour table of real agents the
 //! sweep's simulated agents run — in a thin real-time, real-stdio shell. Each stdin line
 //! goes to [`AgentModel::on_line`], each line the model writes goes to stdout at its due
 //! time on the real clock (milliseconds since start), a timer calls
@@ -66,14 +66,14 @@
 //! Every process (launcher, intermediate, agent) logs a `start` line with its pid and
 //! role, so a test knows every process of the tree.
 //!
-//! [`AgentModel::on_line`]: palisade_embed::agent_model::AgentModel::on_line
-//! [`AgentModel::on_wake`]: palisade_embed::agent_model::AgentModel::on_wake
-//! [`AgentModel::next_wake`]: palisade_embed::agent_model::AgentModel::next_wake
-//! [`AgentModel::on_stdin_closed`]: palisade_embed::agent_model::AgentModel::on_stdin_closed
-//! [`Behaviour`]: palisade_embed::agent_model::Behaviour
-//! [`Script`]: palisade_embed::agent_model::Script
-//! [`UnknownSession`]: palisade_embed::agent_model::UnknownSession
-//! [`UnknownSession::error`]: palisade_embed::agent_model::UnknownSession::error
+//! [`AgentModel::on_line`]: palisade_testkit::agent_model::AgentModel::on_line
+//! [`AgentModel::on_wake`]: palisade_testkit::agent_model::AgentModel::on_wake
+//! [`AgentModel::next_wake`]: palisade_testkit::agent_model::AgentModel::next_wake
+//! [`AgentModel::on_stdin_closed`]: palisade_testkit::agent_model::AgentModel::on_stdin_closed
+//! [`Behaviour`]: palisade_testkit::agent_model::Behaviour
+//! [`Script`]: palisade_testkit::agent_model::Script
+//! [`UnknownSession`]: palisade_testkit::agent_model::UnknownSession
+//! [`UnknownSession::error`]: palisade_testkit::agent_model::UnknownSession::error
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -83,11 +83,11 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use palisade_embed::agent_model::{
+use palisade_testkit::agent_model::{
     AgentModel, Behaviour, LoadCapability, Out, PlainChunks, PromptEnd, RequestFailure, Script,
     ScriptStore, Seen, UnknownSession,
 };
-use palisade_embed::jsonrpc::{encode_response, RequestId};
+use palisade_wire::jsonrpc::{encode_response, RequestId};
 use serde_json::{json, Value};
 
 /// Every option the agent knows, as written on the command line.
