@@ -1,11 +1,12 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented items.
 //! Throughput of the load-fallback classifier (`cargo bench --bench classify`).
 //!
-//! `realistic_mix` is one failed `session/load` of each kind the README's table lists, plus
-//! the rule-6 traps (a substring "not found", a timeout, a dead transport) and two answers
-//! that carry a mebibyte of agent stderr. Criterion's `thrpt` line is classifications per
-//! second. `mebibyte_messages` isolates the huge answers: they must cost what a short one
-//! does, since the classifier compares lengths before bytes and never searches.
+//! `realistic_mix` is one failed `session/load` of each kind the table of real agents'
+//! answers lists (`docs/real-agents.md`), plus the rule-6 traps (a substring "not found", a
+//! timeout, a dead transport) and two answers that carry a mebibyte of agent stderr.
+//! Criterion's `thrpt` line is classifications per second. `mebibyte_messages` isolates
+//! the huge answers: they must cost what a short one does, since the classifier compares
+//! lengths before bytes and never searches.
 
 use std::hint::black_box;
 

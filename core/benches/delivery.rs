@@ -2,7 +2,7 @@
 //! Throughput of the lossless delivery path: producer → `NotificationQueue` (1,024, with
 //! backpressure) → `Coalescer` (25 ms / 64 events / 4,096 bytes) → `InOrderReceiver`.
 //!
-//! Target (DESIGN rule 9, bench.md): at least 2 million events/s, with memory bounded by
+//! Target (rule 9 of `docs/design.md`; `reports/bench.md`): at least 2 million events/s, with memory bounded by
 //! the queue capacity. The producer always bursts until the queue pushes back, so the
 //! queue runs full; before measuring, one run checks that the queue's storage never grew
 //! and that every event arrived once, in order.

@@ -1,5 +1,5 @@
-//! Load-fallback classification (DESIGN rule 6): may a failed `session/load` be replaced by
-//! `session/new`?
+//! Load-fallback classification (rule 6, `docs/design.md`): may a failed `session/load` be
+//! replaced by `session/new`?
 //!
 //! Replacing a conversation is not undoable: the session's conversation token is overwritten
 //! and the user's history is gone from the agent's point of view. So the classifier falls
@@ -351,7 +351,7 @@ const CLAUDE_SESSION_NOT_FOUND: &str = "Session not found";
 /// `ThreadStoreError::InvalidRequest` of the Codex thread store, followed by the thread ID.
 const CODEX_NO_ROLLOUT_PREFIX: &str = "no rollout found for thread id ";
 
-/// Classifies a failed `session/load` under DESIGN rule 6.
+/// Classifies a failed `session/load` under rule 6 (`docs/real-agents.md` has its table).
 #[must_use]
 pub fn classify(outcome: &LoadOutcome, profile: AgentProfile) -> Classification {
     classify_with(outcome, profile, ActiveMutant::NONE)

@@ -1,6 +1,6 @@
 //! Lossless delivery: a bounded queue that pushes back instead of dropping, a coalescer
 //! that batches stream events under hard caps, and a receiver that proves the caller saw
-//! every event once, in order (DESIGN rule 9).
+//! every event once, in order (rule 9, `docs/design.md`).
 //!
 //! Compozy #454 is the reason this module exists. A burst of tool events overflowed the
 //! ACP SDK's fixed queue of 1,024 notifications; the SDK closed the connection, the

@@ -234,9 +234,9 @@ async fn initialize_new_session_and_prompt_round_trip() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn load_with_each_real_agents_unknown_session_error_is_a_typed_rpc_error() {
     let id = "old-session-42";
-    // The README's table ("Real agents' answers to an unknown session"), written out here
-    // by hand: the binary takes its answers from the model's table, and this pins both to
-    // the README.
+    // The table of `docs/real-agents.md` ("Real agents' answers to an unknown session"),
+    // written out here by hand: the binary takes its answers from the model's table, and
+    // this pins both to that page.
     let internal = |details: String| {
         RpcError::new(-32603, "Internal error").with_data(json!({ "details": details }))
     };

@@ -16,11 +16,12 @@
 //! - **The Python SDK**, `agent-client-protocol` 0.12.1 from PyPI (in a venv in the
 //!   cache), under two minimal agents written here: one whose `load_session` returns
 //!   `None` (as issue 13 found the SDK's examples do) and one without `load_session`.
-//!   Only their answers to `session/load` are checked: what the README says of them.
+//!   Only their answers to `session/load` are checked: what `docs/real-agents.md` says
+//!   of them.
 //!
 //! Against codex-acp and the TS agent, over their real stdio: the handshake and `session/new`; `session/load` of
-//! an unknown session, whose answer must be the one the README's table names (code,
-//! message, `data`) and classify to the README's verdict; then under the supervisor: a
+//! an unknown session, whose answer must be the one the table of `docs/real-agents.md`
+//! names (code, message, `data`) and classify to its verdict; then under the supervisor: a
 //! turn; SIGKILL of the agent between turns, and the next prompt completes; SIGKILL in
 //! the middle of a turn, and the turn is recovered; and after the supervisor's shutdown no
 //! process of any agent tree it started is alive 3 s later (ground truth: every process
@@ -539,16 +540,16 @@ fn sigkill(pid: u32) {
 
 // ----- the checks -------------------------------------------------------------------------
 
-/// A real agent and what the README says it answers.
+/// A real agent and what `docs/real-agents.md` says it answers.
 struct RealAgent {
     name: &'static str,
     command: AgentCommand,
     profile: AgentProfile,
-    /// The answer to `session/load` of an unknown session, as the README's table has it.
+    /// The answer to `session/load` of an unknown session, as the agents' table has it.
     unknown_load: RpcError,
     /// The raw `data` of that answer.
     unknown_load_data: Option<Value>,
-    /// The README's verdict for it (with `loadSession: true` assumed, as when called).
+    /// The table's verdict for it (with `loadSession: true` assumed, as when called).
     unknown_load_reason: ClassifyReason,
     /// What the agent's `initialize` says about `loadSession`.
     load_session: Option<bool>,
@@ -1125,7 +1126,7 @@ async fn python_unknown_load(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn python_sdk_agents_answer_session_load_as_the_readme_says() {
+async fn python_sdk_agents_answer_session_load_as_the_table_says() {
     let _serial = SERIAL.lock().await;
     let python = match pip_install(PY_SDK_PACKAGE, PY_SDK_VERSION) {
         Ok(python) => python,
@@ -1163,17 +1164,21 @@ async fn python_sdk_agents_answer_session_load_as_the_readme_says() {
     let _ = std::fs::remove_dir_all(scratch);
 }
 
-/// Issue 13, *Why* 6: the README's table says what the real agents answered (the answers
-/// this suite checks above, and the package name issue 13 ran).
+/// Issue 13, *Why* 6: the table of real agents' answers (`docs/real-agents.md`, once in
+/// the README) says what the real agents answered (the answers this suite checks above,
+/// and the package name issue 13 ran).
 #[test]
-fn readme_table_says_what_the_real_agents_answer() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-        .expect("README.md");
-    let table = readme
-        .split_once("#### Real agents' answers to an unknown session")
-        .and_then(|(_, rest)| rest.split_once("#### Rule 6, row by row"))
+fn the_agents_table_says_what_the_real_agents_answer() {
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/real-agents.md"
+    ))
+    .expect("docs/real-agents.md");
+    let table = page
+        .split_once("### Real agents' answers to an unknown session")
+        .and_then(|(_, rest)| rest.split_once("### Rule 6, row by row"))
         .map(|(table, _)| table.replace('\n', " "))
-        .expect("the README has the table of real agents' answers");
+        .expect("docs/real-agents.md has the table of real agents' answers");
     for fact in [
         // The TS SDK's methodNotFound carries the method in `data`.
         r#"`methodNotFound(m)` becomes `{code: -32601, message: "\"Method not found\": <m>", data: {method: <m>}}`"#,
@@ -1186,6 +1191,6 @@ fn readme_table_says_what_the_real_agents_answer() {
         "`@zed-industries/codex-acp`, 0.16.0 *(interop)*",
         r#"−32601 `"Method not found": session/load`, `data: {method: "session/load"}`"#,
     ] {
-        assert!(table.contains(fact), "the README's table lacks: {fact}");
+        assert!(table.contains(fact), "the agents' table lacks: {fact}");
     }
 }

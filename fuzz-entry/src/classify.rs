@@ -1,9 +1,9 @@
 //! `classify`: any failed `session/load`, under any agent profile.
 //!
 //! The classifier must never panic, must be deterministic, and must follow the documented
-//! table of DESIGN rule 6, which [`reference`] (`palisade-reference`, a crate that cannot
-//! see the core) restates independently: transport death
-//! first and only from the transport's state; a cancelled load never falls back;
+//! table of rule 6 (`docs/real-agents.md`), which [`reference`] (`palisade-reference`, a
+//! crate that cannot see the core) restates independently: transport death first and only
+//! from the transport's state; a cancelled load never falls back;
 //! capability absent or false, −32601 and −32002 fall back; −32000 and −32800 never do;
 //! otherwise only an *exact* projection falls back (never a substring), and a profile only
 //! adds projections that its agent documents.

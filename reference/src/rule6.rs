@@ -1,6 +1,7 @@
 //! Rule 6, load fallback: a failed `session/load` may be replaced by `session/new` only on
-//! positive proof that the conversation cannot be loaded (DESIGN.md rule 6; the README's
-//! "Rule 6, row by row" and its table of real agents' answers).
+//! positive proof that the conversation cannot be loaded (rule 6 of `docs/design.md`; the
+//! tables "Rule 6, row by row" and "Real agents' answers to an unknown session" of
+//! `docs/real-agents.md`).
 //!
 //! Written from the table, not from `palisade-core/src/classify.rs`, and judged on what an
 //! agent actually answered: the JSON-RPC error as it came over the wire, the capability it
@@ -246,7 +247,7 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_rows_hold() {
+    fn the_rule6_table_rows_hold() {
         use Judgement::*;
         let rows: [(FailedLoad<'_>, Judgement); 14] = [
             (

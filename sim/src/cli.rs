@@ -1,4 +1,4 @@
-//! The `palisade` command line (DESIGN.md, "CLI contract").
+//! The `palisade` command line (`docs/design.md`, "CLI contract").
 //!
 //! Exit codes: 0 everything held; 1 an invariant failed (or a mutant survived, or a replay
 //! reproduced its failure); 2 bad usage or bad input, reported before anything is written.

@@ -36,7 +36,7 @@ use std::path::{Path, PathBuf};
 pub const MAX_SCENARIO_BYTES: u64 = 1 << 20;
 
 // Input bounds. Every number in a scenario file is checked against these before a seed
-// runs (see "Input bounds" in the README): a value past them would make the sweep hang,
+// runs (see `docs/bounds.md`): a value past them would make the sweep hang,
 // run out of memory, overflow simulated time, or fail seeds for reasons that are the
 // scenario's and not the core's.
 

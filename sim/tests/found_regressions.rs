@@ -6,7 +6,7 @@
 //! palisade minimize reports/failures/SCENARIO-SEED.json -o reports/regressions/found/SCENARIO-SEED.json
 //! ```
 //!
-//! (README, "Palisade in CI"). The file goes in with the fix of its bug, and from then on
+//! (`docs/ci.md`). The file goes in with the fix of its bug, and from then on
 //! its exact (seed, plan) must hold. A file whose scenario has since changed version names
 //! a pinned copy of the scenario as it was (`found/scenarios/NAME-vN.toml`, a path from the
 //! repository root, where the replays run).

@@ -161,7 +161,7 @@ fn regenerate() {
     let scratch = Scratch::new("regenerate");
     let report_dir = scratch.0.join("reports");
     let out = Command::new(BIN)
-        // Every checker: a mutant that the ground-truth checks alone miss (README) is still
+        // Every checker: a mutant that the ground-truth checks alone miss (`docs/mutants.md`) is still
         // recorded, caught by the core-belief checks, so its regression file exists.
         .args([
             "mutants",

@@ -6,7 +6,7 @@
 //! checks the binary writes what the model writes).
 //!
 //! Each behaviour is what a real agent was seen (or read in its source) to do; see the
-//! README's table of real agents' answers and [`UnknownSession`]:
+//! table of real agents' answers in `docs/real-agents.md` and [`UnknownSession`]:
 //!
 //! - none of codex-acp 0.16, claude-agent-acp 0.23, claude-code-acp 0.16 exits when its
 //!   stdin closes ([`Behaviour::exits_on_eof`]); the codex npm launcher runs the real agent
@@ -48,7 +48,7 @@ pub enum LoadCapability {
 }
 
 /// How an agent answers `session/load` of a session it does not have: the real agents'
-/// answers (README, "Real agents' answers to an unknown session").
+/// answers (`docs/real-agents.md`, "Real agents' answers to an unknown session").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum UnknownSession {
@@ -136,9 +136,9 @@ impl UnknownSession {
     }
 }
 
-/// Whether an answer to `session/load` is *positive proof* (DESIGN rule 6) that the
-/// conversation cannot be loaded, as the README's tables say ("Real agents' answers to an
-/// unknown session", "Rule 6, row by row"). Data, not a classifier: a checker reads the
+/// Whether an answer to `session/load` is *positive proof* (rule 6, `docs/design.md`) that
+/// the conversation cannot be loaded, as the tables of `docs/real-agents.md` say ("Real
+/// agents' answers to an unknown session", "Rule 6, row by row"). Data, not a classifier: a checker reads the
 /// label of the answer the environment gave, and shares no code with `palisade_core`'s
 /// `classify`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -163,7 +163,8 @@ impl Proof {
     }
 }
 
-/// The README table a catalogue entry's verdict comes from.
+/// The table of `docs/real-agents.md` a catalogue entry's verdict comes from (the type
+/// keeps the name it had when the tables were in the README).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReadmeTable {
     /// "Real agents' answers to an unknown session" (first cell: the agent).
@@ -173,11 +174,11 @@ pub enum ReadmeTable {
 }
 
 /// Every answer a simulated agent may give to `session/load`: the real agents' answers to
-/// an unknown session (one per row of the README's table), the real transient failures of
+/// an unknown session (one per row of the agents' table), the real transient failures of
 /// a load of a session the agent has, and adversarial near-misses of the proofs (another
 /// resource's id, a re-spelled id, the right words under the wrong code, long `data`).
-/// Each entry carries its rule-6 label ([`LoadAnswer::proof`]) and the README row that
-/// gives it ([`LoadAnswer::readme`]); a test pins the two against README.md.
+/// Each entry carries its rule-6 label ([`LoadAnswer::proof`]) and the table row that
+/// gives it ([`LoadAnswer::readme`]); a test pins the two against `docs/real-agents.md`.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
 )]
@@ -474,8 +475,8 @@ impl LoadAnswer {
         })
     }
 
-    /// Whether it proves the conversation gone, and under which profiles: the README's
-    /// verdict for it ([`LoadAnswer::readme`]).
+    /// Whether it proves the conversation gone, and under which profiles: the verdict of
+    /// its row in `docs/real-agents.md` ([`LoadAnswer::readme`]).
     #[must_use]
     pub const fn proof(self) -> Proof {
         match self {
@@ -515,8 +516,8 @@ impl LoadAnswer {
         }
     }
 
-    /// The README row that decides it: the table, the start of the row's first cell, and
-    /// a phrase of the row's verdict cell.
+    /// The row of `docs/real-agents.md` that decides it: the table, the start of the
+    /// row's first cell, and a phrase of the row's verdict cell.
     #[must_use]
     pub const fn readme(self) -> (ReadmeTable, &'static str, &'static str) {
         use ReadmeTable::{Agents, Rows};
@@ -2129,13 +2130,13 @@ mod tests {
         cells.into_iter().map(|c| c.trim().to_owned()).collect()
     }
 
-    /// The rows of the README table under `heading`.
-    fn readme_table(heading: &str) -> Vec<Vec<String>> {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
-        let text = std::fs::read_to_string(path).expect("README.md");
+    /// The rows of the table under `heading` in `docs/real-agents.md`.
+    fn page_table(heading: &str) -> Vec<Vec<String>> {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/real-agents.md");
+        let text = std::fs::read_to_string(path).expect("docs/real-agents.md");
         let start = text
             .find(heading)
-            .unwrap_or_else(|| panic!("README has no {heading:?}"));
+            .unwrap_or_else(|| panic!("docs/real-agents.md has no {heading:?}"));
         text[start..]
             .lines()
             .skip_while(|l| !l.starts_with('|'))
@@ -2145,13 +2146,13 @@ mod tests {
             .collect()
     }
 
-    /// The answer catalogue is the README's tables as data: every entry's label is the
-    /// verdict of the README row that decides it, and every row of the agents' table has
-    /// an entry.
+    /// The answer catalogue is the tables of `docs/real-agents.md` as data: every entry's
+    /// label is the verdict of the row that decides it, and every row of the agents' table
+    /// has an entry.
     #[test]
-    fn the_answer_catalogue_is_pinned_to_the_readme_tables() {
-        let agents = readme_table("#### Real agents' answers to an unknown session");
-        let rows = readme_table("#### Rule 6, row by row");
+    fn the_answer_catalogue_is_pinned_to_the_real_agents_tables() {
+        let agents = page_table("### Real agents' answers to an unknown session");
+        let rows = page_table("### Rule 6, row by row");
         assert!(
             agents.len() >= 14 && rows.len() >= 11,
             "{agents:?} {rows:?}"
@@ -2168,7 +2169,7 @@ mod tests {
             let verdict = &matching[0][verdict_col];
             assert!(
                 verdict.contains(phrase),
-                "{answer:?}: the README says {verdict:?}, not {phrase:?}"
+                "{answer:?}: docs/real-agents.md says {verdict:?}, not {phrase:?}"
             );
             // The phrase says what the label says.
             match answer.proof() {
@@ -2195,12 +2196,13 @@ mod tests {
                 let (table, key, _) = a.readme();
                 table == ReadmeTable::Agents && row[0].starts_with(key)
             }) || row[0].starts_with("claude-code-acp \u{2264} 0.15");
-            assert!(covered, "README row {:?} has no catalogue entry", row[0]);
+            assert!(covered, "table row {:?} has no catalogue entry", row[0]);
         }
     }
 
     /// The production classifier agrees with the catalogue's labels, entry by entry and
-    /// profile by profile (the labels are data from the README; the classifier is code).
+    /// profile by profile (the labels are data from `docs/real-agents.md`; the classifier
+    /// is code).
     #[test]
     fn the_core_classifier_agrees_with_every_catalogue_label() {
         use palisade_core::classify::{
@@ -2228,7 +2230,7 @@ mod tests {
                     data_present: error.data.is_some(),
                 }),
                 transport: TransportState::Open,
-                // The labels are the README's for an agent whose listing is not known.
+                // The labels are the tables' for an agent whose listing is not known.
                 listing: SessionListing::Unknown,
             };
             for profile in AgentProfile::ALL {

@@ -51,8 +51,8 @@
 //! | `ignore-sigterm` | `false` `true` (`false`) | shell | catch SIGTERM and keep running (only SIGKILL ends it) |
 //!
 //! `load-error` values are [`UnknownSession`]'s names, and the answer is
-//! [`UnknownSession::error`] for the requested id (README, "Real agents' answers to an
-//! unknown session"): `claude-agent-acp` (−32002 `Resource not found: <id>`, `data.uri`),
+//! [`UnknownSession::error`] for the requested id (`docs/real-agents.md`, "Real agents'
+//! answers to an unknown session"): `claude-agent-acp` (−32002 `Resource not found: <id>`, `data.uri`),
 //! `claude-code-acp`, `claude-agent-acp019`, `codex-acp`, `codex-acp-ts`, `gemini`,
 //! `goose-old` (−32602), `goose` (−32002, data `"Session not found: <id>"`), `opencode`,
 //! `ts-method-not-found`, `rust-method-not-found` (−32601) and `python-any-id` (answers
