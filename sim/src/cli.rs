@@ -562,7 +562,7 @@ fn cmd_sweep(args: SweepArgs) -> Result<u8, Fail> {
     let summary = report::summarize(&config, &result, &files);
     report::stage_summary_files(&mut staged, &summary, &diagrams).map_err(report_error)?;
     staged.commit().map_err(report_error)?;
-    print_tail(&mut out, &summary);
+    print_tail(&mut out, &summary, config.check_determinism.is_some());
     Ok(if summary.held() {
         EXIT_HELD
     } else {
@@ -570,9 +570,10 @@ fn cmd_sweep(args: SweepArgs) -> Result<u8, Fail> {
     })
 }
 
-/// The closing lines of a sweep (or merge): coverage gaps, determinism, throughput, and
-/// exactly one `sweep:` line, last.
-fn print_tail(out: &mut impl std::io::Write, summary: &Summary) {
+/// The closing lines of a sweep (or merge): coverage gaps, determinism (always when
+/// `--check-determinism` was given, so a sample that picked nothing says so), throughput,
+/// and exactly one `sweep:` line, last.
+fn print_tail(out: &mut impl std::io::Write, summary: &Summary, determinism_asked: bool) {
     for g in &summary.coverage_gaps {
         let _ = writeln!(
             out,
@@ -580,7 +581,7 @@ fn print_tail(out: &mut impl std::io::Write, summary: &Summary) {
             g.mark, g.scenario
         );
     }
-    if summary.determinism_checked > 0 {
+    if determinism_asked || summary.determinism_checked > 0 {
         let differed = summary
             .failures
             .iter()
@@ -1114,7 +1115,7 @@ fn cmd_merge(paths: &[PathBuf], report_dir: &Path) -> Result<u8, Fail> {
         parts.len(),
         report_dir.join("summary.json").display()
     );
-    print_tail(&mut out, &merged);
+    print_tail(&mut out, &merged, false);
     Ok(if merged.held() {
         EXIT_HELD
     } else {
