@@ -631,3 +631,62 @@ fn a_report_that_cannot_be_written_whole_is_not_written_at_all() {
         "temporary files left: {names:?}"
     );
 }
+
+// ----- 7. an output that cannot be written is refused first (issue 28) ----------------------
+
+/// `/proc` is a directory nobody, root included, can create a file in. Every command that
+/// writes checks its destination by creating a file there, before any seed runs: before,
+/// `sweep --report-dir /proc` ran the whole sweep and only then exited 2, its results lost.
+#[test]
+fn an_output_that_cannot_be_written_is_refused_before_anything_runs() {
+    let dir = Scratch::new("hostile-unwritable");
+    // A failure file to minimise, and a shard summary to merge.
+    let out = palisade(
+        &dir.0,
+        &[
+            "sweep",
+            "--strategy",
+            "uniform",
+            "--scenario",
+            "cancel-storm",
+            "--seed-range",
+            "0..1",
+            "--mutant",
+            "stale-callback-dispatches",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let cases: &[&[&str]] = &[
+        // Thousands of seeds: minutes of work that used to be thrown away.
+        &["sweep", "--report-dir", "/proc"],
+        &["sweep", "--report-dir", "/proc/palisade-reports"],
+        &["mutants", "--seeds", "40", "--report-dir", "/proc"],
+        &["merge", "reports/summary.json", "--report-dir", "/proc"],
+        &["corpus", "--seeds", "200", "-o", "/proc/corpus.json"],
+        &[
+            "minimize",
+            "reports/failures/cancel-storm-0.json",
+            "-o",
+            "/proc/min.json",
+        ],
+        &[
+            "run",
+            "--scenario",
+            "swarm",
+            "--seed",
+            "1",
+            "--trace",
+            "/proc/trace.jsonl",
+        ],
+    ];
+    for args in cases {
+        let out = timed(&dir.0, args);
+        refused(&out, &format!("{args:?}"), &["/proc", "cannot write"]);
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !said.contains("sweep:") && !said.contains("mutants:") && !said.contains("minimized:"),
+            "{args:?} ran before it refused:\n{}",
+            describe(&out)
+        );
+    }
+}
