@@ -431,11 +431,19 @@ fn report_error(e: report::ReportError) -> Fail {
 }
 
 /// Creates the report directory up front and checks that the report's files can be
-/// written there (`rels`, relative to it), so a path that cannot be one is bad input
-/// reported before any seed runs.
+/// written there (`rels`, relative to it: a file is created in it and removed), so a path
+/// that cannot be one is bad input reported before any seed runs.
 fn prepare_report_dir(dir: &Path, rels: &[&str]) -> Result<(), Fail> {
     report::ReportWriter::check(dir, rels)
         .map_err(|e| bad_input(format!("--report-dir {}: {e}", dir.display())))
+}
+
+/// Checks that the file `flag` names can be written (a file is created beside it and
+/// removed), before anything runs: a run's result is never lost to a destination that
+/// was unwritable from the start.
+fn check_output(flag: &str, path: &Path) -> Result<(), Fail> {
+    report::check_writable_file(path)
+        .map_err(|e| bad_input(format!("{flag} {}: {e}", path.display())))
 }
 
 fn cmd_sweep(args: SweepArgs) -> Result<u8, Fail> {
@@ -562,7 +570,7 @@ fn cmd_sweep(args: SweepArgs) -> Result<u8, Fail> {
     let summary = report::summarize(&config, &result, &files);
     report::stage_summary_files(&mut staged, &summary, &diagrams).map_err(report_error)?;
     staged.commit().map_err(report_error)?;
-    print_tail(&mut out, &summary);
+    print_tail(&mut out, &summary, config.check_determinism.is_some());
     Ok(if summary.held() {
         EXIT_HELD
     } else {
@@ -570,9 +578,10 @@ fn cmd_sweep(args: SweepArgs) -> Result<u8, Fail> {
     })
 }
 
-/// The closing lines of a sweep (or merge): coverage gaps, determinism, throughput, and
-/// exactly one `sweep:` line, last.
-fn print_tail(out: &mut impl std::io::Write, summary: &Summary) {
+/// The closing lines of a sweep (or merge): coverage gaps, determinism (always when
+/// `--check-determinism` was given, so a sample that picked nothing says so), throughput,
+/// and exactly one `sweep:` line, last.
+fn print_tail(out: &mut impl std::io::Write, summary: &Summary, determinism_asked: bool) {
     for g in &summary.coverage_gaps {
         let _ = writeln!(
             out,
@@ -580,7 +589,7 @@ fn print_tail(out: &mut impl std::io::Write, summary: &Summary) {
             g.mark, g.scenario
         );
     }
-    if summary.determinism_checked > 0 {
+    if determinism_asked || summary.determinism_checked > 0 {
         let differed = summary
             .failures
             .iter()
@@ -620,6 +629,7 @@ fn cmd_run(args: RunArgs) -> Result<u8, Fail> {
                 path.display()
             )));
         }
+        check_output("--trace", path)?;
     }
     let timed = runner::run_isolated(&resolved.scenario, args.seed, None, args.mutant);
     let (rec, trace) = sweep::record(0, args.seed, timed, true);
@@ -761,6 +771,7 @@ fn cmd_minimize(
             .unwrap_or_else(|| "failure".into());
         path.with_file_name(format!("{stem}.min.json"))
     });
+    check_output("--out", &out)?;
     let min = minimize::minimize_file(&loaded, &out, jobs, max_runs).map_err(bad_input)?;
     report::write_json(&out, &min).map_err(|e| io_error(&out, e))?;
     let m = min.minimized.as_ref().expect("minimize_file sets it");
@@ -807,6 +818,7 @@ fn cmd_corpus(args: CorpusArgs) -> Result<u8, Fail> {
             out.display()
         )));
     }
+    check_output("--out", &out)?;
     let ranges: Vec<SeedRange> = scenarios
         .iter()
         .map(|r| {
@@ -1114,7 +1126,7 @@ fn cmd_merge(paths: &[PathBuf], report_dir: &Path) -> Result<u8, Fail> {
         parts.len(),
         report_dir.join("summary.json").display()
     );
-    print_tail(&mut out, &merged);
+    print_tail(&mut out, &merged, false);
     Ok(if merged.held() {
         EXIT_HELD
     } else {

@@ -15,15 +15,19 @@ use crate::world::{CaughtBy, Checks, FaultPlan, Mutant, SeedStats};
 /// The `format` field every failure file carries; anything else is a foreign file.
 pub const FAILURE_FORMAT: &str = "palisade-failure/1";
 
-/// Larger files are refused rather than read: the longest trace a run may record
-/// ([`crate::scenario::MAX_EVENTS`] events, about 220 bytes each in a failure file) and
-/// the largest plan ([`crate::world::plan::MAX_PLAN_FAULTS`] faults, under 128 bytes each
-/// as pretty JSON) fit.
-pub const MAX_FAILURE_FILE_BYTES: u64 = 256 << 20;
+/// Larger files are refused rather than read. The longest trace a run may record fits:
+/// [`crate::scenario::MAX_EVENTS`] lines of about 220 bytes each, and the text of the
+/// events they deliver, one copy of the trace the memory budget admits
+/// ([`crate::memory::MAX_SEED_MEMORY_BYTES`] over [`crate::memory::TRACE_COPIES`]); and so
+/// does the largest plan ([`crate::world::plan::MAX_PLAN_FAULTS`] faults, under 128 bytes
+/// each as pretty JSON). Before the joint bound a failing seed of 16 KiB events could
+/// write a file past the old 256 MiB, which `replay` then refused.
+pub const MAX_FAILURE_FILE_BYTES: u64 =
+    crate::memory::MAX_SEED_MEMORY_BYTES / crate::memory::TRACE_COPIES + (256 << 20);
 
 const _: () = assert!(
     crate::scenario::MAX_EVENTS * 240 + crate::world::plan::MAX_PLAN_FAULTS as u64 * 128
-        <= MAX_FAILURE_FILE_BYTES
+        <= 256 << 20
 );
 
 /// How a minimised failure compares with the one it came from.

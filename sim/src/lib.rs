@@ -12,6 +12,8 @@
 //! - [`scoreboard`]: the mutant scoreboard.
 //! - [`search`]: search strategies (uniform, coverage-guided).
 //! - [`input`]: reading the files a user names, every one with a size cap.
+//! - [`memory`]: what a seed holds in memory, and the budget counts and sizes must fit
+//!   together.
 //! - [`cli`]: the command line.
 #![forbid(unsafe_code)]
 #[cfg(not(madsim))]
@@ -24,6 +26,7 @@ pub mod corpus;
 pub mod diagram;
 pub mod failure;
 pub mod input;
+pub mod memory;
 pub mod minimize;
 pub mod report;
 pub mod runner;

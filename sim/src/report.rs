@@ -1168,8 +1168,14 @@ impl ReportWriter {
     /// Checks, before anything runs, that the files of a report could be written: every
     /// destination that exists is a regular file (not a directory, say), and the
     /// directories it needs are directories.
+    ///
+    /// The directory is tried, not trusted: a file is created in it and removed (in
+    /// `failures/` too, when it exists). A directory can be one nobody may write in
+    /// (`/proc`, a read-only mount): before, `sweep --report-dir /proc` ran every seed and
+    /// only then failed to write, its results lost.
     pub fn check(dir: &Path, rels: &[&str]) -> Result<(), ReportError> {
         prepare_dir(dir)?;
+        check_writable(dir)?;
         for rel in rels {
             check_destination(&dir.join(rel))?;
         }
@@ -1179,6 +1185,9 @@ impl ReportWriter {
                 path: failures,
                 message: "exists and is not a directory (failure files go there)".into(),
             });
+        }
+        if failures.is_dir() {
+            check_writable(&failures)?;
         }
         Ok(())
     }
@@ -1293,8 +1302,72 @@ fn prepare_dir(dir: &Path) -> Result<(), ReportError> {
     }
     std::fs::create_dir_all(dir).map_err(|e| ReportError {
         path: dir.to_path_buf(),
-        message: format!("cannot create: {e}"),
+        message: format!("cannot write there: the directory cannot be created: {e}"),
     })
+}
+
+/// Tries `dir` as a place to write in: creates a file there (a name of its own, never an
+/// existing file's) and removes it.
+pub fn check_writable(dir: &Path) -> Result<(), ReportError> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let probe = dir.join(format!(
+        ".palisade-probe-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe);
+    match created {
+        Ok(file) => {
+            drop(file);
+            std::fs::remove_file(&probe).map_err(|e| ReportError {
+                path: dir.to_path_buf(),
+                message: format!(
+                    "cannot write there: a file created in it cannot be removed ({}): {e}",
+                    probe.display()
+                ),
+            })
+        }
+        Err(e) => Err(ReportError {
+            path: dir.to_path_buf(),
+            message: format!("cannot write there: creating a file in it failed: {e}"),
+        }),
+    }
+}
+
+/// Checks, before anything runs, that `path` could be written by [`write_atomic`]: a
+/// device, FIFO or socket that exists is written in place (and left alone here); anything
+/// else needs a directory (created if missing, as `write_atomic` does) in which a file can
+/// be created, and must not be a directory itself.
+pub fn check_writable_file(path: &Path) -> Result<(), ReportError> {
+    let fail = |message: String| ReportError {
+        path: path.to_path_buf(),
+        message,
+    };
+    if let Ok(meta) = std::fs::metadata(path) {
+        if meta.is_dir() {
+            return Err(fail("is a directory, not a file".into()));
+        }
+        if !meta.is_file() {
+            return Ok(());
+        }
+    }
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if dir.exists() && !dir.is_dir() {
+        return Err(fail(format!("{} is not a directory", dir.display())));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| {
+        fail(format!(
+            "cannot write there: its directory {} cannot be created: {e}",
+            dir.display()
+        ))
+    })?;
+    check_writable(dir)
 }
 
 /// A destination that exists must be a regular file (or a link to one): a rename over a

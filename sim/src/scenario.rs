@@ -50,8 +50,9 @@ pub const MAX_TURNS_PER_SESSION: u32 = 64;
 /// Notifications an agent streams in one turn; each takes at least a simulated
 /// millisecond, so a turn of more would outlast any liveness window.
 pub const MAX_NOTIFICATIONS_PER_TURN: u32 = 10_000;
-/// Payload bytes of one notification (counted, never allocated): the coalescer's largest
-/// batch.
+/// Payload bytes of one notification: the coalescer's largest batch. Each event's line is
+/// allocated at its size, so with the counts it is bounded jointly too
+/// ([`crate::memory::MAX_SEED_MEMORY_BYTES`]).
 pub const MAX_NOTIFICATION_BYTES: u32 = 1 << 20;
 /// Longest workload delay (load, think, boot): the longest fault window.
 pub const MAX_WORKLOAD_DELAY_MS: u64 = MAX_FAULT_WINDOW_MS;
@@ -71,12 +72,16 @@ pub const MIN_QUIESCE_MS: u64 = 1_000;
 /// so the rest is left to settle: 1/4.
 pub const LATE_SHARE_OF_QUIESCE: u64 = 4;
 /// Trace events per run (the livelock guard, and so the bound on a seed's work): a
-/// failing seed keeps its whole trace in memory, about 220 bytes an event, and a sweep
-/// keeps up to 20 failing traces per scenario (the shipped scenarios allow at most
-/// 60,000; the default is 200,000).
+/// failing seed keeps its whole trace in memory, about 220 bytes an event plus the text of
+/// the events it delivers (bounded with their size: [`crate::memory`]), and a sweep keeps
+/// up to 20 failing traces per scenario (the shipped scenarios allow at most 60,000; the
+/// default is 200,000).
 pub const MAX_EVENTS: u64 = 250_000;
 /// Fixed steps: hand-written interleavings (tombstone-churn has 40).
 pub const MAX_STEPS: usize = 1_000;
+/// Notifications of a `burst` step without a `count`: just past the 1,024-notification
+/// queue that closed compozy's connection.
+pub const DEFAULT_BURST_STEP: u32 = 1_100;
 /// Repetitions of a repeated `cancel` or `provider_exit` step, 1.5 s apart.
 pub const MAX_STEP_REPEATS: u32 = 16;
 /// Time between two repetitions of a repeated step (as the plan spaces them).
@@ -1046,6 +1051,7 @@ impl Scenario {
             }
         }
 
+        self.validate_memory()?;
         self.validate_core()?;
         self.validate_config_swarm()?;
 
@@ -1061,6 +1067,76 @@ impl Scenario {
             }
         }
         Ok(())
+    }
+
+    /// The most a seed of this scenario holds in memory, by its own stream (a drawn
+    /// environment is fitted to the budget when it is drawn, `world::setup`).
+    pub fn memory(&self) -> crate::memory::SeedMemory {
+        self.memory_and_source().0
+    }
+
+    /// [`Scenario::memory`], with where the most events a prompt writes come from: the
+    /// notifications per turn, a drawn burst, or a `burst` step (its TOML path, and its
+    /// name for messages).
+    fn memory_and_source(&self) -> (crate::memory::SeedMemory, Vec<Key>, String) {
+        use Key::{Field, Index};
+        let w = &self.workload;
+        let mut most = (
+            u64::from(w.notifications_per_turn.hi),
+            vec![Field("workload"), Field("notifications_per_turn")],
+            "workload.notifications_per_turn".to_string(),
+        );
+        if self.faults.burst.hi > 0.0 && u64::from(self.faults.burst_size.hi) > most.0 {
+            most = (
+                u64::from(self.faults.burst_size.hi),
+                vec![Field("faults"), Field("burst_size")],
+                "faults.burst_size".into(),
+            );
+        }
+        for (i, step) in self.steps.iter().enumerate() {
+            if step.action != Action::Burst {
+                continue;
+            }
+            let count = u64::from(step.count.unwrap_or(DEFAULT_BURST_STEP));
+            if count > most.0 {
+                most = (
+                    count,
+                    vec![Field("steps"), Index(i), Field("count")],
+                    format!("steps[{i}].count"),
+                );
+            }
+        }
+        let memory = crate::memory::SeedMemory {
+            sessions: u64::from(w.sessions),
+            events_per_prompt: most.0,
+            event_bytes: u64::from(w.notification_bytes.hi),
+            max_events: self.limits.max_events,
+        };
+        (memory, most.1, most.2)
+    }
+
+    /// The counts and sizes within [`crate::memory::MAX_SEED_MEMORY_BYTES`] together. The
+    /// location is where the most events a prompt writes come from when they alone are too
+    /// much, else the notifications' size (which, with `max_events`, makes the trace).
+    fn validate_memory(&self) -> Result<(), Invalid> {
+        use Key::Field;
+        let (memory, count_path, count_name) = self.memory_and_source();
+        if memory.fits() {
+            return Ok(());
+        }
+        let path = if memory.in_flight_alone_too_much() {
+            count_path
+        } else {
+            vec![Field("workload"), Field("notification_bytes")]
+        };
+        Err(invalid(
+            &path,
+            memory.explain(
+                &count_name,
+                "workload.notification_bytes",
+                "limits.max_events",
+            ),
+        ))
     }
 
     /// The core configuration the run builds from `[core]` and the scenario's limits (as

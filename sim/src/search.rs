@@ -149,7 +149,7 @@ pub enum Budget {
     },
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Corpus {
     /// Features seen (edge buckets; marks above `MARK_FEATURES`).
     seen: BTreeSet<u32>,
@@ -173,7 +173,7 @@ const MARK_FEATURES: u32 = 1 << 16;
 const _: () = assert!(crate::world::EDGE_BITS as u32 <= MARK_FEATURES);
 
 /// A coverage-guided search over `scenarios`.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Guided<'a> {
     scenarios: &'a [Resolved],
     budget: Budget,
@@ -208,6 +208,15 @@ impl<'a> Guided<'a> {
     pub fn with_seed_plans(mut self, seeds: Vec<SeedPlan>) -> Self {
         self.seeds = seeds;
         self
+    }
+
+    /// The first candidate the search will run, as (scenario, seed), without running
+    /// anything: a corpus entry when it starts warm, else the first scenario's first seed.
+    pub fn first_candidate(&self) -> Option<(usize, u64)> {
+        self.clone()
+            .next_batch()
+            .first()
+            .map(|c| (c.scenario, c.seed))
     }
 
     /// Records every kept plan with its features ([`Guided::into_kept`]).

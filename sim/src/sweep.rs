@@ -501,9 +501,16 @@ pub fn sweep(config: &SweepConfig) -> SweepResult {
                 .filter(|j| j.keep_trace)
                 .map(|j| (j.scenario, j.seed))
                 .collect();
+            // At least one run is re-checked when a check was asked for: the search's first.
+            // (The range's first seed, which the sample falls back to, need not run at all:
+            // a warm search runs its corpus entries under their own seeds first.)
+            let first = config
+                .check_determinism
+                .and_then(|_| search.first_candidate());
             // A corpus entry's seed may lie outside the ranges: it is sampled as any seed.
             let keep = |scenario: usize, seed: u64| {
                 kept_jobs.contains(&(scenario, seed))
+                    || first == Some((scenario, seed))
                     || config.check_determinism.is_some_and(|f| {
                         sampled(&config.scenarios[scenario].scenario.name, seed, f)
                     })

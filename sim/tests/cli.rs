@@ -523,6 +523,50 @@ fn hashes_do_not_depend_on_jobs_and_match_single_runs() {
     );
 }
 
+/// `--check-determinism F` re-runs at least one seed under every strategy, however small
+/// the sample, and says how many (issue 28: under the default strategy, `corpus`, whose
+/// first runs are corpus entries under their own seeds, a sample of 20 seeds at 0.01 re-ran
+/// none and said nothing).
+#[test]
+fn every_strategy_re_checks_at_least_one_seed_and_says_how_many() {
+    let dir = Scratch::new("determinism-sample");
+    for scenario in ["cancel-storm", "swarm"] {
+        for strategy in [None, Some("corpus"), Some("coverage"), Some("uniform")] {
+            let report = format!("r-{scenario}-{}", strategy.unwrap_or("default"));
+            let mut args = vec![
+                "sweep",
+                "--scenario",
+                scenario,
+                "--seeds",
+                "20",
+                "--check-determinism",
+                "0.01",
+                "--report-dir",
+                &report,
+            ];
+            if let Some(s) = strategy {
+                args.extend(["--strategy", s]);
+            }
+            let out = palisade(&dir.0, &args);
+            expect_code(&out, 0);
+            let text = stdout(&out);
+            let said = text
+                .lines()
+                .find_map(|l| l.strip_prefix("determinism: "))
+                .unwrap_or_else(|| panic!("{args:?} said nothing of the check:\n{text}"));
+            let rerun: u64 = said
+                .split(' ')
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("{args:?}: {said}"));
+            assert!(rerun >= 1, "{args:?} re-ran no seed: {said}");
+            assert!(said.ends_with(" 0 differed"), "{args:?}: {said}");
+            let summary = read_json(&dir.path(&format!("{report}/summary.json")));
+            assert_eq!(summary["determinism_checked"], rerun, "{args:?}");
+        }
+    }
+}
+
 #[test]
 fn failing_hashes_do_not_depend_on_jobs_and_match_single_runs() {
     // With a mutant on, every failing seed records its own trace hash: the same at any

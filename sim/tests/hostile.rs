@@ -541,20 +541,21 @@ fn sizes_and_counts_past_their_caps_are_refused() {
     refused(&out, "5000 shards", &["bad shard", "4096"]);
     assert!(!dir.path("reports").exists(), "nothing was written");
 
-    // A file past the size cap is refused without being read (a sparse file: no disk).
+    // A file past the size cap is refused without being read (a sparse file: no disk). The
+    // cap holds the longest trace the memory budget admits: 1 GiB and 256 MiB.
     let big = dir.path("big.jsonl");
     std::fs::File::create(&big)
-        .and_then(|f| f.set_len((256 << 20) + 1))
+        .and_then(|f| f.set_len((1 << 30) + (256 << 20) + 1))
         .expect("sparse file");
     let out = timed(&dir.0, &["diagram", "big.jsonl"]);
     refused(
         &out,
         "diagram of a huge file",
-        &["big.jsonl", "at most 268435456 bytes"],
+        &["big.jsonl", "at most 1342177280 bytes"],
     );
     for cmd in ["replay", "minimize"] {
         let out = timed(&dir.0, &[cmd, "big.jsonl"]);
-        refused(&out, cmd, &["big.jsonl", "at most 268435456 bytes"]);
+        refused(&out, cmd, &["big.jsonl", "at most 1342177280 bytes"]);
     }
     let out = timed(&dir.0, &["merge", "big.jsonl"]);
     refused(
@@ -630,4 +631,182 @@ fn a_report_that_cannot_be_written_whole_is_not_written_at_all() {
         names.iter().all(|n| !n.starts_with('.')),
         "temporary files left: {names:?}"
     );
+}
+
+// ----- 6. bounds that hold jointly (issue 28) -----------------------------------------------
+
+/// Every value below is inside its own bound; together they would hold more than a seed may
+/// (`MAX_SEED_MEMORY_BYTES`): before the joint bound, the first aborted with an allocation
+/// failure (exit 134) or ran for minutes on tens of gigabytes.
+#[test]
+fn streams_within_each_bound_but_past_the_memory_budget_are_refused() {
+    let dir = Scratch::new("hostile-budget");
+    let cases: &[(&str, &str, &[&str])] = &[
+        (
+            // 10,000 notifications of 1 MiB in one turn: every one of them is in memory at
+            // once (about 11 GiB measured), though each bound holds alone.
+            "stream",
+            "[workload]\nnotifications_per_turn = [10000, 10000]\nnotification_bytes = [1048576, 1048576]\n[limits]\nquiesce_ms = 40000\n",
+            &[":3:26:", "MAX_SEED_MEMORY_BYTES", "notifications_per_turn", "notification_bytes"],
+        ),
+        (
+            // Bursts of 16,384 events of 64 KiB on 64 sessions.
+            "bursts",
+            "[workload]\nsessions = 64\nnotification_bytes = [16, 65536]\n[faults]\nburst = [0.1, 0.2]\nburst_size = [16384, 16384]\n",
+            &[":7:14:", "MAX_SEED_MEMORY_BYTES", "burst_size"],
+        ),
+        (
+            // A burst step of 16,384 events of 1 MiB.
+            "burst-step",
+            "[workload]\nnotification_bytes = [1048576, 1048576]\n[limits]\nmax_events = 1000\n[[steps]]\nat_ms = 0\naction = \"burst\"\ncount = 16384\n",
+            &[":9:9:", "MAX_SEED_MEMORY_BYTES", "steps[0].count"],
+        ),
+        (
+            // 64 KiB events and the default 200,000 trace events: a seed that runs to its
+            // livelock guard keeps every event's text in its trace.
+            "trace",
+            "[workload]\nnotification_bytes = [65536, 65536]\n",
+            &[":3:22:", "MAX_SEED_MEMORY_BYTES", "max_events", "200000"],
+        ),
+    ];
+    for (name, body, needles) in cases {
+        let file = format!("{name}.toml");
+        std::fs::write(dir.path(&file), format!("name = \"x\"\n{body}")).expect("write");
+        let path = format!("./{file}");
+        for args in [
+            &[
+                "sweep",
+                "--scenario",
+                &path,
+                "--seeds",
+                "1",
+                "--report-dir",
+                "r",
+            ][..],
+            &["run", "--scenario", &path, "--seed", "1"][..],
+        ] {
+            let out = timed(&dir.0, args);
+            let mut all = vec![file.as_str()];
+            all.extend_from_slice(needles);
+            refused(&out, name, &all);
+        }
+    }
+    assert!(!dir.path("r").exists(), "a refused scenario wrote a report");
+
+    // The same through a failure file's plan: its drawn environment (2,500 events of 1 MiB
+    // per prompt), or a burst of 16,384 events of 16 KiB.
+    // stale-callback-dispatches fails cancel-storm seed 0 (see tests/cli.rs).
+    let out = palisade(
+        &dir.0,
+        &[
+            "sweep",
+            "--strategy",
+            "uniform",
+            "--scenario",
+            "cancel-storm",
+            "--seed-range",
+            "0..1",
+            "--mutant",
+            "stale-callback-dispatches",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let original = read_json(&dir.path("reports/failures/cancel-storm-0.json"));
+    let n = original["plan"]["faults"].as_array().expect("faults").len();
+    let environment = |events: u32, bytes: u32| {
+        json!({"agent": "codex-acp", "events_per_prompt": [events, events],
+               "event_bytes": [bytes, bytes], "tool_call_per_mille": 0,
+               "resource_per_mille": 0})
+    };
+    let mut huge_stream = original.clone();
+    huge_stream["plan"]["environment"] = environment(2_500, 1 << 20);
+    let mut huge_burst = original.clone();
+    huge_burst["plan"]["environment"] = environment(4, 1 << 14);
+    huge_burst["plan"]["faults"]
+        .as_array_mut()
+        .expect("faults")
+        .push(json!({"at_ms": 10, "session": 1, "fault": "burst", "count": 16_384}));
+    let burst_path = format!("plan.faults[{n}].count");
+    for (what, file, path) in [
+        (
+            "2,500 events of 1 MiB",
+            huge_stream,
+            "plan.environment.events_per_prompt",
+        ),
+        (
+            "a burst of 16,384 of 16 KiB",
+            huge_burst,
+            burst_path.as_str(),
+        ),
+    ] {
+        write_json(&dir.path("bad.json"), &file);
+        for cmd in ["replay", "minimize"] {
+            let out = timed(&dir.0, &[cmd, "bad.json"]);
+            refused(
+                &out,
+                &format!("{cmd}: {what}"),
+                &["bad.json", path, "MAX_SEED_MEMORY_BYTES"],
+            );
+        }
+        assert!(!dir.path("bad.min.json").exists());
+    }
+}
+
+// ----- 7. an output that cannot be written is refused first (issue 28) ----------------------
+
+/// `/proc` is a directory nobody, root included, can create a file in. Every command that
+/// writes checks its destination by creating a file there, before any seed runs: before,
+/// `sweep --report-dir /proc` ran the whole sweep and only then exited 2, its results lost.
+#[test]
+fn an_output_that_cannot_be_written_is_refused_before_anything_runs() {
+    let dir = Scratch::new("hostile-unwritable");
+    // A failure file to minimise, and a shard summary to merge.
+    let out = palisade(
+        &dir.0,
+        &[
+            "sweep",
+            "--strategy",
+            "uniform",
+            "--scenario",
+            "cancel-storm",
+            "--seed-range",
+            "0..1",
+            "--mutant",
+            "stale-callback-dispatches",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let cases: &[&[&str]] = &[
+        // Thousands of seeds: minutes of work that used to be thrown away.
+        &["sweep", "--report-dir", "/proc"],
+        &["sweep", "--report-dir", "/proc/palisade-reports"],
+        &["mutants", "--seeds", "40", "--report-dir", "/proc"],
+        &["merge", "reports/summary.json", "--report-dir", "/proc"],
+        &["corpus", "--seeds", "200", "-o", "/proc/corpus.json"],
+        &[
+            "minimize",
+            "reports/failures/cancel-storm-0.json",
+            "-o",
+            "/proc/min.json",
+        ],
+        &[
+            "run",
+            "--scenario",
+            "swarm",
+            "--seed",
+            "1",
+            "--trace",
+            "/proc/trace.jsonl",
+        ],
+    ];
+    for args in cases {
+        let out = timed(&dir.0, args);
+        refused(&out, &format!("{args:?}"), &["/proc", "cannot write"]);
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !said.contains("sweep:") && !said.contains("mutants:") && !said.contains("minimized:"),
+            "{args:?} ran before it refused:\n{}",
+            describe(&out)
+        );
+    }
 }

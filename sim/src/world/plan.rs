@@ -535,7 +535,71 @@ impl FaultPlan {
         if let Some(env) = &self.environment {
             env.validate(scenario)?;
         }
+        let (memory, count, bytes) = self.memory(scenario);
+        if !memory.fits() {
+            // The plan's own value that tips it: its largest burst or drawn stream when
+            // they alone are too much, else its drawn events' size.
+            let path = match (memory.in_flight_alone_too_much(), &count, &bytes) {
+                (true, Some(count), _) | (false, Some(count), None) => count.clone(),
+                (_, _, Some(bytes)) => bytes.clone(),
+                (_, None, None) => "plan".into(),
+            };
+            let scenario_own = |field: &str| format!("the scenario's workload.{field}");
+            return bad(
+                path,
+                memory.explain(
+                    &count.unwrap_or_else(|| scenario_own("notifications_per_turn")),
+                    &bytes.unwrap_or_else(|| scenario_own("notification_bytes")),
+                    "the scenario's limits.max_events",
+                ),
+            );
+        }
         Ok(())
+    }
+
+    /// The most a seed of this plan holds in memory (see [`crate::memory`]), with the JSON
+    /// paths of the plan's values it comes from: the most events a prompt writes (its
+    /// drawn stream's, or its largest burst) and the largest event's size (its drawn
+    /// stream's); `None` where the scenario's own workload decides.
+    pub fn memory(
+        &self,
+        scenario: &Scenario,
+    ) -> (crate::memory::SeedMemory, Option<String>, Option<String>) {
+        let w = &scenario.workload;
+        let (mut events, mut count) = match &self.environment {
+            Some(e) => (
+                e.events_per_prompt.hi,
+                Some("plan.environment.events_per_prompt".to_string()),
+            ),
+            None => (w.notifications_per_turn.hi, None),
+        };
+        for (i, f) in self.faults.iter().enumerate() {
+            if let FaultKind::Burst { count: n } = f.kind {
+                if n > events {
+                    events = n;
+                    count = Some(format!("plan.faults[{i}].count"));
+                }
+            }
+        }
+        let (event_bytes, bytes) = match &self.environment {
+            Some(e) => match e.wire_bytes {
+                Some(wire) if wire.hi > e.event_bytes.hi => {
+                    (wire.hi, Some("plan.environment.wire_bytes".to_string()))
+                }
+                _ => (
+                    e.event_bytes.hi,
+                    Some("plan.environment.event_bytes".to_string()),
+                ),
+            },
+            None => (w.notification_bytes.hi, None),
+        };
+        let memory = crate::memory::SeedMemory {
+            sessions: u64::from(w.sessions),
+            events_per_prompt: u64::from(events),
+            event_bytes: u64::from(event_bytes),
+            max_events: scenario.limits.max_events,
+        };
+        (memory, count, bytes)
     }
 }
 
@@ -569,7 +633,7 @@ pub fn step_faults(scenario: &Scenario) -> Vec<Fault> {
             Action::ProviderExit => FaultKind::ProviderExit,
             Action::CrashRestart => FaultKind::CrashRestart,
             Action::Burst => FaultKind::Burst {
-                count: step.count.unwrap_or(1_100),
+                count: step.count.unwrap_or(crate::scenario::DEFAULT_BURST_STEP),
             },
             Action::LateCallback => FaultKind::LateCallback {
                 delay_ms: step.delay_ms.unwrap_or(0),

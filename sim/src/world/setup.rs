@@ -568,10 +568,44 @@ pub fn draw_into(scenario: &Scenario, seed: u64, plan: &mut FaultPlan) {
         let env = draw_environment(scenario, seed, &config);
         fit_faults(scenario, seed, &config, plan);
         plan.environment = Some(env);
+        fit_memory(scenario, plan);
     }
     if scenario.config.swarm {
         plan.config = Some(config);
     }
+}
+
+/// Brings a drawn plan within the memory budget ([`crate::memory`]), should its drawn
+/// stream and bursts hold more together than a seed may: bursts first come down to the
+/// most events a prompt of the scenario or of the drawn stream writes (the scenario's own
+/// were checked with its own sizes), then the drawn events' size to the largest that fits.
+/// Deterministic, and nothing changes for a plan that fits (every `swarm` plan does:
+/// `swarm_draws_fit_the_memory_budget_as_drawn`).
+fn fit_memory(scenario: &Scenario, plan: &mut FaultPlan) {
+    if plan.memory(scenario).0.fits() {
+        return;
+    }
+    let stream = plan
+        .environment
+        .as_ref()
+        .map_or(0, |e| u64::from(e.events_per_prompt.hi));
+    let most = scenario.memory().events_per_prompt.max(stream);
+    for f in &mut plan.faults {
+        if let FaultKind::Burst { count } = &mut f.kind {
+            *count = (*count).min(u32::try_from(most).unwrap_or(u32::MAX));
+        }
+    }
+    let (memory, _, _) = plan.memory(scenario);
+    let fitting = memory
+        .largest_fitting_event_bytes()
+        .expect("the scenario's own counts fit with empty events, and so do the drawn ones");
+    let fitting = u32::try_from(fitting).unwrap_or(u32::MAX);
+    let capped = |b: Bounds<u32>| Bounds::new(b.lo.min(fitting), b.hi.min(fitting));
+    if let Some(env) = plan.environment.as_mut() {
+        env.event_bytes = capped(env.event_bytes);
+        env.wire_bytes = env.wire_bytes.map(capped);
+    }
+    debug_assert!(plan.memory(scenario).0.fits(), "{plan:?}");
 }
 
 fn fit_faults(scenario: &Scenario, seed: u64, config: &RunConfig, plan: &mut FaultPlan) {
@@ -697,6 +731,121 @@ mod tests {
         assert!(wire > 20 && storms > 20, "{wire} {storms}");
         let existing = LoadAnswer::for_existing_session().count();
         assert_eq!(answers.len(), existing, "{answers:?}");
+    }
+
+    /// The largest stream a seed of `scenario` may draw before [`fit_memory`]: the most
+    /// events a prompt writes (its drawn stream's, or a burst sized at the drawn queue's or
+    /// coalescer's caps, or the scenario's own) and the largest event (the scenario's own,
+    /// a large payload, or a line sized at the coalescer's byte cap, give or take a byte).
+    fn largest_draw(scenario: &Scenario) -> crate::memory::SeedMemory {
+        let c = &scenario.config;
+        let late = scenario.limits.quiesce_ms / crate::scenario::LATE_SHARE_OF_QUIESCE;
+        let most = u64::from(crate::scenario::MAX_NOTIFICATIONS_PER_TURN).min(late);
+        let own = scenario.memory();
+        let stream = [
+            own.events_per_prompt,
+            (2 * 8 + 1u64).min(most),
+            (2 * u64::from(c.coalesce_events.hi)).min(most),
+            6,
+        ];
+        let bursts = [
+            u64::from(c.queue_capacity.hi) + 1,
+            u64::from(c.coalesce_events.hi) + 1,
+        ];
+        let event_bytes = [
+            own.event_bytes,
+            16 * 1024,
+            c.coalesce_bytes
+                .hi
+                .min(u64::from(crate::scenario::MAX_NOTIFICATION_BYTES))
+                + 1,
+        ];
+        crate::memory::SeedMemory {
+            events_per_prompt: stream
+                .into_iter()
+                .chain(bursts)
+                .max()
+                .expect("not empty")
+                .min(u64::from(crate::scenario::MAX_BURST)),
+            event_bytes: event_bytes.into_iter().max().expect("not empty"),
+            ..own
+        }
+    }
+
+    /// Every draw of the shipped scenarios fits the memory budget as drawn, so bounding the
+    /// draw ([`fit_memory`]) changes no plan of theirs (and no digest of the main job).
+    #[test]
+    fn swarm_draws_fit_the_memory_budget_as_drawn() {
+        let all = crate::scenario::resolve("all").expect("shipped");
+        let drawing: Vec<_> = all
+            .iter()
+            .filter(|r| r.scenario.environment.swarm)
+            .collect();
+        assert!(!drawing.is_empty());
+        for r in drawing {
+            let largest = largest_draw(&r.scenario);
+            assert!(
+                largest.fits(),
+                "{}: {largest:?}: {}",
+                r.scenario.name,
+                largest.explain("count", "bytes", "events")
+            );
+            for seed in 0..400 {
+                let plan = super::super::plan::draw(&r.scenario, seed);
+                let (drawn, _, _) = plan.memory(&r.scenario);
+                assert!(
+                    drawn.events_per_prompt <= largest.events_per_prompt
+                        && drawn.event_bytes <= largest.event_bytes,
+                    "{} seed {seed}: {drawn:?} past {largest:?}",
+                    r.scenario.name
+                );
+            }
+        }
+    }
+
+    /// A scenario whose draws could hold more than a seed may gets them brought within the
+    /// budget: bursts down to the scenario's own most, then the events' size.
+    #[test]
+    fn a_draw_past_the_memory_budget_is_brought_within_it() {
+        let mut big = crate::scenario::resolve_one("swarm")
+            .expect("shipped")
+            .scenario;
+        big.workload.sessions = 64;
+        big.config.queue_capacity = Bounds::new(1, 65_536);
+        big.config.coalesce_bytes = Bounds::new(1, MAX_COALESCE_BYTES);
+        big.faults.burst = Bounds::new(0.2, 0.4);
+        let own = big.memory();
+        assert!(own.fits(), "the scenario's own stream fits");
+        assert!(!largest_draw(&big).fits(), "its draws need not");
+        for seed in 0..200 {
+            let plan = super::super::plan::draw(&big, seed);
+            assert_eq!(plan.validate(&big), Ok(()), "seed {seed}");
+        }
+        // The largest of them: events of a mebibyte, and a burst at the largest queue.
+        let mut plan = super::super::plan::draw(&big, 0);
+        plan.environment.as_mut().expect("drawn").wire_bytes =
+            Some(Bounds::exactly(crate::scenario::MAX_NOTIFICATION_BYTES));
+        plan.faults.push(Fault {
+            at_ms: 10,
+            session: 1,
+            kind: FaultKind::Burst {
+                count: crate::scenario::MAX_BURST,
+            },
+        });
+        assert!(!plan.memory(&big).0.fits());
+        fit_memory(&big, &mut plan);
+        assert_eq!(plan.validate(&big), Ok(()));
+        let (fitted, _, _) = plan.memory(&big);
+        assert_eq!(fitted.events_per_prompt, own.events_per_prompt);
+        assert!(fitted.event_bytes < u64::from(crate::scenario::MAX_NOTIFICATION_BYTES));
+        assert!(
+            !crate::memory::SeedMemory {
+                event_bytes: fitted.event_bytes + 1,
+                ..fitted
+            }
+            .fits(),
+            "the largest size that fits: {fitted:?}"
+        );
     }
 
     /// A scenario that does not opt in draws nothing besides its faults.
