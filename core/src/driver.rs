@@ -193,7 +193,7 @@ impl<O: Observer> Driver<O> {
             stats: DriverStats::default(),
         };
         if driver.core.has_effects() {
-            let now = driver.core.last_now;
+            let now = driver.core.clock();
             driver.settle(now, Step::Restored);
         }
         driver
@@ -285,7 +285,7 @@ impl<O: Observer> Driver<O> {
             return false;
         }
         let mut due = std::mem::take(&mut self.due);
-        due_sessions(&self.core, now, &mut due);
+        self.core.due_sessions(now, &mut due);
         self.core.handle_timeout(now);
         self.settle(now, Step::Timeout { due: &due });
         self.due = due;
@@ -382,32 +382,6 @@ impl<O: Observer> Driver<O> {
         self.observer.observe(now, &self.core, step, &effects);
         self.outbox.extend(effects.drain(..));
         self.scratch = effects;
-    }
-}
-
-/// The sessions of the core's timers due at `now` (the core's own clock never goes back,
-/// so `now` is raised to it), into `out`, cleared first: what [`Step::Timeout`] carries.
-fn due_sessions(core: &Core, now: Timestamp, out: &mut Vec<SessionId>) {
-    use crate::core::Timer;
-    out.clear();
-    let now = now.max(core.last_now);
-    for &(at, timer) in core.timers.iter() {
-        if at > now {
-            break;
-        }
-        let session = match timer {
-            Timer::Join(s, _)
-            | Timer::Start(s, _)
-            | Timer::Recovery(s, _)
-            | Timer::Accept(s, _) => Some(s),
-            Timer::Stop(e) => core.executions.get(&e).map(|x| x.session),
-            Timer::Lease(l) => core.leases.get(&l).map(|l| l.session),
-        };
-        if let Some(s) = session {
-            if !out.contains(&s) {
-                out.push(s);
-            }
-        }
     }
 }
 
