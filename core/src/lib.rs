@@ -110,8 +110,8 @@ pub use crate::ids::{
 };
 pub use crate::invariants::InvariantViolation;
 pub use crate::io::{
-    AttemptOutcome, Callback, Effect, Input, NewConversationReason, PromptRequest, RecoveryFailure,
-    RejectReason, RuntimeEvent, TurnOutcome, Verdict,
+    AttemptOutcome, Callback, Effect, Fault, Input, NewConversationReason, PromptRequest,
+    RecoveryFailure, RejectReason, RuntimeEvent, TurnOutcome, Verdict,
 };
 pub use crate::snapshot::{KnownExecution, RestoreError, MAX_RESTORED_TURN_EVENTS};
 pub use crate::time::Timestamp;

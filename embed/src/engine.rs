@@ -219,7 +219,7 @@ impl std::fmt::Display for PromptError {
             PromptError::TooLarge { bytes } => {
                 write!(f, "prompt of {bytes} bytes; at most {MAX_PROMPT_BYTES}")
             }
-            PromptError::Rejected(reason) => write!(f, "prompt rejected: {reason:?}"),
+            PromptError::Rejected(reason) => write!(f, "prompt rejected: {reason}"),
         }
     }
 }
