@@ -225,8 +225,8 @@ impl Verdict {
 ///   between an effect and its act (a lease revoked or expired). Normal traffic under the
 ///   faults the fence exists for: drop it, or tell the client (a busy session).
 /// - [`Fault::Embedder`]: the embedder broke the call contract (fed an input while effects
-///   were pending, did not drain, bound a stopping execution, performed a lease twice). A
-///   bug in the embedding: log it loudly and fix the code.
+///   were pending, did not drain, bound a stopping execution, performed a lease twice,
+///   raised inputs without end). A bug in the embedding: log it loudly and fix the code.
 /// - [`Fault::Limit`]: a bound was reached (sessions, an ID counter). Nobody's bug: shed
 ///   load, or restart (a restore bumps the epoch, which renews the attempt IDs).
 ///
@@ -299,6 +299,9 @@ pub enum RejectReason {
     /// Fed to a [`crate::driver::Driver`] while the effects of an earlier input were still
     /// being carried out; queue it with [`crate::driver::Driver::enqueue`]. Nothing changed.
     Reentrant = 28,
+    /// [`crate::driver::Driver::enqueue`] found [`crate::driver::MAX_INBOX`] inputs waiting:
+    /// the embedder raises inputs in a loop. Nothing changed.
+    InboxFull = 29,
 
     // ----- a limit: a bound was reached --------------------------------------------------
     /// The session limit is reached.
@@ -366,7 +369,8 @@ impl RejectReason {
             | R::AlreadyBound
             | R::UnknownLease
             | R::EffectQueueFull
-            | R::Reentrant => Fault::Embedder,
+            | R::Reentrant
+            | R::InboxFull => Fault::Embedder,
             R::TooManySessions | R::CounterExhausted => Fault::Limit,
         }
     }
@@ -403,13 +407,14 @@ impl RejectReason {
             R::UnknownLease => "unknown-lease",
             R::EffectQueueFull => "effect-queue-full",
             R::Reentrant => "reentrant",
+            R::InboxFull => "inbox-full",
             R::TooManySessions => "too-many-sessions",
             R::CounterExhausted => "counter-exhausted",
         }
     }
 
     /// Every reason, in the order of their numbers.
-    pub const ALL: [RejectReason; 29] = {
+    pub const ALL: [RejectReason; 30] = {
         use RejectReason as R;
         [
             R::UnknownSession,
@@ -441,6 +446,7 @@ impl RejectReason {
             R::EffectQueueFull,
             R::NothingToDismiss,
             R::Reentrant,
+            R::InboxFull,
         ]
     };
 }
