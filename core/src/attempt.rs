@@ -76,12 +76,17 @@ impl Core {
             };
         }
         let until = now.plus_millis(self.config.join_wait_ms);
-        if let Some(l) = self.sess(session).live.as_mut() {
-            l.join_deadline = Some(until);
-        }
+        let l = self
+            .sess(session)
+            .live
+            .as_mut()
+            .expect("the caller read the live attempt");
+        assert!(l.id == live.id && l.join_deadline.is_none());
+        l.join_deadline = Some(until);
         // The bug: the deadline is promised but nothing enforces it.
         if !mutant_on!(self.mutant, UnboundedJoinWait) {
-            self.timers.insert((until, Timer::Join(session, live.id)));
+            let armed = self.timers.insert((until, Timer::Join(session, live.id)));
+            assert!(armed, "rule 1: one join deadline per attempt");
         }
         Verdict::Joined {
             attempt: live.id,
@@ -97,6 +102,17 @@ impl Core {
         session: SessionId,
     ) -> Option<AttemptId> {
         let id = self.mint_attempt()?;
+        let s = self.sess(session);
+        // Rule 3: a session's live attempt is retired before another begins. Rule 2 relies
+        // on IDs that only grow: every retired or evicted attempt is older than the new one.
+        assert!(
+            s.live.is_none(),
+            "rule 3: {session} begins over a live attempt"
+        );
+        assert!(
+            s.ring.newest().is_none_or(|t| t.attempt < id) && s.watermark.is_none_or(|w| w < id),
+            "rule 2: attempt {id} of {session} is not newer than every retired one"
+        );
         let start_deadline = now.plus_millis(self.config.start_deadline_ms);
         self.sess(session).live = Some(LiveAttempt {
             id,
@@ -113,6 +129,10 @@ impl Core {
             attempt: id,
             deadline: start_deadline,
         });
+        assert!(
+            self.live_attempt(session) == Some(id),
+            "rule 1: {id} is the live attempt of {session}"
+        );
         Some(id)
     }
 
@@ -176,11 +196,19 @@ impl Core {
     ) -> Option<LiveAttempt> {
         let s = self.sess(session);
         let live = s.live.take()?;
-        if let Some(evicted) = s.ring.push(Tombstone {
+        // Tombstones go in in the order attempts were minted, so an attempt is in the ring
+        // at most once (rule 3) and `Ring::find` finds the one.
+        assert!(
+            s.ring.newest().is_none_or(|t| t.attempt < live.id),
+            "rule 3: {} retired after a newer attempt of {session}",
+            live.id
+        );
+        let tombstone = Tombstone {
             attempt: live.id,
             execution: live.execution,
             outcome,
-        }) {
+        };
+        if let Some(evicted) = s.ring.push(tombstone) {
             s.watermark = Some(
                 s.watermark
                     .map_or(evicted.attempt, |w| w.max(evicted.attempt)),
@@ -190,6 +218,12 @@ impl Core {
             s.owner = Some(live.id);
             s.runtime = live.execution;
         }
+        assert!(s.live.is_none() && s.ring.newest() == Some(tombstone));
+        assert!(
+            s.watermark
+                .is_none_or(|w| s.ring.iter().next().is_some_and(|t| w < t.attempt)),
+            "rule 2: {session}'s watermark is below every tombstone it keeps"
+        );
         self.timers
             .remove(&(live.start_deadline, Timer::Start(session, live.id)));
         if let Some(j) = live.join_deadline {
@@ -307,6 +341,16 @@ impl Core {
         }
         if cb.generation > exec.generation {
             return Err(RejectReason::FutureGeneration);
+        }
+        // The attempt admitted to speak for the execution owns it (rules 4 and 5): nobody
+        // rebinds a live attempt's execution, and a ready runtime is its owner's until
+        // someone stops it.
+        if let Who::Live(LiveAttempt { id: a, .. }) | Who::Owner(a) = who {
+            assert!(
+                exec.owner == a,
+                "rule 5: {a} speaks for {} without owning it",
+                cb.execution
+            );
         }
         if let (Who::Owner(_), RuntimeEvent::Stream { turn, seq, bytes }) = (who, &cb.event) {
             // The hot path of a streaming turn, applied while the session is at hand rather
@@ -532,6 +576,9 @@ impl Core {
         } else {
             self.retire_live(session, Retired::Finished);
         }
+        assert!(self.sessions[&session]
+            .live
+            .is_none_or(|l| l.conversation == ConvPhase::Ready));
     }
 
     /// The live attempt failed: retire it, let go of its execution, report the failure

@@ -53,6 +53,14 @@ impl Core {
                 self.claim_stop(now, execution);
             }
         }
+        // Let go means: stopping now, deferred as an orphan its successor settles, or
+        // already claimed by a later attempt.
+        assert!(self
+            .executions
+            .get(&execution)
+            .is_some_and(|x| x.is_stopping()
+                || x.owner != attempt
+                || (x.orphan && self.sessions[&session].orphans.contains(&execution))));
     }
 
     /// When an attempt settles, orphans it did not claim are stopped by their owners.
@@ -68,6 +76,7 @@ impl Core {
                 self.claim_stop(now, e);
             }
         }
+        assert!(self.sess(session).orphans.is_empty());
     }
 
     /// Claims the execution's teardown: exactly once, with a deadline.
@@ -88,7 +97,8 @@ impl Core {
         exec.orphan = false;
         let session = exec.session;
         if !no_deadline {
-            self.timers.insert((deadline, Timer::Stop(execution)));
+            let armed = self.timers.insert((deadline, Timer::Stop(execution)));
+            assert!(armed, "rule 5: {execution} stopped twice");
         }
         if let Some(s) = self.sessions.get_mut(&session) {
             s.stopping = s.stopping.saturating_add(1);
@@ -96,6 +106,9 @@ impl Core {
                 s.runtime = None;
                 s.owner = None;
             }
+            // A stopping execution is nobody's ready runtime; `forget_execution` counts it
+            // back down.
+            assert!(s.stopping > 0 && s.runtime != Some(execution));
         }
         self.push(Effect::StopExecution {
             session,
@@ -112,6 +125,8 @@ impl Core {
         }
         if let Some(s) = self.sessions.get_mut(&exec.session) {
             if exec.is_stopping() {
+                // Counted up when its stop was claimed (`claim_stop`).
+                assert!(s.stopping > 0, "rule 5: {execution} stopped uncounted");
                 s.stopping = s.stopping.saturating_sub(1);
             }
             if s.runtime == Some(execution) {

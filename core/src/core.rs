@@ -186,6 +186,7 @@ impl Core {
         if self.effects.len() + MAX_EFFECTS_PER_INPUT > MAX_PENDING_EFFECTS {
             return Verdict::Reject(RejectReason::EffectQueueFull);
         }
+        let before = self.effects.len();
         let verdict = match *input {
             Input::Resume { session } => self.resume(now, session),
             Input::Prompt { session, turn } => self.prompt(now, session, turn),
@@ -200,7 +201,8 @@ impl Core {
             Input::Stopped { execution } => self.stopped(execution),
             Input::DismissFailure { session } => self.dismiss(session),
         };
-        debug_assert!(self.effects.len() <= MAX_PENDING_EFFECTS);
+        // The room checked above is enough: no input queues more than its share.
+        assert!(self.effects.len() - before <= MAX_EFFECTS_PER_INPUT);
         verdict
     }
 
@@ -211,8 +213,10 @@ impl Core {
             if at > now || self.effects.len() + MAX_EFFECTS_PER_INPUT > MAX_PENDING_EFFECTS {
                 break;
             }
-            self.timers.remove(&(at, timer));
+            let before = self.effects.len();
+            let due = self.timers.remove(&(at, timer));
             self.fire(now, timer);
+            assert!(due && self.effects.len() - before <= MAX_EFFECTS_PER_INPUT);
         }
     }
 

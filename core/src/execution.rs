@@ -122,15 +122,26 @@ impl Execution {
             orphan: false,
         };
         e.push_history(generation, owner);
+        debug_assert!(e.history_is_canonical());
         e
     }
 
     /// Starts a new generation bound to `attempt`; the oldest history entry falls out.
     pub(crate) fn rebind(&mut self, generation: Generation, attempt: AttemptId) {
+        // Generations come from one core-wide counter, and a stopping execution is never
+        // bound again (its successor starts another): rules 4 and 5.
+        assert!(
+            generation > self.generation && !self.is_stopping(),
+            "rule 4: {generation} rebinds an execution at {} (stopping: {})",
+            self.generation,
+            self.is_stopping()
+        );
         self.generation = generation;
         self.owner = attempt;
         self.orphan = false;
         self.push_history(generation, attempt);
+        assert!(usize::from(self.hist_len) <= GENERATIONS_PER_EXECUTION);
+        debug_assert!(self.history_is_canonical());
     }
 
     fn push_history(&mut self, generation: Generation, attempt: AttemptId) {

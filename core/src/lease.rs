@@ -112,6 +112,16 @@ impl Core {
             l.execution = Some(execution);
             l.generation = Some(generation);
         }
+        // The live attempt holds the execution's newest generation and owns it; it is no
+        // longer anyone's ready runtime (rules 4 and 5).
+        assert!(s.runtime != Some(execution));
+        assert!(self
+            .executions
+            .get(&execution)
+            .is_some_and(|e| e.session == session
+                && e.generation == generation
+                && e.owner == attempt
+                && !e.is_stopping()));
         Verdict::Bound { generation }
     }
 
@@ -130,18 +140,21 @@ impl Core {
     ) -> Option<LeaseId> {
         let id = self.mint_lease()?;
         let deadline = now.plus_millis(self.config.lease_ms);
-        self.leases.insert(
-            id,
-            Lease {
-                session,
-                execution,
-                generation,
-                attempt,
-                deadline,
-                action,
-            },
+        let lease = Lease {
+            session,
+            execution,
+            generation,
+            attempt,
+            deadline,
+            action,
+        };
+        // A lease and its deadline come and go together (`perform`, `lease_deadline_passed`).
+        let previous = self.leases.insert(id, lease);
+        let armed = self.timers.insert((deadline, Timer::Lease(id)));
+        assert!(
+            previous.is_none() && armed,
+            "rule 4: lease {id} issued twice"
         );
-        self.timers.insert((deadline, Timer::Lease(id)));
         Some(id)
     }
 
@@ -182,7 +195,8 @@ impl Core {
             (!current || !attempt_ok).then_some(RejectReason::LeaseRevoked)
         };
         self.leases.remove(&id);
-        self.timers.remove(&(lease.deadline, Timer::Lease(id)));
+        let armed = self.timers.remove(&(lease.deadline, Timer::Lease(id)));
+        assert!(armed, "rule 4: lease {id} outlived its deadline");
         if let Some(reason) = reason {
             self.lease_lost(now, id, lease);
             return Verdict::Reject(reason);

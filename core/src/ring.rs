@@ -193,6 +193,7 @@ impl Ring {
     /// Appends a tombstone; returns the evicted oldest one when the ring was full.
     /// Rule 3 (idempotent retire) is the caller's: it only retires an attempt that is live.
     pub(crate) fn push(&mut self, t: Tombstone) -> Option<Tombstone> {
+        assert!(self.len() <= TOMBSTONES_PER_SESSION);
         let mut evicted = None;
         if self.len() == TOMBSTONES_PER_SESSION {
             let head = usize::from(self.head);
@@ -211,6 +212,13 @@ impl Ring {
         self.slots[i] = Some((t.attempt, t.execution));
         self.outcomes = (self.outcomes & !(0b11 << (2 * i))) | ((t.outcome as u32) << (2 * i));
         self.len += 1;
+        // The bound holds, the newest is the one pushed, and what fell out is older.
+        assert!(self.len() <= TOMBSTONES_PER_SESSION && self.newest() == Some(t));
+        assert!(evicted.is_none_or(|e: Tombstone| e.attempt < t.attempt));
+        debug_assert!(self
+            .iter()
+            .zip(self.iter().skip(1))
+            .all(|(a, b)| a.attempt < b.attempt));
         evicted
     }
 }

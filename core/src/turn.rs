@@ -53,8 +53,15 @@ pub(crate) fn stream(
     if seq > t.runtime_next {
         return Err(RejectReason::SequenceGap);
     }
+    // Every runtime event of this dispatch was delivered under the caller's numbering,
+    // which counts on across dispatches (rule 9: no gap, no repeat).
+    assert!(
+        t.runtime_next <= t.delivered + 1,
+        "rule 9: {turn} streams ahead"
+    );
     t.runtime_next += 1;
     t.delivered += 1;
+    assert!(t.runtime_next <= t.delivered + 1);
     effects.push_back(Effect::Deliver {
         session: cb.session,
         turn,
@@ -70,6 +77,8 @@ impl Turn {
     /// recovery generation (never an already-wrapped earlier request).
     pub(crate) fn next_request(&mut self, mutant: ActiveMutant) -> PromptRequest {
         if !self.accepted_once {
+            // Rule 8: nothing to replay before the provider ever had the turn.
+            assert!(self.delivered == 0 && self.recovery_generation == 0);
             return PromptRequest {
                 replay_blocks: 0,
                 replay_generation: 0,
@@ -90,11 +99,14 @@ impl Turn {
         } else {
             self.delivered
         };
-        PromptRequest {
+        let request = PromptRequest {
             replay_blocks: wraps,
             replay_generation: self.recovery_generation,
             delivered_through,
-        }
+        };
+        // The replay resumes within what the caller has, and a re-prompt carries a block.
+        assert!(request.replay_blocks > 0 && request.delivered_through <= self.delivered);
+        request
     }
 }
 
@@ -141,6 +153,16 @@ impl Core {
         } else if needs_attempt {
             let _ = self.begin_attempt(now, session);
         }
+        // Rule 7: a claimed turn is dispatched, or waits for a runtime an attempt is
+        // starting; it never waits on nothing.
+        let s = &self.sessions[&session];
+        assert!(
+            s.last_turn == Some(turn)
+                && s.turn
+                    .is_none_or(|t| t.id == turn
+                        && (t.phase != TurnPhase::WaitingRuntime || s.live.is_some())),
+            "rule 7: {turn} of {session} waits for a runtime nobody starts"
+        );
         Verdict::Claimed
     }
 
@@ -175,6 +197,12 @@ impl Core {
         };
         let mutant = self.mutant;
         let t = self.sess(session).turn.as_mut().expect("checked above");
+        // Rule 7: a turn goes to one runtime at a time, from waiting for it.
+        assert!(
+            t.phase == TurnPhase::WaitingRuntime,
+            "rule 7: {turn} dispatched from {:?}",
+            t.phase
+        );
         t.phase = TurnPhase::Dispatched { lease, execution };
         t.runtime_next = 1;
         let request = t.next_request(mutant);
@@ -207,6 +235,8 @@ impl Core {
     pub(crate) fn mark_accepted(&mut self, session: SessionId, execution: ExecutionId) {
         let mut accept_timer = None;
         if let Some(t) = self.sess(session).turn.as_mut() {
+            // The callers checked that the turn runs on this execution.
+            assert!(t.execution() == Some(execution));
             if let TurnPhase::Performed { deadline, .. } = t.phase {
                 accept_timer = Some((deadline, Timer::Accept(session, t.id)));
             }
@@ -331,6 +361,11 @@ impl Core {
                 self.end_turn(session, TurnOutcome::Cancelled);
             }
         }
+        // Cancelled means ended, or (once the provider has it) marked so that its runtime's
+        // loss ends it instead of recovering it.
+        assert!(self.sessions[&session]
+            .turn
+            .is_none_or(|t| t.user_cancelled));
     }
 
     /// A performed prompt the provider did not accept by its deadline: the provider is told
@@ -491,6 +526,21 @@ pub(crate) fn decide_recovery(
     delays_ms: &[u64],
     now: Timestamp,
 ) -> RecoveryDecision {
+    // Before acceptance a lost runtime rolls the claim back instead (rule 7).
+    assert!(
+        turn.accepted_once,
+        "rule 8: {} recovers before acceptance",
+        turn.id
+    );
+    let decision = decide(turn, delays_ms, now);
+    // Rule 8: at most one `recovery_started` per step of the schedule, and exhaustion only
+    // after at least one.
+    assert!(usize::from(turn.recoveries_started) <= delays_ms.len());
+    assert!(decision != RecoveryDecision::Exhausted || turn.recoveries_started >= 1);
+    decision
+}
+
+fn decide(turn: &mut Turn, delays_ms: &[u64], now: Timestamp) -> RecoveryDecision {
     if turn.user_cancelled {
         return RecoveryDecision::EndCancelled;
     }
