@@ -61,7 +61,7 @@ pub(crate) fn stream(
     );
     t.runtime_next += 1;
     t.delivered += 1;
-    assert!(t.runtime_next <= t.delivered + 1);
+    debug_assert!(t.runtime_next <= t.delivered + 1);
     effects.push_back(Effect::Deliver {
         session: cb.session,
         turn,
@@ -155,14 +155,13 @@ impl Core {
         }
         // Rule 7: a claimed turn is dispatched, or waits for a runtime an attempt is
         // starting; it never waits on nothing.
-        let s = &self.sessions[&session];
-        assert!(
+        debug_assert!({
+            let s = &self.sessions[&session];
             s.last_turn == Some(turn)
-                && s.turn
-                    .is_none_or(|t| t.id == turn
-                        && (t.phase != TurnPhase::WaitingRuntime || s.live.is_some())),
-            "rule 7: {turn} of {session} waits for a runtime nobody starts"
-        );
+                && s.turn.is_none_or(|t| {
+                    t.id == turn && (t.phase != TurnPhase::WaitingRuntime || s.live.is_some())
+                })
+        });
         Verdict::Claimed
     }
 
@@ -363,7 +362,7 @@ impl Core {
         }
         // Cancelled means ended, or (once the provider has it) marked so that its runtime's
         // loss ends it instead of recovering it.
-        assert!(self.sessions[&session]
+        debug_assert!(self.sessions[&session]
             .turn
             .is_none_or(|t| t.user_cancelled));
     }
