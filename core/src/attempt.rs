@@ -1,4 +1,4 @@
-//! Rules 1–3: attempts. A resume begins an attempt or joins the live one (rule 1); a
+//! Rules 1, 2 and 3: attempts. A resume begins an attempt or joins the live one (rule 1); a
 //! callback is admitted only from the attempt that speaks for its session, and fails closed
 //! otherwise (rule 2); an attempt is retired at most once, into one tombstone (rule 3). Here
 //! too: the live attempt's way from a bound runtime to a ready conversation, and its failure.

@@ -539,6 +539,7 @@ pub(crate) fn decide_recovery(
     decision
 }
 
+/// [`decide_recovery`]'s decision, before its checks.
 fn decide(turn: &mut Turn, delays_ms: &[u64], now: Timestamp) -> RecoveryDecision {
     if turn.user_cancelled {
         return RecoveryDecision::EndCancelled;
