@@ -35,7 +35,10 @@ const _: () = assert!(MAX_ORPHANS_PER_SESSION < MAX_EFFECTS_PER_INPUT);
 
 /// The sans-IO fence for resumable agent sessions.
 ///
-/// Call order, after quinn-proto: feed every input with [`Core::handle`] and every due
+/// Embed it through [`crate::driver::Driver`], the front door: it keeps the call order
+/// below for you, confirms a lease in the call that hands its effect out, and queues the
+/// inputs raised meanwhile. The raw calls are for harnesses that must reach between an
+/// effect and its act. Call order, after quinn-proto: feed every input with [`Core::handle`] and every due
 /// wake-up with [`Core::handle_timeout`]; after each, drain [`Core::poll_effect`] until it
 /// returns `None`, then sleep until [`Core::poll_timeout`]. Before performing a leased
 /// effect, ask with [`Input::Perform`]. Persist [`Core::snapshot`] where you need to
