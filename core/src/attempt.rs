@@ -1,426 +1,631 @@
-//! Rules 1–3: attempts, the bounded tombstone ring, and fail-closed admission by attempt.
+//! Rules 1, 2 and 3: attempts. A resume begins an attempt or joins the live one (rule 1); a
+//! callback is admitted only from the attempt that speaks for its session, and fails closed
+//! otherwise (rule 2); an attempt is retired at most once, into one tombstone (rule 3). Here
+//! too: the live attempt's way from a bound runtime to a ready conversation, and its failure.
 //!
 //! Attempt IDs are minted from one monotonic counter per core (with the epoch on top), so
 //! a session only has to remember its live attempt, a ring of the last
-//! [`TOMBSTONES_PER_SESSION`] retired ones, and a watermark: the newest ID the ring ever
-//! evicted. An ID at or below the watermark that is not in the ring is an evicted one and
-//! fails closed. Memory stays O(1) per session however many attempts it has had.
+//! [`TOMBSTONES_PER_SESSION`] retired ones (`ring.rs`), and a watermark: the newest ID the
+//! ring ever evicted. An ID at or below the watermark that is not in the ring is an evicted
+//! one and fails closed. Memory stays O(1) per session however many attempts it has had.
 
-use serde::{Deserialize, Serialize};
-
+use crate::classify::{capability_proof, classify_with, LoadVerdict};
+#[cfg(doc)]
 use crate::config::TOMBSTONES_PER_SESSION;
-use crate::ids::{AttemptId, ExecutionId, Generation};
-use crate::io::NewConversationReason;
+use crate::core::Core;
+use crate::execution::LeaseAction;
+use crate::failure;
+use crate::ids::{AttemptId, ErrorStamp, ExecutionId, Generation, SessionId};
+use crate::io::{
+    AttemptOutcome, Callback, Effect, NewConversationReason, RejectReason, RuntimeEvent, Verdict,
+};
+use crate::mutants::mutant_on;
+use crate::ring::{remember, Remembered, Retired, Tombstone};
+use crate::session::{ConvPhase, LiveAttempt, TurnPhase};
 use crate::time::Timestamp;
+use crate::timers::Timer;
+use crate::turn::stream;
 
-/// The session's live attempt: starting its runtime. Once the provider accepts its prompt
-/// it is retired as finished in the same step, so a live attempt is always starting.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct LiveAttempt {
-    pub(crate) id: AttemptId,
-    pub(crate) execution: Option<ExecutionId>,
-    pub(crate) generation: Option<Generation>,
-    /// The attempt fails if its conversation is not ready by then.
-    pub(crate) start_deadline: Timestamp,
-    /// Joiners are answered by then (the latest joiner's deadline).
-    pub(crate) join_deadline: Option<Timestamp>,
-    /// Where its conversation is: each answer is accepted only while it is awaited, so a
-    /// duplicated or late `load_failed` cannot replace a conversation created since.
-    pub(crate) conversation: ConvPhase,
+/// Who a callback speaks for, once admitted.
+#[derive(Clone, Copy, Debug)]
+enum Who {
+    Live(LiveAttempt),
+    Owner(AttemptId),
+    /// Admitted without a valid attempt (legacy traffic; or a mutant's stale callback).
+    Unfenced,
+    /// The owner's stream event, admitted and already applied by `admit`: why it was
+    /// refused after admission, if it was.
+    Streamed(Option<RejectReason>),
 }
 
-/// The conversation step of a live attempt.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) enum ConvPhase {
-    /// Waiting for the agent to be ready.
-    Pending,
-    /// `session/load` requested.
-    Loading,
-    /// `session/new` requested, for this reason.
-    Creating(NewConversationReason),
-    /// The conversation is ready (a prompt may be in flight).
-    Ready,
-}
+impl Core {
+    // ----- rule 1: begin or join -------------------------------------------------------
 
-/// How a retired attempt ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) enum Retired {
-    Cancelled = 1,
-    Failed = 2,
-    /// Finished successfully; it owns its execution until a later attempt exists.
-    Finished = 3,
-}
-
-impl Retired {
-    fn from_bits(bits: u32) -> Option<Retired> {
-        match bits {
-            1 => Some(Retired::Cancelled),
-            2 => Some(Retired::Failed),
-            3 => Some(Retired::Finished),
-            _ => None,
-        }
-    }
-}
-
-/// One retired attempt.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Tombstone {
-    pub(crate) attempt: AttemptId,
-    pub(crate) execution: Option<ExecutionId>,
-    pub(crate) outcome: Retired,
-}
-
-/// One ring slot: a retired attempt and the execution it had; `None` never written.
-type Slot = Option<(AttemptId, Option<ExecutionId>)>;
-
-/// The bounded ring of tombstones, outcomes packed two bits per slot.
-///
-/// The slots live in a `Vec` that grows with the ring (1, 2, 4, 8, then
-/// [`TOMBSTONES_PER_SESSION`] slots of 16 bytes) and never beyond: most sessions retire a
-/// few attempts, and a session at rest should pay for the tombstones it has, not for
-/// sixteen (issue 2: at most 512 bytes per session at rest). Indexing is exactly that of
-/// a fixed array of [`TOMBSTONES_PER_SESSION`] slots, of which `slots` holds the prefix up
-/// to the last one ever written; snapshots encode that prefix as it is (a decoded ring is
-/// checked by [`Ring::is_well_formed`] before use).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Ring {
-    /// Slots `0..slots.len()` of the array; never ends with `None`, so equal rings are
-    /// equal `Vec`s.
-    slots: Vec<Slot>,
-    outcomes: u32,
-    /// Index of the oldest entry.
-    head: u8,
-    len: u8,
-}
-
-const _: () = assert!(
-    TOMBSTONES_PER_SESSION * 2 <= 32,
-    "outcomes are 2 bits per slot in a u32"
-);
-
-/// Storage for `used` slots: the next power of two, at most [`TOMBSTONES_PER_SESSION`].
-fn ring_capacity(used: usize) -> usize {
-    if used == 0 {
-        0
-    } else {
-        used.next_power_of_two().min(TOMBSTONES_PER_SESSION)
-    }
-}
-
-impl Ring {
-    pub(crate) fn len(&self) -> usize {
-        usize::from(self.len)
-    }
-
-    fn slot(&self, i: usize) -> Option<Tombstone> {
-        let (attempt, execution) = self.slots.get(i).copied().flatten()?;
-        let outcome = Retired::from_bits((self.outcomes >> (2 * i)) & 0b11)?;
-        Some(Tombstone {
-            attempt,
-            execution,
-            outcome,
-        })
-    }
-
-    /// Whether the ring has a shape that pushes can produce, so that pushing onto it can
-    /// never overflow its length: at most [`TOMBSTONES_PER_SESSION`] entries and `head`
-    /// inside the array; until the ring first fills, `head` is 0 and exactly the slots
-    /// `0..len` were written; once full, all of them were. Every written slot holds a
-    /// tombstone whose outcome decodes, and the outcome bits of unwritten slots are 0.
-    /// (A decoded snapshot may claim anything; `restore` asks this before the first push.)
-    pub(crate) fn is_well_formed(&self) -> bool {
-        let len = self.len();
-        let written = self.slots.len();
-        let shape = if len == TOMBSTONES_PER_SESSION {
-            written == TOMBSTONES_PER_SESSION && usize::from(self.head) < TOMBSTONES_PER_SESSION
-        } else {
-            len < TOMBSTONES_PER_SESSION && self.head == 0 && written == len
-        };
-        shape
-            && (0..TOMBSTONES_PER_SESSION).all(|i| {
-                let bits = (self.outcomes >> (2 * i)) & 0b11;
-                if i < written {
-                    self.slots[i].is_some() && Retired::from_bits(bits).is_some()
-                } else {
-                    bits == 0
-                }
-            })
-    }
-
-    /// The ring with its length field overwritten, as a corrupt snapshot could hold it.
-    #[cfg(test)]
-    pub(crate) fn with_len_for_test(mut self, len: u8) -> Ring {
-        self.len = len;
-        self
-    }
-
-    /// Tombstones oldest first.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = Tombstone> + '_ {
-        (0..self.len())
-            .filter_map(move |k| self.slot((usize::from(self.head) + k) % TOMBSTONES_PER_SESSION))
-    }
-
-    /// Calls `f` with the attempt of every tombstone [`Ring::iter`] yields, in the same
-    /// order, stopping at the first `Err`. `check_invariants` walks every ring every few
-    /// steps and reads only the attempts: this walks the window as (at most) two runs of
-    /// slots and builds no tombstone.
-    pub(crate) fn try_for_each_attempt<E>(
-        &self,
-        mut f: impl FnMut(AttemptId) -> Result<(), E>,
-    ) -> Result<(), E> {
-        let len = self.len();
-        if len > TOMBSTONES_PER_SESSION {
-            // Only a corrupt ring (never pushed nor restored so) wraps more than once.
-            return self.iter().try_for_each(|t| f(t.attempt));
-        }
-        let head = usize::from(self.head) % TOMBSTONES_PER_SESSION;
-        let end = head + len;
-        let runs = [
-            head..end.min(TOMBSTONES_PER_SESSION),
-            0..end.saturating_sub(TOMBSTONES_PER_SESSION),
-        ];
-        for run in runs {
-            for i in run {
-                // As `slot`: a slot never written, or whose outcome bits do not decode
-                // (0, the only two-bit value `Retired::from_bits` refuses), is skipped.
-                if let Some(&Some((attempt, _))) = self.slots.get(i) {
-                    if (self.outcomes >> (2 * i)) & 0b11 != 0 {
-                        f(attempt)?;
-                    }
-                }
+    /// A client asks to resume the session (rule 1): join the live attempt, or say the
+    /// runtime is ready, or begin a new attempt.
+    pub(crate) fn resume(&mut self, now: Timestamp, session: SessionId) -> Verdict {
+        if let Some(s) = self.sessions.get(&session) {
+            if let Some(live) = s.live {
+                return self.join(now, session, live);
+            }
+            if s.runtime.is_some() {
+                return Verdict::AlreadyReady;
             }
         }
-        Ok(())
-    }
-
-    pub(crate) fn find(&self, attempt: AttemptId) -> Option<Tombstone> {
-        // Admission asks this for every callback of a retired attempt, so scan the slots
-        // directly rather than walking the ring in order. A slot counts only inside the
-        // ring's window (`head`, `len` entries), exactly the slots `iter` yields; within
-        // the window attempts are unique (strictly increasing, see `check_invariants`),
-        // and a slot whose outcome bits do not decode is skipped as `iter` skips it.
-        let head = usize::from(self.head) % TOMBSTONES_PER_SESSION;
-        self.slots.iter().enumerate().find_map(|(i, slot)| {
-            let (a, _) = (*slot)?;
-            let in_window =
-                (i + TOMBSTONES_PER_SESSION - head) % TOMBSTONES_PER_SESSION < self.len();
-            if a == attempt && in_window {
-                self.slot(i)
-            } else {
-                None
-            }
-        })
-    }
-
-    pub(crate) fn newest(&self) -> Option<Tombstone> {
-        if self.len == 0 {
-            return None;
+        if !self.can_mint_attempt() {
+            return Verdict::Reject(RejectReason::CounterExhausted);
         }
-        self.slot((usize::from(self.head) + self.len() - 1) % TOMBSTONES_PER_SESSION)
-    }
-
-    /// Appends a tombstone; returns the evicted oldest one when the ring was full.
-    /// Rule 3 (idempotent retire) is the caller's: it only retires an attempt that is live.
-    pub(crate) fn push(&mut self, t: Tombstone) -> Option<Tombstone> {
-        let mut evicted = None;
-        if self.len() == TOMBSTONES_PER_SESSION {
-            let head = usize::from(self.head);
-            evicted = self.slot(head);
-            self.head = ((head + 1) % TOMBSTONES_PER_SESSION) as u8;
-            self.len -= 1;
+        if let Err(r) = self.ensure_session(session) {
+            return Verdict::Reject(r);
         }
-        let i = (usize::from(self.head) + self.len()) % TOMBSTONES_PER_SESSION;
-        if i >= self.slots.len() {
-            let want = ring_capacity(i + 1);
-            if self.slots.capacity() < want {
-                self.slots.reserve_exact(want - self.slots.len());
-            }
-            self.slots.resize(i + 1, None);
+        match self.begin_attempt(now, session) {
+            Some(attempt) => Verdict::Started { attempt },
+            None => Verdict::Reject(RejectReason::CounterExhausted),
         }
-        self.slots[i] = Some((t.attempt, t.execution));
-        self.outcomes = (self.outcomes & !(0b11 << (2 * i))) | ((t.outcome as u32) << (2 * i));
-        self.len += 1;
-        evicted
-    }
-}
-
-/// What the ring and watermark say about an attempt ID that is not the live one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Remembered {
-    Tomb(Tombstone),
-    Evicted,
-    Unknown,
-}
-
-/// Looks up a non-live attempt ID.
-pub(crate) fn remember(
-    ring: &Ring,
-    watermark: Option<AttemptId>,
-    attempt: AttemptId,
-) -> Remembered {
-    if let Some(t) = ring.find(attempt) {
-        return Remembered::Tomb(t);
-    }
-    match watermark {
-        Some(w) if attempt <= w => Remembered::Evicted,
-        _ => Remembered::Unknown,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::ids::Epoch;
-
-    fn id(n: u64) -> AttemptId {
-        AttemptId::new(Epoch::FIRST, n).unwrap()
     }
 
-    #[test]
-    fn ring_keeps_the_newest_sixteen_and_reports_evictions() {
-        let mut ring = Ring::default();
-        let mut evicted = Vec::new();
-        for n in 1..=40 {
-            let outcome = if n % 2 == 0 {
-                Retired::Finished
-            } else {
-                Retired::Cancelled
+    /// The caller joins the live attempt, with a bounded wait.
+    fn join(&mut self, now: Timestamp, session: SessionId, live: LiveAttempt) -> Verdict {
+        // Every joiner of an attempt is answered at the attempt's one join deadline, set by
+        // its first joiner: a later join never extends an earlier joiner's wait (it gets the
+        // deadline already running, never more than the configured wait).
+        if let Some(until) = live.join_deadline {
+            return Verdict::Joined {
+                attempt: live.id,
+                until,
             };
-            if let Some(e) = ring.push(Tombstone {
-                attempt: id(n),
-                execution: ExecutionId::new(n),
-                outcome,
-            }) {
-                evicted.push(e.attempt.seq());
-            }
         }
-        assert_eq!(ring.len(), TOMBSTONES_PER_SESSION);
-        assert_eq!(evicted, (1..=24).collect::<Vec<_>>());
-        let kept: Vec<u64> = ring.iter().map(|t| t.attempt.seq()).collect();
-        assert_eq!(kept, (25..=40).collect::<Vec<_>>());
-        assert_eq!(ring.find(id(40)).unwrap().outcome, Retired::Finished);
-        assert_eq!(ring.find(id(39)).unwrap().outcome, Retired::Cancelled);
-        assert_eq!(ring.newest().unwrap().attempt, id(40));
+        let until = now.plus_millis(self.config.join_wait_ms);
+        let l = self
+            .sess(session)
+            .live
+            .as_mut()
+            .expect("the caller read the live attempt");
+        assert!(l.id == live.id && l.join_deadline.is_none());
+        l.join_deadline = Some(until);
+        // The bug: the deadline is promised but nothing enforces it.
+        if !mutant_on!(self.mutant, UnboundedJoinWait) {
+            let armed = self.timers.insert((until, Timer::Join(session, live.id)));
+            assert!(armed, "rule 1: one join deadline per attempt");
+        }
+        Verdict::Joined {
+            attempt: live.id,
+            until,
+        }
     }
 
-    #[test]
-    fn evicted_ids_are_remembered_as_evicted_and_others_as_unknown() {
-        let ring = Ring::default();
-        assert_eq!(remember(&ring, Some(id(5)), id(3)), Remembered::Evicted);
-        assert_eq!(remember(&ring, Some(id(5)), id(6)), Remembered::Unknown);
-        assert_eq!(remember(&ring, None, id(1)), Remembered::Unknown);
-    }
-
-    #[test]
-    fn ring_storage_grows_with_its_tombstones_and_stops_at_the_bound() {
-        let mut ring = Ring::default();
-        assert_eq!(
-            ring.slots.capacity(),
-            0,
-            "a session that never retired pays nothing"
+    /// Begins a new live attempt and asks for its runtime; `None` if the attempt counter
+    /// is exhausted.
+    pub(crate) fn begin_attempt(
+        &mut self,
+        now: Timestamp,
+        session: SessionId,
+    ) -> Option<AttemptId> {
+        let id = self.mint_attempt()?;
+        let start_deadline = now.plus_millis(self.config.start_deadline_ms);
+        let s = self.sess(session);
+        // Rule 3: a session's live attempt is retired before another begins. Rule 2 relies
+        // on IDs that only grow: every retired or evicted attempt is older than the new one.
+        assert!(
+            s.live.is_none(),
+            "rule 3: {session} begins over a live attempt"
         );
-        let mut caps = Vec::new();
-        for n in 1..=40 {
-            ring.push(Tombstone {
-                attempt: id(n),
-                execution: None,
-                outcome: Retired::Cancelled,
-            });
-            caps.push(ring.slots.capacity());
-        }
-        assert_eq!(&caps[..5], &[1, 2, 4, 4, 8]);
-        assert!(caps[15..].iter().all(|&c| c == TOMBSTONES_PER_SESSION));
+        assert!(
+            s.ring.newest().is_none_or(|t| t.attempt < id) && s.watermark.is_none_or(|w| w < id),
+            "rule 2: attempt {id} of {session} is not newer than every retired one"
+        );
+        s.live = Some(LiveAttempt {
+            id,
+            execution: None,
+            generation: None,
+            start_deadline,
+            join_deadline: None,
+            conversation: ConvPhase::Pending,
+        });
+        self.timers
+            .insert((start_deadline, Timer::Start(session, id)));
+        self.push(Effect::StartRuntime {
+            session,
+            attempt: id,
+            deadline: start_deadline,
+        });
+        debug_assert!(self.live_attempt(session) == Some(id));
+        Some(id)
     }
 
-    #[test]
-    fn ring_round_trips_through_its_encoding() {
-        let mut ring = Ring::default();
-        for n in 0..=40 {
-            if n > 0 {
-                ring.push(Tombstone {
-                    attempt: id(n),
-                    execution: ExecutionId::new(n % 3),
-                    outcome: if n % 2 == 0 {
-                        Retired::Finished
-                    } else {
-                        Retired::Cancelled
-                    },
-                });
+    /// Rule 1's bounded wait: the joiners of an attempt still live at its join deadline
+    /// are answered that it hung.
+    pub(crate) fn join_deadline_passed(&mut self, session: SessionId, attempt: AttemptId) {
+        let live = self
+            .sessions
+            .get(&session)
+            .and_then(|s| s.live)
+            .filter(|l| l.id == attempt);
+        if let Some(l) = live {
+            if let Some(s) = self
+                .sessions
+                .get_mut(&session)
+                .and_then(|s| s.live.as_mut())
+            {
+                s.join_deadline = None;
             }
-            let bytes = postcard::to_allocvec(&ring).unwrap();
-            let back: Ring = postcard::from_bytes(&bytes).unwrap();
-            assert_eq!(back, ring, "after {n} pushes");
-            assert!(back.is_well_formed(), "after {n} pushes");
+            self.push(Effect::JoinTimedOut {
+                session,
+                attempt: l.id,
+            });
         }
     }
-    /// `try_for_each_attempt` yields exactly what `iter` yields, for every ring pushes
-    /// produce and for corrupt ones (lengths past the array, heads anywhere, holes, outcome
-    /// bits that do not decode), and stops at the first error.
-    #[test]
-    fn the_attempt_walk_matches_iter_on_every_ring_shape() {
-        let walk = |ring: &Ring| {
-            let mut seen = Vec::new();
-            let ok: Result<(), ()> = ring.try_for_each_attempt(|a| {
-                seen.push(a);
-                Ok(())
-            });
-            assert_eq!(ok, Ok(()));
-            seen
-        };
-        let via_iter = |ring: &Ring| ring.iter().map(|t| t.attempt).collect::<Vec<_>>();
-        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
-        let mut ring = Ring::default();
-        for n in 1..=40 {
-            assert_eq!(walk(&ring), via_iter(&ring), "after {} pushes", n - 1);
-            ring.push(Tombstone {
-                attempt: id(n),
-                execution: None,
-                outcome: Retired::Failed,
-            });
+
+    /// An attempt still live at its start deadline fails.
+    pub(crate) fn start_deadline_passed(
+        &mut self,
+        now: Timestamp,
+        session: SessionId,
+        attempt: AttemptId,
+    ) {
+        let live = self
+            .sessions
+            .get(&session)
+            .and_then(|s| s.live)
+            .filter(|l| l.id == attempt);
+        if live.is_some() {
+            let stamp = self.mint_stamp();
+            self.fail_attempt(now, session, stamp);
         }
-        for round in 0..2_000 {
-            let used = (next() % 17) as usize;
-            let mut slots: Vec<Slot> = (0..used)
-                .map(|k| {
-                    (next() % 5 != 0).then(|| (id(1 + next() % 50), ExecutionId::new(k as u64)))
-                })
-                .collect();
-            if next() % 2 == 0 {
-                slots.truncate(used / 2);
-            }
-            let corrupt = Ring {
-                slots,
-                outcomes: next() as u32,
-                head: (next() % 40) as u8,
-                len: (next() % 40) as u8,
-            };
-            assert_eq!(
-                walk(&corrupt),
-                via_iter(&corrupt),
-                "round {round}: {corrupt:?}"
+    }
+
+    /// The user cancels the live attempt: it is retired, and lets go of its execution.
+    pub(crate) fn cancel_live(&mut self, now: Timestamp, session: SessionId, live: LiveAttempt) {
+        self.retire_live(session, Retired::Cancelled);
+        if let Some(e) = live.execution {
+            self.release_execution(now, session, live.id, e);
+        }
+    }
+
+    // ----- rule 3: retire once -----------------------------------------------------------
+
+    /// Retires the live attempt (rule 3: only a live attempt can be retired, so at most one
+    /// tombstone per attempt) and settles what waited on it.
+    pub(crate) fn retire_live(
+        &mut self,
+        session: SessionId,
+        outcome: Retired,
+    ) -> Option<LiveAttempt> {
+        let s = self.sess(session);
+        let live = s.live.take()?;
+        // Tombstones go in in the order attempts were minted, so an attempt is in the ring
+        // at most once (rule 3) and `Ring::find` finds the one.
+        assert!(
+            s.ring.newest().is_none_or(|t| t.attempt < live.id),
+            "rule 3: {} retired after a newer attempt of {session}",
+            live.id
+        );
+        let tombstone = Tombstone {
+            attempt: live.id,
+            execution: live.execution,
+            outcome,
+        };
+        if let Some(evicted) = s.ring.push(tombstone) {
+            s.watermark = Some(
+                s.watermark
+                    .map_or(evicted.attempt, |w| w.max(evicted.attempt)),
             );
-            // An error stops the walk where it happened.
-            let all = via_iter(&corrupt);
-            if let Some(&stop) = all.get(all.len() / 2) {
-                let mut seen = Vec::new();
-                let r = corrupt.try_for_each_attempt(|a| {
-                    seen.push(a);
-                    if a == stop {
-                        Err(a)
-                    } else {
-                        Ok(())
-                    }
-                });
-                assert_eq!(r, Err(stop));
-                let at = all.iter().position(|&a| a == stop).unwrap();
-                assert_eq!(seen, all[..=at]);
+        }
+        if outcome == Retired::Finished {
+            s.owner = Some(live.id);
+            s.runtime = live.execution;
+        }
+        debug_assert!(s.live.is_none() && s.ring.newest() == Some(tombstone));
+        debug_assert!(
+            s.watermark
+                .is_none_or(|w| s.ring.iter().next().is_some_and(|t| w < t.attempt)),
+            "rule 2: {session}'s watermark is below every tombstone it keeps"
+        );
+        self.timers
+            .remove(&(live.start_deadline, Timer::Start(session, live.id)));
+        if let Some(j) = live.join_deadline {
+            self.timers.remove(&(j, Timer::Join(session, live.id)));
+        }
+        let settled = match outcome {
+            Retired::Cancelled => AttemptOutcome::Cancelled,
+            Retired::Failed => AttemptOutcome::Failed,
+            Retired::Finished => AttemptOutcome::Ready,
+        };
+        self.push(Effect::AttemptSettled {
+            session,
+            attempt: live.id,
+            outcome: settled,
+        });
+        self.settle_orphans(session, live.id);
+        Some(live)
+    }
+
+    // ----- rule 2: admission, failing closed -----------------------------------------------
+
+    /// A runtime's callback: admitted (rule 2, with rule 4's generation check), then applied
+    /// for whom it speaks.
+    pub(crate) fn callback(&mut self, now: Timestamp, cb: &Callback) -> Verdict {
+        let who = match self.admit(now, cb) {
+            Ok(who) => who,
+            Err(reason) => return Verdict::Reject(reason),
+        };
+        match who {
+            Who::Live(live) => self.apply_live(now, cb, live),
+            Who::Owner(owner) => self.apply_owner(now, cb, owner),
+            Who::Unfenced => self.apply_unfenced(now, cb),
+            Who::Streamed(None) => Verdict::Accepted,
+            Who::Streamed(Some(reason)) => Verdict::Reject(reason),
+        }
+    }
+
+    /// Decides who the callback speaks for, or why it is refused. Touches state only for the
+    /// teardown a stale failure calls for (rule 5) and, once an owner's stream event is
+    /// admitted, to apply it (see `Who::Streamed`).
+    fn admit(&mut self, now: Timestamp, cb: &Callback) -> Result<Who, RejectReason> {
+        let s = self
+            .sessions
+            .get_mut(&cb.session)
+            .ok_or(RejectReason::UnknownSession)?;
+        let who = match cb.attempt {
+            None if s.ever_attempted() => return Err(RejectReason::MissingAttempt),
+            None => Who::Unfenced,
+            Some(a) => {
+                if a.epoch() > self.epoch {
+                    return Err(RejectReason::FutureEpoch);
+                }
+                if a.epoch() == self.epoch && a.seq() >= self.next_attempt_seq {
+                    return Err(RejectReason::UnknownAttempt);
+                }
+                match (&s.live, s.owner) {
+                    (Some(live), _) if live.id == a => Who::Live(*live),
+                    (None, Some(owner)) if owner == a => Who::Owner(owner),
+                    _ => match remember(&s.ring, s.watermark, a) {
+                        Remembered::Tomb(t) => {
+                            let stale_ready = matches!(
+                                cb.event,
+                                RuntimeEvent::ConversationLoaded
+                                    | RuntimeEvent::ConversationCreated { .. }
+                            );
+                            if t.outcome == Retired::Cancelled
+                                && stale_ready
+                                && mutant_on!(self.mutant, StaleCallbackDispatches)
+                            {
+                                Who::Unfenced
+                            } else {
+                                self.stale_failure_teardown(now, cb, t);
+                                return Err(match t.outcome {
+                                    Retired::Cancelled => RejectReason::AttemptCancelled,
+                                    Retired::Failed => RejectReason::AttemptFailed,
+                                    Retired::Finished => RejectReason::AttemptSuperseded,
+                                });
+                            }
+                        }
+                        Remembered::Evicted
+                            if mutant_on!(self.mutant, TombstoneEvictionReopens) =>
+                        {
+                            Who::Unfenced
+                        }
+                        Remembered::Evicted => return Err(RejectReason::AttemptEvicted),
+                        Remembered::Unknown => return Err(RejectReason::UnknownAttempt),
+                    },
+                }
             }
+        };
+        if matches!(who, Who::Unfenced) {
+            // Unfenced traffic is what the fence exists to refuse; only a mutant or a session
+            // that never had an attempt gets here, and both act as the legacy path did:
+            // without an execution or generation check.
+            return Ok(who);
+        }
+        let exec = self
+            .executions
+            .get(&cb.execution)
+            .ok_or(RejectReason::UnknownExecution)?;
+        if exec.session != cb.session {
+            return Err(RejectReason::ForeignExecution);
+        }
+        match who {
+            Who::Live(live) if live.execution != Some(cb.execution) => {
+                return Err(RejectReason::WrongExecution)
+            }
+            Who::Owner(_) if s.runtime != Some(cb.execution) => {
+                return Err(RejectReason::WrongExecution)
+            }
+            _ => {}
+        }
+        if cb.generation < exec.generation {
+            return Err(RejectReason::StaleGeneration);
+        }
+        if cb.generation > exec.generation {
+            return Err(RejectReason::FutureGeneration);
+        }
+        // The attempt admitted to speak for the execution owns it (rules 4 and 5): nobody
+        // rebinds a live attempt's execution, and a ready runtime is its owner's until
+        // someone stops it.
+        if let Who::Live(LiveAttempt { id: a, .. }) | Who::Owner(a) = who {
+            assert!(
+                exec.owner == a,
+                "rule 5: {a} speaks for {} without owning it",
+                cb.execution
+            );
+        }
+        if let (Who::Owner(_), RuntimeEvent::Stream { turn, seq, bytes }) = (who, &cb.event) {
+            // The hot path of a streaming turn, applied while the session is at hand rather
+            // than looked up again: what `apply_owner` does for a stream event.
+            let refused = stream(s, &mut self.effects, cb, *turn, *seq, *bytes).err();
+            return Ok(Who::Streamed(refused));
+        }
+        Ok(who)
+    }
+
+    /// What the unfenced (legacy) path did: act on the session's current state with no
+    /// attempt or generation check. Reached by a never-attempted session (which has no
+    /// runtime to act on) or by a mutant.
+    fn apply_unfenced(&mut self, now: Timestamp, cb: &Callback) -> Verdict {
+        let session = cb.session;
+        // kandev's legacy path (the callback with no attempt identity that an evicted
+        // tombstone falls back to) looked the session's runtime up by the session, never by
+        // the callback's own execution: any ready callback readied the session's current
+        // runtime and sent it the waiting prompt ("a delayed provider callback mutates a
+        // replacement execution"). The stale ready callback of a cancelled attempt acted on
+        // its own execution.
+        let by_session = mutant_on!(self.mutant, TombstoneEvictionReopens);
+        let waiting = self
+            .sessions
+            .get(&session)
+            .and_then(|s| s.turn)
+            .is_some_and(|t| t.phase == TurnPhase::WaitingRuntime);
+        let attempt = self
+            .sessions
+            .get(&session)
+            .and_then(|s| s.live.map(|l| l.id).or(s.owner));
+        let ready = match cb.event {
+            RuntimeEvent::ConversationLoaded | RuntimeEvent::ConversationCreated { .. } => true,
+            RuntimeEvent::AgentReady { .. } => by_session,
+            _ => false,
+        };
+        if let (true, Some(attempt), true) = (waiting, attempt, ready) {
+            let target = if by_session {
+                self.sessions
+                    .get(&session)
+                    .and_then(|s| s.live.and_then(|l| l.execution).or(s.runtime))
+                    .unwrap_or(cb.execution)
+            } else {
+                cb.execution
+            };
+            if let Some(generation) = self.executions.get(&target).map(|e| e.generation) {
+                self.dispatch(now, session, attempt, target, generation);
+            }
+        }
+        Verdict::Accepted
+    }
+
+    // ----- the live attempt: from a bound runtime to a ready conversation -----------------
+
+    /// The live attempt's own callback: its runtime's way to a ready conversation (rule 6
+    /// decides a failed load), its failure, or the provider accepting its prompt.
+    fn apply_live(&mut self, now: Timestamp, cb: &Callback, live: LiveAttempt) -> Verdict {
+        let session = cb.session;
+        let Some(generation) = live.generation else {
+            return Verdict::Reject(RejectReason::WrongExecution);
+        };
+        match cb.event {
+            RuntimeEvent::BootReady => Verdict::Accepted,
+            RuntimeEvent::AgentReady { load_capability } => {
+                if live.conversation != ConvPhase::Pending {
+                    return Verdict::Reject(RejectReason::UnexpectedEvent);
+                }
+                let token = self.sessions.get(&session).and_then(|s| s.token);
+                // Rule 6: an agent that cannot load gets `session/new` at once, and the
+                // reason says which proof it was (`false` and absent are told apart).
+                let step = match (token, capability_proof(load_capability)) {
+                    (Some(_), None) => ConvPhase::Loading,
+                    (Some(_), Some(proof)) => {
+                        ConvPhase::Creating(NewConversationReason::Fallback(proof))
+                    }
+                    (None, _) => ConvPhase::Creating(NewConversationReason::First),
+                };
+                if !self.request_conversation(now, session, live.id, cb.execution, generation, step)
+                {
+                    return Verdict::Reject(RejectReason::CounterExhausted);
+                }
+                Verdict::Accepted
+            }
+            RuntimeEvent::ConversationCreated { token } => {
+                if !matches!(live.conversation, ConvPhase::Creating(_)) {
+                    return Verdict::Reject(RejectReason::UnexpectedEvent);
+                }
+                self.sess(session).token = Some(token);
+                self.attempt_ready(now, session, live, cb.execution, generation);
+                Verdict::Accepted
+            }
+            RuntimeEvent::ConversationLoaded => {
+                let has_token = self
+                    .sessions
+                    .get(&session)
+                    .is_some_and(|s| s.token.is_some());
+                if live.conversation != ConvPhase::Loading || !has_token {
+                    return Verdict::Reject(RejectReason::UnexpectedEvent);
+                }
+                self.attempt_ready(now, session, live, cb.execution, generation);
+                Verdict::Accepted
+            }
+            RuntimeEvent::LoadFailed(ref outcome) => {
+                if live.conversation != ConvPhase::Loading {
+                    return Verdict::Reject(RejectReason::UnexpectedEvent);
+                }
+                let c = classify_with(outcome, self.config.agent_profile, self.mutant);
+                match c.verdict {
+                    LoadVerdict::Incompatible => {
+                        let step = ConvPhase::Creating(NewConversationReason::Fallback(c.reason));
+                        if !self.request_conversation(
+                            now,
+                            session,
+                            live.id,
+                            cb.execution,
+                            generation,
+                            step,
+                        ) {
+                            return Verdict::Reject(RejectReason::CounterExhausted);
+                        }
+                    }
+                    LoadVerdict::Inconclusive | LoadVerdict::TransportDead => {
+                        if mutant_on!(self.mutant, InconclusiveLoadDropsToken) {
+                            // The bug: the failed load forgets which conversation it was.
+                            self.sess(session).token = None;
+                        }
+                        let stamp = self.mint_stamp();
+                        self.fail_attempt(now, session, stamp);
+                    }
+                }
+                Verdict::Accepted
+            }
+            RuntimeEvent::StartFailed { stamp } => {
+                self.fail_attempt(now, session, stamp);
+                Verdict::Accepted
+            }
+            RuntimeEvent::Exited { stamp } => {
+                self.forget_execution(cb.execution);
+                self.fail_attempt(now, session, stamp);
+                Verdict::Accepted
+            }
+            RuntimeEvent::PromptAccepted { turn } => {
+                if !self.turn_on(session, turn, cb.execution, false) {
+                    return Verdict::Reject(RejectReason::WrongTurn);
+                }
+                self.mark_accepted(session, cb.execution);
+                self.retire_live(session, Retired::Finished);
+                Verdict::Accepted
+            }
+            RuntimeEvent::Stream { .. }
+            | RuntimeEvent::PromptCompleted { .. }
+            | RuntimeEvent::PromptFailed { .. } => Verdict::Reject(RejectReason::UnexpectedEvent),
+        }
+    }
+
+    /// Asks for the live attempt's conversation (`session/load` or `session/new`) under
+    /// a lease, and records the step it now waits for. False if no lease could be minted.
+    pub(crate) fn request_conversation(
+        &mut self,
+        now: Timestamp,
+        session: SessionId,
+        attempt: AttemptId,
+        execution: ExecutionId,
+        generation: Generation,
+        step: ConvPhase,
+    ) -> bool {
+        let token = self.sessions.get(&session).and_then(|s| s.token);
+        // `Ok`: load this conversation; `Err`: create one, for this reason.
+        let ask = match (step, token) {
+            (ConvPhase::Loading, Some(token)) => Ok(token),
+            (ConvPhase::Creating(reason), _) => Err(reason),
+            _ => return false,
+        };
+        let action = match ask {
+            Ok(_) => LeaseAction::Load,
+            Err(_) => LeaseAction::New,
+        };
+        let Some(lease) = self.lease(now, session, execution, generation, attempt, action) else {
+            return false;
+        };
+        if let Some(l) = self.sess(session).live.as_mut() {
+            l.conversation = step;
+        }
+        self.push(match ask {
+            Err(reason) => Effect::NewConversation {
+                lease,
+                session,
+                execution,
+                generation,
+                reason,
+            },
+            Ok(token) => Effect::LoadConversation {
+                lease,
+                session,
+                execution,
+                generation,
+                token,
+            },
+        });
+        true
+    }
+
+    /// The live attempt's conversation is ready: dispatch the waiting turn under its lease,
+    /// or finish the attempt.
+    fn attempt_ready(
+        &mut self,
+        now: Timestamp,
+        session: SessionId,
+        live: LiveAttempt,
+        execution: ExecutionId,
+        generation: Generation,
+    ) {
+        if let Some(l) = self.sess(session).live.as_mut() {
+            l.conversation = ConvPhase::Ready;
+        }
+        let waiting = self
+            .sessions
+            .get(&session)
+            .and_then(|s| s.turn)
+            .is_some_and(|t| t.phase == TurnPhase::WaitingRuntime);
+        if waiting {
+            self.dispatch(now, session, live.id, execution, generation);
+        } else {
+            self.retire_live(session, Retired::Finished);
+        }
+        debug_assert!(self.sessions[&session]
+            .live
+            .is_none_or(|l| l.conversation == ConvPhase::Ready));
+    }
+
+    /// The live attempt failed: retire it, let go of its execution, report the failure
+    /// (rule 10), and roll back or recover the turn that waited on it.
+    pub(crate) fn fail_attempt(&mut self, now: Timestamp, session: SessionId, stamp: ErrorStamp) {
+        let Some(live) = self.retire_live(session, Retired::Failed) else {
+            return;
+        };
+        if let Some(e) = live.execution {
+            self.release_execution(now, session, live.id, e);
+        }
+        let mutant = self.mutant;
+        let stored = &mut self.sess(session).failure;
+        if let Some(failure) = failure::report(stored, live.id, live.execution, stamp, mutant) {
+            self.push(Effect::FailureReported { session, failure });
+        }
+        let waiting = self
+            .sessions
+            .get(&session)
+            .and_then(|s| s.turn)
+            .is_some_and(|t| {
+                matches!(
+                    t.phase,
+                    TurnPhase::WaitingRuntime
+                        | TurnPhase::Dispatched { .. }
+                        | TurnPhase::Performed { .. }
+                )
+            });
+        if waiting && mutant_on!(mutant, ExhaustedTwice) {
+            // The bug: the failed replacement's path records exhaustion itself when the
+            // schedule is used up, and the turn's recovery path records it again below.
+            let used_up = self
+                .sessions
+                .get(&session)
+                .and_then(|s| s.turn)
+                .filter(|t| {
+                    t.accepted_once
+                        && !t.user_cancelled
+                        && !self.config.recovery_delays_ms.is_empty()
+                        && usize::from(t.recoveries_started) >= self.config.recovery_delays_ms.len()
+                });
+            if let Some(t) = used_up {
+                self.push(Effect::RecoveryExhausted {
+                    session,
+                    turn: t.id,
+                });
+            }
+        }
+        if waiting {
+            self.turn_lost_runtime(now, session);
         }
     }
 }

@@ -376,10 +376,8 @@ pub(crate) fn classify_with(
     if outcome.result == LoadFailure::Cancelled {
         return Classification::because(R::Cancelled);
     }
-    match outcome.load_capability {
-        None => return Classification::because(R::CapabilityAbsent),
-        Some(false) => return Classification::because(R::CapabilityFalse),
-        Some(true) => {}
+    if let Some(proof) = capability_proof(outcome.load_capability) {
+        return Classification::because(proof);
     }
     match &outcome.result {
         LoadFailure::TimedOut => {
@@ -405,6 +403,17 @@ pub(crate) fn classify_with(
             }
             c
         }
+    }
+}
+
+/// The agent's `loadSession` capability as proof that a conversation cannot be loaded:
+/// absent or `false` proves it (the reason says which), `true` proves nothing. The core asks
+/// this when an agent becomes ready, before any `session/load`.
+pub(crate) const fn capability_proof(load_capability: Option<bool>) -> Option<ClassifyReason> {
+    match load_capability {
+        None => Some(ClassifyReason::CapabilityAbsent),
+        Some(false) => Some(ClassifyReason::CapabilityFalse),
+        Some(true) => None,
     }
 }
 

@@ -23,6 +23,18 @@
 //! Nothing here reads a clock or does I/O: time enters as `now`, and "waiting" means the
 //! caller keeps the item it got back and offers it again after a [`NotificationQueue::pop`].
 //!
+//! # The embedder's toolkit, not the fence
+//!
+//! This module is not part of the fence. [`crate::Core`] neither uses nor knows it: the core
+//! decides who may act and numbers the events it admits ([`crate::Effect::Deliver`]), and
+//! keeping rule 9 — getting every event to the caller once, in order, under backpressure —
+//! is the embedder's job, done with these parts (`palisade-embed`'s engine builds each
+//! session's outlet from them). They share only [`Timestamp`] and the `mutants` switch
+//! ([`crate::Core::active_mutant`] hands an embedder's queues the mutant in force) with
+//! the core; they live in this crate so that a re-created delivery bug
+//! (`queue-overflow-closes`, `backpressure-skips-seq`) sits behind the same feature as the
+//! fence's.
+//!
 //! # Order of calls
 //!
 //! Producer: [`NotificationQueue::try_push`]; on `Backpressure` keep the item and retry

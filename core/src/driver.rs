@@ -8,11 +8,15 @@
 //!   carrying out effects* go to a FIFO inbox with [`Driver::enqueue`] and reach the core
 //!   after the pending effects, never in the middle of them. (A nested `handle` is refused
 //!   with [`RejectReason::Reentrant`], state untouched.)
+//! - **Verdicts are outputs.** The verdict of a queued input comes back from
+//!   [`Driver::poll_output`] as [`Output::Verdict`], under the [`Ticket`] `enqueue`
+//!   returned, when the input reaches the core: a `Bound`'s generation is never lost.
 //! - **The lease check on pull** (rule 4). A leased effect is confirmed with
 //!   [`Input::Perform`] in the same call that hands it out ([`Driver::poll_output`]), so
 //!   validation and the act are one step; a refused one is never handed out.
 //! - **One output**, after str0m: drain [`Driver::poll_output`] until it returns
-//!   [`Output::Timeout`] or [`Output::Idle`], carrying out each [`Output::Effect`].
+//!   [`Output::Timeout`] or [`Output::Idle`], carrying out each [`Output::Effect`] and
+//!   reading each [`Output::Verdict`].
 //! - **An observer hook** ([`Observer`]) sees every step the core takes — its input and
 //!   verdict (or timeout, or restore) and the effects it queued, with the core after the
 //!   step — before any of those effects is carried out. Checkers (the reference model,
@@ -29,18 +33,27 @@
 //! assert_eq!(driver.handle(now, Input::Resume { session }), Verdict::Started {
 //!     attempt: driver.core().live_attempt(session).unwrap(),
 //! });
+//! let mut bind = None;
+//! let mut generation = None;
 //! loop {
 //!     match driver.poll_output(now) {
 //!         Output::Effect(Effect::StartRuntime { session, attempt, .. }) => {
 //!             // Spawn the runtime; its report is an input raised while carrying out an
 //!             // effect, so it waits in the inbox for the effects before it.
 //!             let execution = ExecutionId::new(7).unwrap();
-//!             driver.enqueue(Input::Bound { session, attempt, execution });
+//!             bind = Some(driver.enqueue(Input::Bound { session, attempt, execution }).unwrap());
 //!         }
 //!         Output::Effect(_) => {}
+//!         // The queued input reached the core: its verdict comes back under its ticket.
+//!         Output::Verdict { ticket, verdict: Verdict::Bound { generation: g } } => {
+//!             assert_eq!(Some(ticket), bind);
+//!             generation = Some(g);
+//!         }
+//!         Output::Verdict { verdict, .. } => panic!("{verdict:?}"),
 //!         Output::Timeout(_) | Output::Idle => break,
 //!     }
 //! }
+//! assert!(generation.is_some(), "the runtime's callbacks carry this generation");
 //! assert!(driver.is_idle());
 //! ```
 
@@ -56,12 +69,33 @@ use crate::time::Timestamp;
 /// bound.
 pub const MAX_INBOX: usize = 4096;
 
+/// The receipt for an input queued with [`Driver::enqueue`]: its verdict comes back from
+/// [`Driver::poll_output`] as an [`Output::Verdict`] with the same ticket. Tickets count up
+/// from 1 per driver, in the order the inputs were queued (and reach the core).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Ticket(u64);
+
+impl Ticket {
+    /// The ticket's number.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
 /// What the embedder must do next.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Output {
     /// Carry this effect out now. A leased effect's lease was confirmed in this very call
     /// (under [`LeaseCheck::OnPull`]): act on it before feeding anything else.
     Effect(Effect),
+    /// A queued input reached the core: its verdict (the observer saw it too). The effects
+    /// it caused come next.
+    Verdict {
+        /// What [`Driver::enqueue`] returned for the input.
+        ticket: Ticket,
+        /// The core's verdict.
+        verdict: Verdict,
+    },
     /// Nothing to do until then: call [`Driver::handle_timeout`] at that time (or earlier,
     /// when an input arrives).
     Timeout(Timestamp),
@@ -160,8 +194,10 @@ pub struct Driver<O: Observer = NoObserver> {
     core: Core,
     observer: O,
     leases: LeaseCheck,
-    /// Inputs raised while effects were pending, in arrival order.
-    inbox: VecDeque<Input>,
+    /// Inputs raised while effects were pending, in arrival order, with their tickets.
+    inbox: VecDeque<(Ticket, Input)>,
+    /// The last ticket handed out.
+    last_ticket: Ticket,
     /// Effects the core queued and the embedder has not pulled yet, in order.
     outbox: VecDeque<Effect>,
     /// Scratch buffer for one step's effects.
@@ -187,13 +223,14 @@ impl<O: Observer> Driver<O> {
             observer,
             leases: LeaseCheck::OnPull,
             inbox: VecDeque::new(),
+            last_ticket: Ticket(0),
             outbox: VecDeque::new(),
             scratch: Vec::new(),
             due: Vec::new(),
             stats: DriverStats::default(),
         };
         if driver.core.has_effects() {
-            let now = driver.core.last_now;
+            let now = driver.core.clock();
             driver.settle(now, Step::Restored);
         }
         driver
@@ -266,15 +303,18 @@ impl<O: Observer> Driver<O> {
     }
 
     /// Queues an input raised while carrying out effects: the core sees it after every
-    /// effect pulled or pending now, in the order raised. Its verdict goes to the observer.
-    /// Refused (returns false) only when [`MAX_INBOX`] inputs already wait.
-    pub fn enqueue(&mut self, input: Input) -> bool {
+    /// effect pulled or pending now, in the order raised. Its verdict comes back from
+    /// [`Driver::poll_output`] as [`Output::Verdict`] under the returned ticket (and goes to
+    /// the observer). Refused with [`RejectReason::InboxFull`] only when [`MAX_INBOX`]
+    /// inputs already wait; nothing changes then.
+    pub fn enqueue(&mut self, input: Input) -> Result<Ticket, RejectReason> {
         if self.inbox.len() >= MAX_INBOX {
             self.stats.inbox_full += 1;
-            return false;
+            return Err(RejectReason::InboxFull);
         }
-        self.inbox.push_back(input);
-        true
+        self.last_ticket = Ticket(self.last_ticket.0 + 1);
+        self.inbox.push_back((self.last_ticket, input));
+        Ok(self.last_ticket)
     }
 
     /// Fires every core timer due at `now`, if the driver is idle (otherwise the pending
@@ -285,7 +325,7 @@ impl<O: Observer> Driver<O> {
             return false;
         }
         let mut due = std::mem::take(&mut self.due);
-        due_sessions(&self.core, now, &mut due);
+        self.core.due_sessions(now, &mut due);
         self.core.handle_timeout(now);
         self.settle(now, Step::Timeout { due: &due });
         self.due = due;
@@ -293,7 +333,8 @@ impl<O: Observer> Driver<O> {
     }
 
     /// The core restarted from a snapshot (its previous incarnation crashed): `core`
-    /// replaces the driver's, everything pending is dropped (it died with the process),
+    /// replaces the driver's, everything pending is dropped (it died with the process: a
+    /// queued input gets no verdict),
     /// and the effects the restore queued are observed ([`Step::Restored`]) and wait for
     /// pulling. `now` is a time like any other the driver is handed: the restored core's
     /// clock is raised to it (a snapshot carries the time of its own last step, which may
@@ -309,7 +350,8 @@ impl<O: Observer> Driver<O> {
     }
 
     /// The next thing to do. Drain until [`Output::Timeout`] or [`Output::Idle`]: pending
-    /// effects first (a leased one confirmed right now), then queued inputs, one at a time.
+    /// effects first (a leased one confirmed right now), then queued inputs, one at a time,
+    /// each answered with its [`Output::Verdict`] before its effects.
     pub fn poll_output(&mut self, now: Timestamp) -> Output {
         loop {
             if let Some(effect) = self.outbox.pop_front() {
@@ -324,9 +366,9 @@ impl<O: Observer> Driver<O> {
                 self.stats.leases_refused += 1;
                 continue;
             }
-            if let Some(input) = self.inbox.pop_front() {
-                let _ = self.step(now, input);
-                continue;
+            if let Some((ticket, input)) = self.inbox.pop_front() {
+                let verdict = self.step(now, input);
+                return Output::Verdict { ticket, verdict };
             }
             return match self.core.poll_timeout() {
                 Some(at) => Output::Timeout(at),
@@ -385,32 +427,6 @@ impl<O: Observer> Driver<O> {
     }
 }
 
-/// The sessions of the core's timers due at `now` (the core's own clock never goes back,
-/// so `now` is raised to it), into `out`, cleared first: what [`Step::Timeout`] carries.
-fn due_sessions(core: &Core, now: Timestamp, out: &mut Vec<SessionId>) {
-    use crate::core::Timer;
-    out.clear();
-    let now = now.max(core.last_now);
-    for &(at, timer) in core.timers.iter() {
-        if at > now {
-            break;
-        }
-        let session = match timer {
-            Timer::Join(s, _)
-            | Timer::Start(s, _)
-            | Timer::Recovery(s, _)
-            | Timer::Accept(s, _) => Some(s),
-            Timer::Stop(e) => core.executions.get(&e).map(|x| x.session),
-            Timer::Lease(l) => core.leases.get(&l).map(|l| l.session),
-        };
-        if let Some(s) = session {
-            if !out.contains(&s) {
-                out.push(s);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -450,9 +466,10 @@ mod tests {
             match d.poll_output(now) {
                 Output::Effect(e) => {
                     for input in answer(&e) {
-                        assert!(d.enqueue(input));
+                        d.enqueue(input).expect("room in the inbox");
                     }
                 }
+                Output::Verdict { .. } => {}
                 Output::Timeout(_) | Output::Idle => return,
             }
         }
@@ -569,6 +586,85 @@ mod tests {
         assert!(log[0].ends_with("[start_runtime]"), "{log:?}");
         assert!(log[1].starts_with("Bound"), "{log:?}");
         assert!(d.is_idle());
+    }
+
+    #[test]
+    fn a_queued_bind_s_generation_comes_back_under_its_ticket() {
+        let mut d = driver();
+        let now = Timestamp::ZERO;
+        let session = s(1);
+        let _ = d.handle(
+            now,
+            Input::Prompt {
+                session,
+                turn: TurnId::new(1).unwrap(),
+            },
+        );
+        let Output::Effect(Effect::StartRuntime { attempt, .. }) = d.poll_output(now) else {
+            panic!("a runtime to start")
+        };
+        let execution = ExecutionId::new(4).unwrap();
+        let bind = d
+            .enqueue(Input::Bound {
+                session,
+                attempt,
+                execution,
+            })
+            .unwrap();
+        let late = d.enqueue(Input::Cancel { session: s(9) }).unwrap();
+        assert!(late > bind);
+        let Output::Verdict { ticket, verdict } = d.poll_output(now) else {
+            panic!("the bind's verdict")
+        };
+        assert_eq!(ticket, bind);
+        let Verdict::Bound { generation } = verdict else {
+            panic!("{verdict:?}")
+        };
+        assert_eq!(
+            d.poll_output(now),
+            Output::Verdict {
+                ticket: late,
+                verdict: Verdict::Reject(RejectReason::UnknownSession)
+            }
+        );
+        assert!(matches!(d.poll_output(now), Output::Timeout(_)));
+        // The generation the runtime's callbacks must carry is the one the core bound.
+        let boot = Input::Callback(Callback {
+            session,
+            execution,
+            attempt: Some(attempt),
+            generation,
+            event: RuntimeEvent::BootReady,
+        });
+        assert_eq!(d.handle(now, boot), Verdict::Accepted);
+    }
+
+    #[test]
+    fn a_full_inbox_refuses_the_next_input_untouched() {
+        let mut d = driver();
+        let now = Timestamp::ZERO;
+        let _ = d.handle(now, Input::Resume { session: s(1) });
+        for _ in 0..MAX_INBOX {
+            d.enqueue(Input::Cancel { session: s(2) }).unwrap();
+        }
+        assert_eq!(
+            d.enqueue(Input::Cancel { session: s(1) }),
+            Err(RejectReason::InboxFull)
+        );
+        assert_eq!(d.stats().inbox_full, 1);
+        let mut verdicts = 0;
+        loop {
+            match d.poll_output(now) {
+                Output::Verdict { .. } => verdicts += 1,
+                Output::Effect(_) => {}
+                Output::Timeout(_) | Output::Idle => break,
+            }
+        }
+        assert_eq!(verdicts, MAX_INBOX);
+        assert!(
+            d.core().live_attempt(s(1)).is_some(),
+            "the refused cancel never ran"
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::ids::{AttemptId, ErrorStamp, ExecutionId};
 use crate::io::RecoveryFailure;
 use crate::mutants::{mutant_on, ActiveMutant};
 
@@ -12,6 +13,39 @@ use crate::mutants::{mutant_on, ActiveMutant};
 pub(crate) struct StoredFailure {
     pub(crate) failure: RecoveryFailure,
     pub(crate) dismissed: bool,
+}
+
+/// The failure of `attempt` (on `execution`, stamped `stamp`) if it must be reported given
+/// what is stored; the store then holds it.
+pub(crate) fn report(
+    stored: &mut Option<StoredFailure>,
+    attempt: AttemptId,
+    execution: Option<ExecutionId>,
+    stamp: ErrorStamp,
+    mutant: ActiveMutant,
+) -> Option<RecoveryFailure> {
+    let attempt = match *stored {
+        // The bug: the new failure is raised under the stored failure's attempt.
+        Some(old) if mutant_on!(mutant, FailureKeepsOldAttempt) => old.failure.attempt,
+        _ => attempt,
+    };
+    let failure = RecoveryFailure {
+        attempt,
+        execution,
+        stamp,
+    };
+    should_report(stored, failure, mutant).then_some(failure)
+}
+
+/// The user dismissed the stored failure; false if there is none left to dismiss.
+pub(crate) fn dismiss(stored: &mut Option<StoredFailure>) -> bool {
+    match stored.as_mut() {
+        Some(f) if !f.dismissed => {
+            f.dismissed = true;
+            true
+        }
+        _ => false,
+    }
 }
 
 /// Whether `new` must be reported given what is stored, and updates the store.

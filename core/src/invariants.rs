@@ -1,14 +1,12 @@
 //! `check_invariants()`: the core's own view of the rules, cheap enough to run after
 //! every simulated step and every fuzzer operation.
 
-use crate::attempt::ConvPhase;
-use crate::cleanup::Execution;
-use crate::cleanup::StopState;
 use crate::config::{GENERATIONS_PER_EXECUTION, MAX_RECOVERY_STEPS, TOMBSTONES_PER_SESSION};
-use crate::core::{Core, Session, Timer};
+use crate::core::Core;
+use crate::execution::{Execution, Lease, StopState};
 use crate::ids::{AttemptId, ExecutionId, Generation, LeaseId, SessionId};
-use crate::lease::Lease;
-use crate::turn::TurnPhase;
+use crate::session::{ConvPhase, Session, TurnPhase};
+use crate::timers::Timer;
 
 /// A broken internal invariant: a bug in the core (or a corrupted snapshot).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -498,7 +496,7 @@ mod tests {
     }
     #[test]
     fn teardown_counts_are_matched_per_session_and_the_smallest_unknown_one_is_named() {
-        use crate::cleanup::StopState;
+        use crate::execution::StopState;
         let stop = |core: &mut Core, e: u64, session: u64| {
             let exec = core
                 .executions
@@ -549,7 +547,7 @@ mod tests {
     #[test]
     fn the_history_walk_matches_the_per_rule_reads() {
         use super::HistoryFacts;
-        use crate::cleanup::Execution;
+        use crate::execution::Execution;
         use crate::ids::{AttemptId, Generation};
         let g = |n: u64| Generation::new(n).unwrap();
         let a = |n: u64| AttemptId::new(Epoch::FIRST, n).unwrap();

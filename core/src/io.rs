@@ -215,70 +215,246 @@ impl Verdict {
     }
 }
 
-/// Why an input was refused.
+/// Why an input was refused, sorted by who is at fault ([`RejectReason::fault`]).
+///
+/// A rejection is a value, and the state is untouched (except the cleanup a stale failure
+/// calls for). Match the reasons you act on; treat the rest by their [`Fault`]:
+///
+/// - [`Fault::Peer`]: a runtime or a client said something the state does not allow —
+///   late, stale, duplicated, out of turn, about something unknown — or the world moved on
+///   between an effect and its act (a lease revoked or expired). Normal traffic under the
+///   faults the fence exists for: drop it, or tell the client (a busy session).
+/// - [`Fault::Embedder`]: the embedder broke the call contract (fed an input while effects
+///   were pending, did not drain, bound a stopping execution, performed a lease twice,
+///   raised inputs without end). A bug in the embedding: log it loudly and fix the code.
+/// - [`Fault::Limit`]: a bound was reached (sessions, an ID counter). Nobody's bug: shed
+///   load, or restart (a restore bumps the epoch, which renews the attempt IDs).
+///
+/// [`Display`](std::fmt::Display) prints the reason's stable kebab-case name
+/// ([`RejectReason::name`], e.g. `stale-generation`), the form traces and logs carry.
+/// Reasons may be added: match with a wildcard arm. Each keeps its number (the explicit
+/// discriminant, which its derived `Hash` feeds in): a new reason takes the next free one,
+/// so hashes of recorded traces stay comparable across versions.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum RejectReason {
+    // ----- the peer's: a runtime's or a client's message the state does not allow -----
     /// The session is not known.
-    UnknownSession,
-    /// The session limit is reached.
-    TooManySessions,
+    UnknownSession = 0,
     /// The attempt ID was never minted for this session (another session's, a future one,
     /// or one from before a restart that the snapshot does not vouch for).
-    UnknownAttempt,
+    UnknownAttempt = 2,
     /// The attempt ID comes from a later epoch than the core's.
-    FutureEpoch,
+    FutureEpoch = 3,
     /// The attempt was cancelled.
-    AttemptCancelled,
+    AttemptCancelled = 4,
     /// The attempt failed.
-    AttemptFailed,
+    AttemptFailed = 5,
     /// The attempt finished but no longer owns the runtime (a later attempt exists).
-    AttemptSuperseded,
+    AttemptSuperseded = 6,
     /// The attempt's tombstone was evicted; it fails closed.
-    AttemptEvicted,
+    AttemptEvicted = 7,
     /// A callback without an attempt ID after the session had an attempt.
-    MissingAttempt,
+    MissingAttempt = 8,
     /// The attempt is not bound to this execution.
-    WrongExecution,
+    WrongExecution = 9,
     /// The callback's generation is older than the execution's current one.
-    StaleGeneration,
+    StaleGeneration = 10,
     /// The callback's generation was never issued for this execution.
-    FutureGeneration,
+    FutureGeneration = 11,
     /// The execution is not known.
-    UnknownExecution,
+    UnknownExecution = 12,
     /// The execution belongs to another session.
-    ForeignExecution,
-    /// The execution is being torn down; start another.
-    ExecutionStopping,
-    /// The attempt is already bound to an execution.
-    AlreadyBound,
+    ForeignExecution = 13,
     /// The event does not fit the attempt's or turn's state.
-    UnexpectedEvent,
+    UnexpectedEvent = 16,
     /// The turn is not the session's active turn.
-    WrongTurn,
+    WrongTurn = 17,
     /// The session already has an active turn: report it to the user, retry later.
-    SessionBusy,
+    SessionBusy = 18,
     /// A turn ID that the session already used.
-    DuplicateTurn,
+    DuplicateTurn = 19,
     /// A stream event already delivered.
-    DuplicateEvent,
+    DuplicateEvent = 20,
     /// A stream event after a gap.
-    SequenceGap,
-    /// The lease is not known (performed, revoked or never issued).
-    UnknownLease,
+    SequenceGap = 21,
     /// The lease was revoked: a replacement started, the attempt was cancelled, or the
     /// execution stopped.
-    LeaseRevoked,
+    LeaseRevoked = 23,
     /// The lease's deadline passed.
-    LeaseExpired,
-    /// An ID counter is exhausted.
-    CounterExhausted,
-    /// The embedder did not drain effects.
-    EffectQueueFull,
+    LeaseExpired = 24,
     /// No stored failure to dismiss.
-    NothingToDismiss,
+    NothingToDismiss = 27,
+
+    // ----- the embedder's: the call contract was broken -------------------------------
+    /// The execution is being torn down; start another.
+    ExecutionStopping = 14,
+    /// The attempt is already bound to an execution.
+    AlreadyBound = 15,
+    /// The lease is not known: performed already, or never issued. (A harness that
+    /// confirms leases itself also gets this for a lease whose deadline fired first.)
+    UnknownLease = 22,
+    /// The embedder did not drain effects.
+    EffectQueueFull = 26,
     /// Fed to a [`crate::driver::Driver`] while the effects of an earlier input were still
     /// being carried out; queue it with [`crate::driver::Driver::enqueue`]. Nothing changed.
-    Reentrant,
+    Reentrant = 28,
+    /// [`crate::driver::Driver::enqueue`] found [`crate::driver::MAX_INBOX`] inputs waiting:
+    /// the embedder raises inputs in a loop. Nothing changed.
+    InboxFull = 29,
+
+    // ----- a limit: a bound was reached --------------------------------------------------
+    /// The session limit is reached.
+    TooManySessions = 1,
+    /// An ID counter is exhausted.
+    CounterExhausted = 25,
+}
+
+/// Who is at fault for a rejection (see [`RejectReason`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Fault {
+    /// A runtime or a client: normal traffic under faults.
+    Peer,
+    /// The embedder: a bug in the embedding.
+    Embedder,
+    /// Nobody: a bound was reached.
+    Limit,
+}
+
+impl Fault {
+    /// `peer`, `embedder` or `limit`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Fault::Peer => "peer",
+            Fault::Embedder => "embedder",
+            Fault::Limit => "limit",
+        }
+    }
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl RejectReason {
+    /// Who is at fault.
+    pub const fn fault(self) -> Fault {
+        use RejectReason as R;
+        match self {
+            R::UnknownSession
+            | R::UnknownAttempt
+            | R::FutureEpoch
+            | R::AttemptCancelled
+            | R::AttemptFailed
+            | R::AttemptSuperseded
+            | R::AttemptEvicted
+            | R::MissingAttempt
+            | R::WrongExecution
+            | R::StaleGeneration
+            | R::FutureGeneration
+            | R::UnknownExecution
+            | R::ForeignExecution
+            | R::UnexpectedEvent
+            | R::WrongTurn
+            | R::SessionBusy
+            | R::DuplicateTurn
+            | R::DuplicateEvent
+            | R::SequenceGap
+            | R::LeaseRevoked
+            | R::LeaseExpired
+            | R::NothingToDismiss => Fault::Peer,
+            R::ExecutionStopping
+            | R::AlreadyBound
+            | R::UnknownLease
+            | R::EffectQueueFull
+            | R::Reentrant
+            | R::InboxFull => Fault::Embedder,
+            R::TooManySessions | R::CounterExhausted => Fault::Limit,
+        }
+    }
+
+    /// The stable kebab-case name, e.g. `stale-generation`: what
+    /// [`Display`](std::fmt::Display) prints.
+    pub const fn name(self) -> &'static str {
+        use RejectReason as R;
+        match self {
+            R::UnknownSession => "unknown-session",
+            R::UnknownAttempt => "unknown-attempt",
+            R::FutureEpoch => "future-epoch",
+            R::AttemptCancelled => "attempt-cancelled",
+            R::AttemptFailed => "attempt-failed",
+            R::AttemptSuperseded => "attempt-superseded",
+            R::AttemptEvicted => "attempt-evicted",
+            R::MissingAttempt => "missing-attempt",
+            R::WrongExecution => "wrong-execution",
+            R::StaleGeneration => "stale-generation",
+            R::FutureGeneration => "future-generation",
+            R::UnknownExecution => "unknown-execution",
+            R::ForeignExecution => "foreign-execution",
+            R::UnexpectedEvent => "unexpected-event",
+            R::WrongTurn => "wrong-turn",
+            R::SessionBusy => "session-busy",
+            R::DuplicateTurn => "duplicate-turn",
+            R::DuplicateEvent => "duplicate-event",
+            R::SequenceGap => "sequence-gap",
+            R::LeaseRevoked => "lease-revoked",
+            R::LeaseExpired => "lease-expired",
+            R::NothingToDismiss => "nothing-to-dismiss",
+            R::ExecutionStopping => "execution-stopping",
+            R::AlreadyBound => "already-bound",
+            R::UnknownLease => "unknown-lease",
+            R::EffectQueueFull => "effect-queue-full",
+            R::Reentrant => "reentrant",
+            R::InboxFull => "inbox-full",
+            R::TooManySessions => "too-many-sessions",
+            R::CounterExhausted => "counter-exhausted",
+        }
+    }
+
+    /// Every reason, in the order of their numbers.
+    pub const ALL: [RejectReason; 30] = {
+        use RejectReason as R;
+        [
+            R::UnknownSession,
+            R::TooManySessions,
+            R::UnknownAttempt,
+            R::FutureEpoch,
+            R::AttemptCancelled,
+            R::AttemptFailed,
+            R::AttemptSuperseded,
+            R::AttemptEvicted,
+            R::MissingAttempt,
+            R::WrongExecution,
+            R::StaleGeneration,
+            R::FutureGeneration,
+            R::UnknownExecution,
+            R::ForeignExecution,
+            R::ExecutionStopping,
+            R::AlreadyBound,
+            R::UnexpectedEvent,
+            R::WrongTurn,
+            R::SessionBusy,
+            R::DuplicateTurn,
+            R::DuplicateEvent,
+            R::SequenceGap,
+            R::UnknownLease,
+            R::LeaseRevoked,
+            R::LeaseExpired,
+            R::CounterExhausted,
+            R::EffectQueueFull,
+            R::NothingToDismiss,
+            R::Reentrant,
+            R::InboxFull,
+        ]
+    };
+}
+
+impl std::fmt::Display for RejectReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// Something the embedder must do. Drain after every input and timeout.
@@ -529,4 +705,42 @@ pub struct RecoveryFailure {
     pub execution: Option<ExecutionId>,
     /// The error occurrence.
     pub stamp: ErrorStamp,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each reason keeps its number (hashes of recorded traces depend on it): `ALL` lists
+    /// them in number order, without a gap, and every name is distinct kebab-case.
+    #[test]
+    fn reject_reasons_keep_their_numbers_and_names() {
+        for (n, reason) in RejectReason::ALL.iter().enumerate() {
+            assert_eq!(*reason as usize, n, "{reason:?}");
+            let name = reason.name();
+            assert_eq!(reason.to_string(), name);
+            assert!(
+                name.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'),
+                "{name}"
+            );
+            assert!(
+                RejectReason::ALL[..n].iter().all(|r| r.name() != name),
+                "{name} twice"
+            );
+        }
+        assert_eq!(RejectReason::StaleGeneration as u8, 10);
+        assert_eq!(RejectReason::Reentrant as u8, 28);
+    }
+
+    #[test]
+    fn reject_reasons_are_sorted_by_who_is_at_fault() {
+        use RejectReason as R;
+        assert_eq!(R::StaleGeneration.fault(), Fault::Peer);
+        assert_eq!(R::SessionBusy.fault(), Fault::Peer);
+        assert_eq!(R::LeaseExpired.fault(), Fault::Peer);
+        assert_eq!(R::Reentrant.fault(), Fault::Embedder);
+        assert_eq!(R::EffectQueueFull.fault(), Fault::Embedder);
+        assert_eq!(R::TooManySessions.fault(), Fault::Limit);
+        assert_eq!(R::CounterExhausted.fault().to_string(), "limit");
+    }
 }

@@ -7,18 +7,19 @@ use std::collections::{BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use crate::attempt::{ConvPhase, Retired};
-use crate::cleanup::{Execution, StopState};
 use crate::config::Config;
-use crate::core::{Core, Session, Timer, CORE_STAMP_BIT, MAX_ORPHANS_PER_SESSION};
+use crate::core::{Core, CORE_STAMP_BIT};
+use crate::execution::{Execution, StopState};
 use crate::idmap::IdMap;
 use crate::ids::{
     AttemptId, Epoch, ErrorStamp, ExecutionId, Generation, LeaseId, SessionId, MAX_ATTEMPT_SEQ,
 };
 use crate::io::{Effect, TurnOutcome};
 use crate::mutants::ActiveMutant;
+use crate::ring::Retired;
+use crate::session::{ConvPhase, Session, TurnPhase, MAX_ORPHANS_PER_SESSION};
 use crate::time::Timestamp;
-use crate::turn::TurnPhase;
+use crate::timers::{Timer, Timers};
 
 /// Format tag: 4 magic bytes and a version.
 const MAGIC: &[u8; 4] = b"PLSD";
@@ -226,7 +227,7 @@ impl Core {
             sessions: IdMap::default(),
             executions: IdMap::default(),
             leases: IdMap::default(),
-            timers: crate::timers::Timers::default(),
+            timers: Timers::default(),
             effects: VecDeque::new(),
             mutant: ActiveMutant::NONE,
         };

@@ -1,4 +1,5 @@
-//! The core's timer set: `(deadline, timer)` pairs in order, with exact removal.
+//! The core's timers: what each one waits for ([`Timer`]) and the set that orders them
+//! (`(deadline, timer)` pairs in order, with exact removal).
 //!
 //! A core usually has a handful of pending timers (a resume's start deadline, a lease's
 //! deadline), and a `BTreeSet` spends more on its node bookkeeping than on the handful of
@@ -8,8 +9,28 @@
 
 use std::collections::BTreeSet;
 
-use crate::core::Timer;
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{AttemptId, ExecutionId, LeaseId, SessionId, TurnId};
 use crate::time::Timestamp;
+
+/// One pending timer of the core; the set orders them by deadline, then by this key.
+/// Each fires into the rule that armed it (`Core::handle_timeout` dispatches).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub(crate) enum Timer {
+    /// Rule 1: the joiners of a live attempt are answered by then.
+    Join(SessionId, AttemptId),
+    /// Rule 1: a live attempt fails if its conversation is not ready by then.
+    Start(SessionId, AttemptId),
+    /// Rule 5: a teardown that takes longer is given up and the process killed.
+    Stop(ExecutionId),
+    /// Rule 4: a lease not performed by then is revoked.
+    Lease(LeaseId),
+    /// Rule 8: a turn's recovery step starts its replacement runtime.
+    Recovery(SessionId, TurnId),
+    /// Rule 7: a performed prompt the provider has not accepted yet is rolled back.
+    Accept(SessionId, TurnId),
+}
 
 /// Timers kept in the sorted vector; beyond this, in the tree.
 const SMALL: usize = 32;
@@ -94,7 +115,6 @@ impl Timers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::{ExecutionId, LeaseId};
 
     fn lease(n: u64) -> Timer {
         Timer::Lease(LeaseId::new(n).unwrap())

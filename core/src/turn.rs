@@ -6,93 +6,79 @@
 //! replaced on the configured schedule, and the re-prompt carries the resume-replay block
 //! exactly once, built from the current recovery generation.
 
-use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
 
-use crate::ids::{ExecutionId, LeaseId, TurnId};
-use crate::io::PromptRequest;
+use crate::core::Core;
+use crate::execution::LeaseAction;
+use crate::ids::{AttemptId, ExecutionId, Generation, SessionId, TurnId};
+use crate::io::{
+    Callback, Effect, PromptRequest, RejectReason, RuntimeEvent, TurnOutcome, Verdict,
+};
 use crate::mutants::{mutant_on, ActiveMutant};
+use crate::session::{Session, Turn, TurnPhase};
 use crate::time::Timestamp;
+use crate::timers::Timer;
 
-/// Where a turn is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) enum TurnPhase {
-    /// Claimed; waiting for a ready runtime (a live attempt is starting one).
-    WaitingRuntime,
-    /// Dispatch issued under `lease`; not yet performed.
-    Dispatched {
-        lease: LeaseId,
-        execution: ExecutionId,
-    },
-    /// The embedder performed the dispatch; waiting for the provider to accept.
-    Performed {
-        execution: ExecutionId,
-        /// The provider must accept it by then, or the claim is rolled back.
-        deadline: Timestamp,
-    },
-    /// The provider accepted; streaming.
-    Accepted { execution: ExecutionId },
-    /// The runtime died after acceptance; a replacement starts at `at`.
-    Recovering { at: Timestamp },
+/// Whether `t` is turn `turn` running on `execution` (and accepted, if `accepted`).
+fn runs_on(t: &Turn, turn: TurnId, execution: ExecutionId, accepted: bool) -> bool {
+    t.id == turn
+        && match t.phase {
+            TurnPhase::Accepted { execution: e } => e == execution,
+            TurnPhase::Dispatched { execution: e, .. }
+            | TurnPhase::Performed { execution: e, .. } => !accepted && e == execution,
+            _ => false,
+        }
 }
 
-/// The session's active turn.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Turn {
-    pub(crate) id: TurnId,
-    pub(crate) phase: TurnPhase,
-    /// The provider accepted this turn at least once (so an exit means recovery, not
-    /// roll-back).
-    pub(crate) accepted_once: bool,
-    pub(crate) user_cancelled: bool,
-    /// `recovery_started` events so far (≤ schedule length).
-    pub(crate) recoveries_started: u8,
-    /// `recovery_exhausted` was recorded.
-    pub(crate) exhausted: bool,
-    /// Successful replacements so far.
-    pub(crate) recovery_generation: u32,
-    /// Events delivered to the caller (caller sequence numbers 1..=delivered).
-    pub(crate) delivered: u64,
-    /// Set by a restore for an accepted turn whose runtime died with the previous
-    /// incarnation: that loss is the orchestrator's, not the provider's, so it resumes
-    /// the turn without using up a recovery step. Cleared by the turn's next loss. Not
-    /// persisted: every restore decides it afresh.
-    #[serde(skip)]
-    pub(crate) restart_grace: bool,
-    /// The next runtime sequence number expected in the current dispatch.
-    pub(crate) runtime_next: u64,
+/// Applies a stream event of the runtime owner's accepted turn: checks the turn and the
+/// runtime's sequence number, and delivers it under the caller's next sequence number.
+pub(crate) fn stream(
+    s: &mut Session,
+    effects: &mut VecDeque<Effect>,
+    cb: &Callback,
+    turn: TurnId,
+    seq: u64,
+    bytes: u32,
+) -> Result<(), RejectReason> {
+    let Some(t) = s
+        .turn
+        .as_mut()
+        .filter(|t| runs_on(t, turn, cb.execution, true))
+    else {
+        return Err(RejectReason::WrongTurn);
+    };
+    if seq < t.runtime_next {
+        return Err(RejectReason::DuplicateEvent);
+    }
+    if seq > t.runtime_next {
+        return Err(RejectReason::SequenceGap);
+    }
+    // Every runtime event of this dispatch was delivered under the caller's numbering,
+    // which counts on across dispatches (rule 9: no gap, no repeat).
+    assert!(
+        t.runtime_next <= t.delivered + 1,
+        "rule 9: {turn} streams ahead"
+    );
+    t.runtime_next += 1;
+    t.delivered += 1;
+    debug_assert!(t.runtime_next <= t.delivered + 1);
+    effects.push_back(Effect::Deliver {
+        session: cb.session,
+        turn,
+        seq: t.delivered,
+        bytes,
+    });
+    Ok(())
 }
 
 impl Turn {
-    pub(crate) fn new(id: TurnId) -> Self {
-        Turn {
-            id,
-            phase: TurnPhase::WaitingRuntime,
-            accepted_once: false,
-            user_cancelled: false,
-            recoveries_started: 0,
-            exhausted: false,
-            recovery_generation: 0,
-            delivered: 0,
-            runtime_next: 1,
-            restart_grace: false,
-        }
-    }
-
-    /// The execution the turn currently runs on, if any.
-    pub(crate) fn execution(&self) -> Option<ExecutionId> {
-        match self.phase {
-            TurnPhase::Dispatched { execution, .. }
-            | TurnPhase::Performed { execution, .. }
-            | TurnPhase::Accepted { execution } => Some(execution),
-            TurnPhase::WaitingRuntime | TurnPhase::Recovering { .. } => None,
-        }
-    }
-
     /// The request for the next dispatch. A first dispatch carries no replay block; a
     /// re-prompt after recovery wraps the *original* request once, from the current
     /// recovery generation (never an already-wrapped earlier request).
     pub(crate) fn next_request(&mut self, mutant: ActiveMutant) -> PromptRequest {
         if !self.accepted_once {
+            // Rule 8: nothing to replay before the provider ever had the turn.
+            assert!(self.delivered == 0 && self.recovery_generation == 0);
             return PromptRequest {
                 replay_blocks: 0,
                 replay_generation: 0,
@@ -113,10 +99,405 @@ impl Turn {
         } else {
             self.delivered
         };
-        PromptRequest {
+        let request = PromptRequest {
             replay_blocks: wraps,
             replay_generation: self.recovery_generation,
             delivered_through,
+        };
+        // The replay resumes within what the caller has, and a re-prompt carries a block.
+        assert!(request.replay_blocks > 0 && request.delivered_through <= self.delivered);
+        request
+    }
+}
+
+impl Core {
+    // ----- rule 7: claiming a prompt and dispatching it ---------------------------------
+
+    /// A client submits a prompt: the turn is claimed, and dispatched to the ready runtime
+    /// or to the runtime a new attempt starts.
+    pub(crate) fn prompt(&mut self, now: Timestamp, session: SessionId, turn: TurnId) -> Verdict {
+        let (needs_attempt, ready) = match self.sessions.get(&session) {
+            Some(s) => {
+                // The bug (mutant): only a turn already on a runtime counts as busy.
+                let claimed_over = mutant_on!(self.mutant, PromptClaimedTwice)
+                    && s.turn.is_some_and(|t| t.phase == TurnPhase::WaitingRuntime);
+                if s.turn.is_some() && !claimed_over {
+                    return Verdict::Reject(RejectReason::SessionBusy);
+                }
+                if s.last_turn.is_some_and(|t| t >= turn) {
+                    return Verdict::Reject(RejectReason::DuplicateTurn);
+                }
+                let ready = match (s.owner, s.runtime) {
+                    (Some(owner), Some(e)) if s.live.is_none() => self
+                        .executions
+                        .get(&e)
+                        .filter(|x| !x.is_stopping())
+                        .map(|x| (owner, e, x.generation)),
+                    _ => None,
+                };
+                (s.live.is_none() && ready.is_none(), ready)
+            }
+            None => (true, None),
+        };
+        if needs_attempt && !self.can_mint_attempt() {
+            return Verdict::Reject(RejectReason::CounterExhausted);
+        }
+        if let Err(r) = self.ensure_session(session) {
+            return Verdict::Reject(r);
+        }
+        let s = self.sess(session);
+        s.turn = Some(Turn::new(turn));
+        s.last_turn = Some(turn);
+        if let Some((owner, e, g)) = ready {
+            self.dispatch(now, session, owner, e, g);
+        } else if needs_attempt {
+            let _ = self.begin_attempt(now, session);
+        }
+        // Rule 7: a claimed turn is dispatched, or waits for a runtime an attempt is
+        // starting; it never waits on nothing.
+        debug_assert!({
+            let s = &self.sessions[&session];
+            s.last_turn == Some(turn)
+                && s.turn.is_none_or(|t| {
+                    t.id == turn && (t.phase != TurnPhase::WaitingRuntime || s.live.is_some())
+                })
+        });
+        Verdict::Claimed
+    }
+
+    /// Sends the claimed turn to `execution` under a lease; the claim is rolled back if no
+    /// lease can be minted.
+    pub(crate) fn dispatch(
+        &mut self,
+        now: Timestamp,
+        session: SessionId,
+        attempt: AttemptId,
+        execution: ExecutionId,
+        generation: Generation,
+    ) {
+        let Some(turn) = self
+            .sessions
+            .get(&session)
+            .and_then(|s| s.turn)
+            .map(|t| t.id)
+        else {
+            return;
+        };
+        let Some(lease) = self.lease(
+            now,
+            session,
+            execution,
+            generation,
+            attempt,
+            LeaseAction::Prompt(turn),
+        ) else {
+            self.end_turn(session, TurnOutcome::RolledBack);
+            return;
+        };
+        let mutant = self.mutant;
+        let t = self.sess(session).turn.as_mut().expect("checked above");
+        // Rule 7: a turn goes to one runtime at a time, from waiting for it.
+        assert!(
+            t.phase == TurnPhase::WaitingRuntime,
+            "rule 7: {turn} dispatched from {:?}",
+            t.phase
+        );
+        t.phase = TurnPhase::Dispatched { lease, execution };
+        t.runtime_next = 1;
+        let request = t.next_request(mutant);
+        self.push(Effect::DispatchPrompt {
+            lease,
+            session,
+            execution,
+            generation,
+            turn,
+            request,
+        });
+    }
+
+    /// Whether `turn` is the session's active turn, running on `execution` (and accepted,
+    /// if `accepted`).
+    pub(crate) fn turn_on(
+        &self,
+        session: SessionId,
+        turn: TurnId,
+        execution: ExecutionId,
+        accepted: bool,
+    ) -> bool {
+        self.sessions
+            .get(&session)
+            .and_then(|s| s.turn)
+            .is_some_and(|t| runs_on(&t, turn, execution, accepted))
+    }
+
+    /// The provider accepted the turn's prompt on `execution`.
+    pub(crate) fn mark_accepted(&mut self, session: SessionId, execution: ExecutionId) {
+        let mut accept_timer = None;
+        if let Some(t) = self.sess(session).turn.as_mut() {
+            // The callers checked that the turn runs on this execution.
+            assert!(t.execution() == Some(execution));
+            if let TurnPhase::Performed { deadline, .. } = t.phase {
+                accept_timer = Some((deadline, Timer::Accept(session, t.id)));
+            }
+            t.phase = TurnPhase::Accepted { execution };
+            t.accepted_once = true;
+            t.runtime_next = 1;
+        }
+        if let Some(timer) = accept_timer {
+            self.timers.remove(&timer);
+        }
+    }
+
+    /// A callback of the finished attempt that owns the ready runtime: the turn's progress
+    /// on it, or the runtime's exit.
+    pub(crate) fn apply_owner(
+        &mut self,
+        now: Timestamp,
+        cb: &Callback,
+        _owner: AttemptId,
+    ) -> Verdict {
+        let session = cb.session;
+        match cb.event {
+            RuntimeEvent::PromptAccepted { turn } => {
+                if !self.turn_on(session, turn, cb.execution, false) {
+                    return Verdict::Reject(RejectReason::WrongTurn);
+                }
+                self.mark_accepted(session, cb.execution);
+                Verdict::Accepted
+            }
+            RuntimeEvent::PromptCompleted { turn } | RuntimeEvent::PromptFailed { turn, .. } => {
+                let on = self.turn_on(session, turn, cb.execution, true)
+                    || self.turn_on(session, turn, cb.execution, false);
+                if !on {
+                    return Verdict::Reject(RejectReason::WrongTurn);
+                }
+                let cancelled = self.sess(session).turn.is_some_and(|t| t.user_cancelled);
+                let outcome = match (cancelled, &cb.event) {
+                    (true, _) => TurnOutcome::Cancelled,
+                    (false, RuntimeEvent::PromptCompleted { .. }) => TurnOutcome::Completed,
+                    (false, _) => TurnOutcome::Failed,
+                };
+                self.end_turn(session, outcome);
+                Verdict::Accepted
+            }
+            RuntimeEvent::Exited { .. } => {
+                self.forget_execution(cb.execution);
+                let on_it = self
+                    .sessions
+                    .get(&session)
+                    .and_then(|s| s.turn)
+                    .is_some_and(|t| t.execution() == Some(cb.execution));
+                if on_it {
+                    self.turn_lost_runtime(now, session);
+                }
+                Verdict::Accepted
+            }
+            // Also an owner's stream event, were one to get here: `admit` applies those.
+            _ => Verdict::Reject(RejectReason::UnexpectedEvent),
+        }
+    }
+
+    /// Ends the turn with `outcome`: its one terminal.
+    pub(crate) fn end_turn(&mut self, session: SessionId, outcome: TurnOutcome) {
+        let s = self.sess(session);
+        let Some(turn) = s.turn.take() else { return };
+        match turn.phase {
+            TurnPhase::Recovering { at } => {
+                self.timers.remove(&(at, Timer::Recovery(session, turn.id)));
+            }
+            TurnPhase::Performed { deadline, .. } => {
+                self.timers
+                    .remove(&(deadline, Timer::Accept(session, turn.id)));
+            }
+            _ => {}
+        }
+        self.push(Effect::TurnEnded {
+            session,
+            turn: turn.id,
+            outcome,
+        });
+    }
+
+    /// The user cancels the turn (rule 7): before acceptance the claim ends cancelled; after
+    /// it the provider is asked to stop and the runtime stays up (rule 5: a cancel never
+    /// tears down a runtime the provider accepted a prompt on).
+    pub(crate) fn cancel_turn(
+        &mut self,
+        now: Timestamp,
+        session: SessionId,
+        turn: Turn,
+        runtime: Option<ExecutionId>,
+    ) {
+        match turn.phase {
+            TurnPhase::Accepted { execution } => {
+                if !turn.user_cancelled {
+                    if let Some(t) = self.sess(session).turn.as_mut() {
+                        t.user_cancelled = true;
+                    }
+                    self.push(Effect::CancelPrompt {
+                        session,
+                        execution,
+                        turn: turn.id,
+                    });
+                    if mutant_on!(self.mutant, CancelAfterAcceptTearsDown)
+                        && runtime == Some(execution)
+                    {
+                        self.claim_stop(now, execution);
+                    }
+                }
+            }
+            TurnPhase::Performed { execution, .. } => {
+                self.push(Effect::CancelPrompt {
+                    session,
+                    execution,
+                    turn: turn.id,
+                });
+                self.end_turn(session, TurnOutcome::Cancelled);
+            }
+            TurnPhase::Dispatched { .. }
+            | TurnPhase::WaitingRuntime
+            | TurnPhase::Recovering { .. } => {
+                self.end_turn(session, TurnOutcome::Cancelled);
+            }
+        }
+        // Cancelled means ended, or (once the provider has it) marked so that its runtime's
+        // loss ends it instead of recovering it.
+        debug_assert!(self.sessions[&session]
+            .turn
+            .is_none_or(|t| t.user_cancelled));
+    }
+
+    /// A performed prompt the provider did not accept by its deadline: the provider is told
+    /// to drop it, and the runtime counts as lost for this turn (roll the claim back, or
+    /// recover).
+    pub(crate) fn accept_deadline_passed(
+        &mut self,
+        now: Timestamp,
+        session: SessionId,
+        turn: TurnId,
+    ) {
+        let performed = self
+            .sessions
+            .get(&session)
+            .and_then(|s| s.turn)
+            .filter(|t| t.id == turn)
+            .and_then(|t| match t.phase {
+                TurnPhase::Performed { execution, .. } => Some(execution),
+                _ => None,
+            });
+        let Some(execution) = performed else { return };
+        self.push(Effect::CancelPrompt {
+            session,
+            execution,
+            turn,
+        });
+        let live = self.sessions.get(&session).and_then(|s| s.live);
+        if live.is_some_and(|l| l.execution == Some(execution)) {
+            let stamp = self.mint_stamp();
+            self.fail_attempt(now, session, stamp);
+        } else {
+            if let Some(t) = self.sess(session).turn.as_mut() {
+                t.phase = TurnPhase::WaitingRuntime;
+            }
+            self.turn_lost_runtime(now, session);
+        }
+    }
+
+    // ----- rule 8: automatic recovery ----------------------------------------------------
+
+    /// Every exit before the provider accepted rolls the claim back; after acceptance the
+    /// runtime's loss goes to recovery (rule 8).
+    pub(crate) fn turn_lost_runtime(&mut self, now: Timestamp, session: SessionId) {
+        let mutant = self.mutant;
+        let delays = std::mem::take(&mut self.config.recovery_delays_ms);
+        let decision = {
+            let s = self.sessions.get_mut(&session).expect("caller checked");
+            match s.turn.as_mut() {
+                None => None,
+                Some(t) if !t.accepted_once => {
+                    if mutant_on!(mutant, ClaimNotRolledBack) {
+                        // The bug: the claim stays, waiting for a runtime no one will start.
+                        t.phase = TurnPhase::WaitingRuntime;
+                        None
+                    } else {
+                        Some(RecoveryDecision::EndFailed)
+                    }
+                }
+                Some(t) => Some(decide_recovery(t, &delays, now)),
+            }
+        };
+        self.config.recovery_delays_ms = delays;
+        let accepted = self
+            .sessions
+            .get(&session)
+            .and_then(|s| s.turn)
+            .is_some_and(|t| t.accepted_once);
+        match decision {
+            None => {}
+            Some(RecoveryDecision::EndFailed) if !accepted => {
+                self.end_turn(session, TurnOutcome::RolledBack)
+            }
+            Some(RecoveryDecision::EndFailed) => self.end_turn(session, TurnOutcome::Failed),
+            Some(RecoveryDecision::EndCancelled) => self.end_turn(session, TurnOutcome::Cancelled),
+            Some(RecoveryDecision::Recover { step, at }) => {
+                let turn = self
+                    .sess(session)
+                    .turn
+                    .map(|t| t.id)
+                    .expect("decided on a turn");
+                self.timers.insert((at, Timer::Recovery(session, turn)));
+                self.push(Effect::RecoveryStarted {
+                    session,
+                    turn,
+                    step,
+                    at,
+                });
+            }
+            Some(RecoveryDecision::Resume { at }) => {
+                let turn = self
+                    .sess(session)
+                    .turn
+                    .map(|t| t.id)
+                    .expect("decided on a turn");
+                self.timers.insert((at, Timer::Recovery(session, turn)));
+            }
+            Some(RecoveryDecision::Exhausted) => {
+                let turn = self
+                    .sess(session)
+                    .turn
+                    .map(|t| t.id)
+                    .expect("decided on a turn");
+                self.push(Effect::RecoveryExhausted { session, turn });
+                self.end_turn(session, TurnOutcome::Failed);
+            }
+        }
+    }
+
+    /// A recovery step is due: the turn is dispatched to the ready runtime, or a replacement
+    /// attempt starts (the turn fails if none can be minted).
+    pub(crate) fn recovery_due(&mut self, now: Timestamp, session: SessionId, turn: TurnId) {
+        let due = self
+            .sessions
+            .get(&session)
+            .and_then(|s| s.turn)
+            .is_some_and(|t| t.id == turn && matches!(t.phase, TurnPhase::Recovering { .. }));
+        if !due {
+            return;
+        }
+        if let Some(t) = self.sess(session).turn.as_mut() {
+            t.phase = TurnPhase::WaitingRuntime;
+        }
+        let s = self.sessions.get(&session).expect("checked");
+        let ready = match (s.live, s.owner, s.runtime) {
+            (None, Some(owner), Some(e)) => {
+                self.executions.get(&e).map(|x| (owner, e, x.generation))
+            }
+            _ => None,
+        };
+        if let Some((owner, e, g)) = ready {
+            self.dispatch(now, session, owner, e, g);
+        } else if s.live.is_none() && self.begin_attempt(now, session).is_none() {
+            self.end_turn(session, TurnOutcome::Failed);
         }
     }
 }
@@ -144,6 +525,22 @@ pub(crate) fn decide_recovery(
     delays_ms: &[u64],
     now: Timestamp,
 ) -> RecoveryDecision {
+    // Before acceptance a lost runtime rolls the claim back instead (rule 7).
+    assert!(
+        turn.accepted_once,
+        "rule 8: {} recovers before acceptance",
+        turn.id
+    );
+    let decision = decide(turn, delays_ms, now);
+    // Rule 8: at most one `recovery_started` per step of the schedule, and exhaustion only
+    // after at least one.
+    assert!(usize::from(turn.recoveries_started) <= delays_ms.len());
+    assert!(decision != RecoveryDecision::Exhausted || turn.recoveries_started >= 1);
+    decision
+}
+
+/// [`decide_recovery`]'s decision, before its checks.
+fn decide(turn: &mut Turn, delays_ms: &[u64], now: Timestamp) -> RecoveryDecision {
     if turn.user_cancelled {
         return RecoveryDecision::EndCancelled;
     }

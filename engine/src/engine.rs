@@ -217,7 +217,7 @@ impl std::fmt::Display for PromptError {
             PromptError::TooLarge { bytes } => {
                 write!(f, "prompt of {bytes} bytes; at most {MAX_PROMPT_BYTES}")
             }
-            PromptError::Rejected(reason) => write!(f, "prompt rejected: {reason:?}"),
+            PromptError::Rejected(reason) => write!(f, "prompt rejected: {reason}"),
         }
     }
 }
@@ -1389,7 +1389,7 @@ impl Engine {
     fn submit(&mut self, now: Timestamp, input: Input) -> Option<Verdict> {
         self.dirty = true;
         if self.running || !self.driver.is_idle() {
-            if !self.driver.enqueue(input) {
+            if self.driver.enqueue(input).is_err() {
                 self.stats.anomalies += 1;
             }
             return None;
@@ -1406,9 +1406,17 @@ impl Engine {
             return;
         }
         self.running = true;
-        while let Output::Effect(effect) = self.driver.poll_output(now) {
-            self.dirty = true;
-            self.effect(now, effect);
+        loop {
+            match self.driver.poll_output(now) {
+                Output::Effect(effect) => {
+                    self.dirty = true;
+                    self.effect(now, effect);
+                }
+                // An input `submit` queued while effects were carried out (it returned
+                // `None` for it): the observers saw its verdict, and nothing here waits for it.
+                Output::Verdict { .. } => {}
+                Output::Timeout(_) | Output::Idle => break,
+            }
         }
         self.running = false;
     }

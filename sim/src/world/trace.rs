@@ -235,7 +235,7 @@ impl Tracer {
             self.buf.extend_from_slice(b",\"verdict\":");
             match verdict {
                 Verdict::Reject(r) => {
-                    let _ = write!(self.buf, "\"reject:{r:?}\"");
+                    let _ = write!(self.buf, "\"reject:{r}\"");
                 }
                 v => {
                     let _ = serde_json::to_writer(&mut self.buf, v);
