@@ -261,7 +261,7 @@ impl Harness {
             for out in events {
                 match receiver.accept(
                     Seq::new(out.seq).unwrap(),
-                    chunk_text(&out.update.to_value()),
+                    chunk_text(&out.update.parse::<Value>().unwrap()),
                 ) {
                     Receipt::Delivered(text) => texts.push(text),
                     other => panic!("output lost or repeated: {other:?}"),
