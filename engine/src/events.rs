@@ -247,8 +247,10 @@ impl SessionEvent {
         }
     }
 
-    /// The event as one JSON object (`{"event": name, "session": "n", ...}`), as
-    /// `palisade-supervise` prints it.
+    /// The event as the text of one JSON object (`{"event": name, "session": "n", ...}`),
+    /// as `palisade-supervise` prints it. An output event's updates are written as the
+    /// agent wrote them, not read into a tree and written again (a tree cannot hold every
+    /// number JSON can).
     ///
     /// Every ID is a string (`"7"`; attempts as `"epoch.seq"`): IDs are 64-bit, and a
     /// JSON number above 2^53 is read wrong by JavaScript and by any parser that goes
@@ -257,7 +259,22 @@ impl SessionEvent {
     /// `seq` counts one turn's output events; `at_ms` is milliseconds on the supervisor's
     /// wall-clock-based clock (2^53 ms is 285,000 years).
     #[must_use]
-    pub fn to_json(&self) -> Value {
+    pub fn to_json(&self) -> String {
+        /// The members of the event, then an output's updates.
+        #[derive(serde::Serialize)]
+        struct Line<'a> {
+            #[serde(flatten)]
+            members: Value,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            events: Option<Vec<Shown<'a>>>,
+        }
+        /// One output event.
+        #[derive(serde::Serialize)]
+        struct Shown<'a> {
+            seq: u64,
+            kind: String,
+            update: &'a RawValue,
+        }
         let mut object = json!({"event": self.name(), "session": id(self.session().get())});
         let fields = match self {
             SessionEvent::RuntimeStarted {
@@ -291,14 +308,7 @@ impl SessionEvent {
                     ConversationOrigin::Replaced(reason) => format!("replaced ({reason:?})"),
                 },
             }),
-            SessionEvent::Output { turn, events, .. } => json!({
-                "turn": id(turn.get()),
-                "events": events.iter().map(|e| json!({
-                    "seq": e.seq,
-                    "kind": format!("{:?}", e.kind),
-                    "update": e.update.raw(),
-                })).collect::<Vec<_>>(),
-            }),
+            SessionEvent::Output { turn, .. } => json!({"turn": id(turn.get())}),
             SessionEvent::TurnEnded {
                 turn,
                 outcome,
@@ -339,7 +349,24 @@ impl SessionEvent {
         if let (Some(object), Value::Object(fields)) = (object.as_object_mut(), fields) {
             object.extend(fields);
         }
-        object
+        let events = match self {
+            SessionEvent::Output { events, .. } => Some(
+                events
+                    .iter()
+                    .map(|e| Shown {
+                        seq: e.seq,
+                        kind: format!("{:?}", e.kind),
+                        update: e.update.raw(),
+                    })
+                    .collect(),
+            ),
+            _ => None,
+        };
+        serde_json::to_string(&Line {
+            members: object,
+            events,
+        })
+        .expect("an event's members are strings, numbers and raw JSON")
     }
 }
 
@@ -534,8 +561,11 @@ mod tests {
 
     #[test]
     fn json_ids_are_strings_and_no_number_exceeds_2_pow_53() {
+        let tree = |event: &SessionEvent| -> Value {
+            serde_json::from_str(&event.to_json()).expect("an event's line is JSON")
+        };
         for event in every_event_with_huge_ids() {
-            let json = event.to_json();
+            let json = tree(&event);
             let mut found = Vec::new();
             integers(&json, "", &mut found);
             let too_big: Vec<_> = found.iter().filter(|(_, n)| *n > EXACT_IN_F64).collect();
@@ -546,15 +576,37 @@ mod tests {
             );
             assert_eq!(json["session"], json!(u64::MAX.to_string()), "{json}");
         }
-        let failure = every_event_with_huge_ids()
-            .into_iter()
-            .find(|e| e.name() == "failure_reported")
-            .unwrap()
-            .to_json();
+        let failure = tree(
+            &every_event_with_huge_ids()
+                .into_iter()
+                .find(|e| e.name() == "failure_reported")
+                .unwrap(),
+        );
         // What issue 13 saw printed as 9223372036854775809, and JavaScript read as
         // 9223372036854776000.
         assert_eq!(failure["stamp"], json!("9223372036854775809"));
         assert_eq!(failure["execution"], json!(u64::MAX.to_string()));
+    }
+
+    #[test]
+    fn an_output_line_carries_the_updates_as_the_agent_wrote_them() {
+        // A number no tree can hold, and spacing a tree would drop: written as they came.
+        let update = r#"{"sessionUpdate":"agent_message_chunk", "n":1e400,"t":"\u00e9"}"#;
+        let event = SessionEvent::Output {
+            session: SessionId::new(7).unwrap(),
+            turn: TurnId::new(3).unwrap(),
+            events: vec![OutputEvent {
+                seq: 1,
+                kind: EventKind::Text,
+                update: RawJson::from_text(update).unwrap(),
+            }],
+        };
+        assert_eq!(
+            event.to_json(),
+            format!(
+                r#"{{"event":"output","session":"7","turn":"3","events":[{{"seq":1,"kind":"Text","update":{update}}}]}}"#
+            )
+        );
     }
 
     #[test]
