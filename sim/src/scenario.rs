@@ -90,6 +90,17 @@ pub const STEP_REPEAT_SPACING_MS: u64 = 1_500;
 /// it need not fit in the liveness window, only in simulated time.
 pub const MAX_JOIN_WAIT_MS: u64 = MAX_QUIESCE_MS;
 
+// A draw can always be brought within the memory budget by its sizes alone: the most
+// sessions streaming the most events of a turn, every event empty, with the longest trace,
+// fit (`crate::memory`).
+const _: () = assert!(
+    MAX_SESSIONS as u64 * MAX_NOTIFICATIONS_PER_TURN as u64 * crate::memory::EVENT_OVERHEAD_BYTES
+        + crate::memory::TRACE_COPIES
+            * (MAX_EVENTS * crate::memory::TRACE_LINE_BYTES
+                + MAX_EVENTS / 2 * crate::memory::TRACE_LINE_BYTES)
+        <= crate::memory::MAX_SEED_MEMORY_BYTES
+);
+
 /// Environment variable naming a scenarios directory searched before the built-in ones.
 pub const SCENARIO_DIR_ENV: &str = "PALISADE_SCENARIOS";
 
