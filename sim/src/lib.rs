@@ -12,6 +12,7 @@
 //! - [`scoreboard`]: the mutant scoreboard.
 //! - [`search`]: search strategies (uniform, coverage-guided).
 //! - [`input`]: reading the files a user names, every one with a size cap.
+//! - [`mix`]: deterministic mixing (splitmix64) for decisions keyed by what they concern.
 //! - [`memory`]: what a seed holds in memory, and the budget counts and sizes must fit
 //!   together.
 //! - [`cli`]: the command line.
@@ -28,6 +29,7 @@ pub mod failure;
 pub mod input;
 pub mod memory;
 pub mod minimize;
+pub mod mix;
 pub mod report;
 pub mod runner;
 pub mod scenario;

@@ -19,7 +19,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use crate::sweep::{self, hex, mix64, SeedRange, Shard, SweepResult, DETERMINISM_INVARIANT};
+use crate::mix::mix64;
+use crate::sweep::{self, hex, SeedRange, Shard, SweepResult, DETERMINISM_INVARIANT};
 
 /// The `format` field of `summary.json`.
 pub const SUMMARY_FORMAT: &str = "palisade-summary/1";

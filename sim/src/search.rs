@@ -32,6 +32,7 @@ use std::collections::BTreeSet;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::mix::mix64;
 use crate::runner;
 use crate::scenario::Resolved;
 use crate::sweep::{self, SeedRecord};
@@ -427,7 +428,7 @@ impl<'a> Guided<'a> {
         if corpus.plans.len() < MAX_CORPUS_PER_SCENARIO {
             corpus.plans.push(plan);
         } else {
-            let slot = (sweep::mix64(candidate.seed ^ SEARCH_SALT) as usize) % corpus.plans.len();
+            let slot = (mix64(candidate.seed ^ SEARCH_SALT) as usize) % corpus.plans.len();
             corpus.plans[slot] = plan;
         }
     }
@@ -442,7 +443,7 @@ fn scenario_rng(name: &str, generation: u64) -> ChaCha8Rng {
     let name = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
-    ChaCha8Rng::seed_from_u64(sweep::mix64(SEARCH_SALT ^ name) ^ sweep::mix64(generation))
+    ChaCha8Rng::seed_from_u64(mix64(SEARCH_SALT ^ name) ^ mix64(generation))
 }
 
 /// A run's coverage features, sorted and without repeats: its edge buckets, and each

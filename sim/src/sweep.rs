@@ -11,6 +11,7 @@ use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::mix::mix64;
 use crate::runner::{self, SeedRun, Timed};
 use crate::scenario::Resolved;
 use crate::world::{CaughtBy, FaultPlan, Mutant, SeedStats};
@@ -352,14 +353,6 @@ pub fn record(
             None,
         ),
     }
-}
-
-/// A well-mixed 64-bit hash (splitmix64's finaliser).
-pub const fn mix64(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
 }
 
 fn name_hash(name: &str) -> u64 {

@@ -293,7 +293,7 @@ impl Platform for SimPlatform {
         let model = AgentModel::new(
             format!("p{pid}"),
             behaviour,
-            crate::world::plan::mix(self.seed, u64::from(pid), 0x57ac, 0),
+            crate::mix::mix(self.seed, u64::from(pid), 0x57ac, 0),
             now_ms(self.start),
         );
         // An agent process is not the supervisor's task: a crash does not abort it.
@@ -391,11 +391,8 @@ async fn agent_process(
                 // SIGKILLed right after its answer: it reads nothing more, and its death
                 // (stdout EOF, the reaped status) shows a few milliseconds later, as a
                 // real kill does.
-                let dying = crate::world::plan::pick(
-                    crate::world::plan::mix(u64::from(pid), now, 0xd1e, 0),
-                    1,
-                    DYING_MS,
-                );
+                let dying =
+                    crate::mix::pick(crate::mix::mix(u64::from(pid), now, 0xd1e, 0), 1, DYING_MS);
                 madsim::time::sleep(Duration::from_millis(dying)).await;
                 break 'life ProcessExit::Signal(9);
             }

@@ -42,8 +42,9 @@ use palisade_embed::{Embedding, SessionEvent, StateFile};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::time::Instant;
 
+use crate::mix::{mix, pick};
 use crate::scenario::Scenario;
-use crate::world::plan::{mix, pick, Fault, FaultKind, FaultPlan};
+use crate::world::plan::{Fault, FaultKind, FaultPlan};
 use crate::world::run::{lock as lock_watch, Finished, Observe, Watch};
 use env::{lock, Env, EnvState, SimDisk, SimPlatform};
 use oracle::CallerLog;

@@ -5,8 +5,8 @@
 use palisade_core::classify::AgentProfile;
 use palisade_testkit::agent_model::{Behaviour, LoadCapability, UnknownSession};
 
-use super::plan::{chance, mix, pick};
 use super::setup::Environment;
+use crate::mix::{chance, mix, pick};
 use crate::scenario::{Agent, Scenario};
 
 /// The core profile a service would configure for `agent`.

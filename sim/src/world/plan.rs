@@ -843,32 +843,6 @@ pub fn draw(scenario: &Scenario, seed: u64) -> FaultPlan {
     plan
 }
 
-/// A cheap deterministic mix (splitmix64) for workload and per-message decisions: keyed by
-/// what they concern, so removing a fault does not shift them.
-pub fn mix(seed: u64, a: u64, b: u64, c: u64) -> u64 {
-    let mut z = seed
-        ^ a.wrapping_mul(0x9e37_79b9_7f4a_7c15)
-        ^ b.wrapping_mul(0xc2b2_ae3d_27d4_eb4f)
-        ^ c.wrapping_mul(0x1656_67b1_9e37_79f9);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// A value in `b` from a mixed key.
-pub fn pick(key: u64, lo: u64, hi: u64) -> u64 {
-    if hi <= lo {
-        lo
-    } else {
-        lo + key % (hi - lo + 1)
-    }
-}
-
-/// A probability test from a mixed key.
-pub fn chance(key: u64, p: f64) -> bool {
-    ((key >> 11) as f64 / (1u64 << 53) as f64) < p
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

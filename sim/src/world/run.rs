@@ -38,10 +38,11 @@ use super::agenda::Agenda;
 use super::agents::behaviour;
 use super::dense::IdMap;
 use super::oracle::Oracle;
-use super::plan::{chance, mix, pick, Fault, FaultKind, FaultPlan, LoadErrorClass, WorkloadCut};
+use super::plan::{Fault, FaultKind, FaultPlan, LoadErrorClass, WorkloadCut};
 use super::setup::Environment;
 use super::trace::Tracer;
 use super::{CaughtBy, Checks, Violation};
+use crate::mix::{chance, mix, pick};
 use crate::scenario::Scenario;
 
 /// Prompts a client resends after a roll-back or failure.

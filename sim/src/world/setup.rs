@@ -34,7 +34,8 @@ use palisade_engine::EngineConfig;
 use palisade_testkit::agent_model::LoadAnswer;
 
 use super::agents::profile;
-use super::plan::{mix, Fault, FaultKind, FaultPlan, LoadErrorClass, PlanError};
+use super::plan::{Fault, FaultKind, FaultPlan, LoadErrorClass, PlanError};
+use crate::mix::mix;
 use crate::scenario::{Agent, Bounds, Scenario};
 
 /// Salt of the setup stream, apart from the fault plan's.
