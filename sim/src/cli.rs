@@ -12,12 +12,14 @@ use std::process::ExitCode;
 use crate::diagram;
 use crate::failure::{self, FailureFile};
 use crate::minimize;
+use crate::record::{self, PANIC_INVARIANT};
 use crate::report::{self, Summary};
 use crate::runner;
 use crate::scenario::{self, Resolved};
 use crate::scoreboard;
 use crate::search::{self, Strategy};
-use crate::sweep::{self, hex, SeedRange, Shard, SweepConfig};
+use crate::seeds::{self, SeedRange, Shard};
+use crate::sweep::{self, hex, SweepConfig};
 use crate::world::{Checks, Mutant};
 
 /// Prints a line to stdout; a closed pipe (`palisade scenarios | head`) is not an error.
@@ -477,7 +479,7 @@ fn cmd_sweep(args: SweepArgs) -> Result<u8, Fail> {
         })
         .collect();
     let total = ranges.iter().fold(0u64, |acc, r| {
-        acc.saturating_add(sweep::seeds_in(*r, args.shard))
+        acc.saturating_add(seeds::seeds_in(*r, args.shard))
     });
     if total > sweep::MAX_SEEDS_PER_RUN {
         let asked = match (args.seeds, args.seed_range) {
@@ -632,7 +634,7 @@ fn cmd_run(args: RunArgs) -> Result<u8, Fail> {
         check_output("--trace", path)?;
     }
     let timed = runner::run_isolated(&resolved.scenario, args.seed, None, args.mutant);
-    let (rec, trace) = sweep::record(0, args.seed, timed, true);
+    let (rec, trace) = record::record(0, args.seed, timed, true);
     let trace = trace.unwrap_or_default();
     // What the seed drew besides its faults (swarm over configuration and environment).
     let plan = crate::world::plan::draw(&resolved.scenario, args.seed);
@@ -709,7 +711,7 @@ fn cmd_replay(path: &Path) -> Result<u8, Fail> {
         file.plan.clone(),
         loaded.mutant,
     );
-    let (rec, trace) = sweep::record(0, file.seed, timed, true);
+    let (rec, trace) = record::record(0, file.seed, timed, true);
     let trace = trace.unwrap_or_default();
     let now_hash = hex(rec.trace_hash);
     let what = format!(
@@ -726,7 +728,7 @@ fn cmd_replay(path: &Path) -> Result<u8, Fail> {
         Some(f)
             if f.invariant == file.invariant
                 && now_hash == file.trace_hash
-                && (f.invariant != sweep::PANIC_INVARIANT || f.message == file.message) =>
+                && (f.invariant != PANIC_INVARIANT || f.message == file.message) =>
         {
             say!("{what}: {}: {}", f.invariant, f.message);
             say!("reproduced {now_hash}");

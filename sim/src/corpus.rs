@@ -29,7 +29,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::scenario::{self, Resolved};
 use crate::search::{self, Budget, Guided, Kept, SeedPlan};
-use crate::sweep::{self, SeedRange};
+use crate::seeds::SeedRange;
+use crate::sweep;
 use crate::world::FaultPlan;
 
 /// The corpus file's name, in the scenarios directory.

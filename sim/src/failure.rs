@@ -8,8 +8,9 @@
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
+use crate::record::SeedRecord;
 use crate::scenario::{self, Resolved};
-use crate::sweep::{hex, SeedRecord};
+use crate::sweep::hex;
 use crate::world::{CaughtBy, Checks, FaultPlan, Mutant, SeedStats};
 
 /// The `format` field every failure file carries; anything else is a foreign file.

@@ -5,7 +5,8 @@
 //! - [`scenario`]: scenario files (TOML) and where they are found.
 //! - [`runner`]: seeds on threads that carry nothing from one to the next, panics caught,
 //!   many seeds in parallel.
-//! - [`sweep`]: which seeds a sweep runs, determinism checks, progress.
+//! - [`sweep`]: a sweep's seeds in parallel, determinism checks, progress; [`seeds`]: which
+//!   seeds it runs (ranges and shards); [`record`]: what it keeps of each seed's run.
 //! - [`report`]: summary.json/.md, junit.xml, atomic writes, merging shards.
 //! - [`failure`]: failure files (replayable), [`minimize`]: shrinking them,
 //!   [`diagram`]: mermaid sequence diagrams of their traces.
@@ -30,11 +31,13 @@ pub mod input;
 pub mod memory;
 pub mod minimize;
 pub mod mix;
+pub mod record;
 pub mod report;
 pub mod runner;
 pub mod scenario;
 pub mod scoreboard;
 pub mod search;
+pub mod seeds;
 pub(crate) mod stack;
 pub mod sweep;
 pub mod world;

@@ -28,9 +28,9 @@
 use std::path::Path;
 
 use crate::failure::{FailureFile, Loaded, Minimized};
+use crate::record::PANIC_INVARIANT;
 use crate::runner::{self, SeedRun, Timed};
 use crate::scenario::Scenario;
-use crate::sweep::PANIC_INVARIANT;
 use crate::world::setup::{Environment, RunConfig};
 use crate::world::{Fault, FaultPlan, Mutant, SeedOutcome};
 
@@ -492,7 +492,7 @@ pub fn minimize_file(
         max_runs.saturating_sub(1),
     );
     let run = shrunk.run.unwrap_or(baseline.run);
-    let (record, _) = crate::sweep::record(0, file.seed, Timed { run, wall_nanos: 0 }, false);
+    let (record, _) = crate::record::record(0, file.seed, Timed { run, wall_nanos: 0 }, false);
     let mut min = FailureFile::new(&loaded.scenario, &record, loaded.mutant, out, &file.commit);
     min.plan = Some(shrunk.plan);
     min.commit = crate::report::commit().to_string();

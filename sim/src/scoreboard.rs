@@ -12,11 +12,12 @@ use std::path::{Path, PathBuf};
 
 use crate::failure::{self, FailureFile, Minimized};
 use crate::minimize;
+use crate::record::{self, SeedRecord};
 use crate::report;
 use crate::runner;
 use crate::scenario::Resolved;
 use crate::search::{self, Strategy};
-use crate::sweep::{self, Progress, SeedRecord};
+use crate::sweep::Progress;
 use crate::world::{CaughtBy, Checks, Mutant};
 
 /// Seeds per scenario tried before a mutant counts as surviving.
@@ -147,7 +148,7 @@ fn search_runs(
                 jobs,
                 |&(s, seed)| {
                     let timed = runner::run_isolated(&scenarios[s].scenario, seed, None, mutant);
-                    sweep::record(s, seed, timed, false).0
+                    record::record(s, seed, timed, false).0
                 },
                 Some(catches),
                 |_, r| bar.tick(r.failure.is_some()),

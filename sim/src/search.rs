@@ -33,9 +33,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::mix::mix64;
+use crate::record::{self, SeedRecord};
 use crate::runner;
 use crate::scenario::Resolved;
-use crate::sweep::{self, SeedRecord};
+use crate::seeds::SeedRange;
 use crate::world::{self, Fault, FaultKind, FaultPlan, Mutant};
 
 /// A search strategy.
@@ -141,7 +142,7 @@ pub struct Kept {
 pub enum Budget {
     /// Each scenario runs exactly its own number of candidates, with seeds from its range
     /// (a sweep: the summary's seed counts stay what they are under uniform).
-    PerScenario(Vec<sweep::SeedRange>),
+    PerScenario(Vec<SeedRange>),
     /// Up to `total` runs shared among all scenarios, with seeds from 0; scenarios that
     /// keep finding new coverage get more (the scoreboard).
     Shared {
@@ -623,7 +624,7 @@ pub fn run_candidate(
         candidate.plan.clone(),
         mutant,
     );
-    let (mut rec, kept) = sweep::record(candidate.scenario, candidate.seed, timed, keep_trace);
+    let (mut rec, kept) = record::record(candidate.scenario, candidate.seed, timed, keep_trace);
     rec.guided_plan = candidate.plan.is_some();
     (rec, kept)
 }
