@@ -637,7 +637,7 @@ fn cmd_run(args: RunArgs) -> Result<u8, Fail> {
     let (rec, trace) = record::record(0, args.seed, timed, true);
     let trace = trace.unwrap_or_default();
     // What the seed drew besides its faults (swarm over configuration and environment).
-    let plan = crate::world::plan::draw(&resolved.scenario, args.seed);
+    let plan = crate::plan::draw(&resolved.scenario, args.seed);
     if let Some(config) = &plan.config {
         eprintln!(
             "config: {}",

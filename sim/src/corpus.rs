@@ -27,11 +27,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::plan::FaultPlan;
 use crate::scenario::{self, Resolved};
 use crate::search::{self, Budget, Guided, Kept, SeedPlan};
 use crate::seeds::SeedRange;
 use crate::sweep;
-use crate::world::FaultPlan;
 
 /// The corpus file's name, in the scenarios directory.
 pub const CORPUS_FILE: &str = "corpus.json";

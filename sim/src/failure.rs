@@ -8,10 +8,11 @@
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
+use crate::plan::FaultPlan;
 use crate::record::SeedRecord;
 use crate::scenario::{self, Resolved};
 use crate::sweep::hex;
-use crate::world::{CaughtBy, Checks, FaultPlan, Mutant, SeedStats};
+use crate::world::{CaughtBy, Checks, Mutant, SeedStats};
 
 /// The `format` field every failure file carries; anything else is a foreign file.
 pub const FAILURE_FORMAT: &str = "palisade-failure/1";
@@ -20,15 +21,14 @@ pub const FAILURE_FORMAT: &str = "palisade-failure/1";
 /// [`crate::scenario::MAX_EVENTS`] lines of about 220 bytes each, and the text of the
 /// events they deliver, one copy of the trace the memory budget admits
 /// ([`crate::memory::MAX_SEED_MEMORY_BYTES`] over [`crate::memory::TRACE_COPIES`]); and so
-/// does the largest plan ([`crate::world::plan::MAX_PLAN_FAULTS`] faults, under 128 bytes
+/// does the largest plan ([`crate::plan::MAX_PLAN_FAULTS`] faults, under 128 bytes
 /// each as pretty JSON). Before the joint bound a failing seed of 16 KiB events could
 /// write a file past the old 256 MiB, which `replay` then refused.
 pub const MAX_FAILURE_FILE_BYTES: u64 =
     crate::memory::MAX_SEED_MEMORY_BYTES / crate::memory::TRACE_COPIES + (256 << 20);
 
 const _: () = assert!(
-    crate::scenario::MAX_EVENTS * 240 + crate::world::plan::MAX_PLAN_FAULTS as u64 * 128
-        <= 256 << 20
+    crate::scenario::MAX_EVENTS * 240 + crate::plan::MAX_PLAN_FAULTS as u64 * 128 <= 256 << 20
 );
 
 /// How a minimised failure compares with the one it came from.

@@ -31,6 +31,7 @@ pub mod input;
 pub mod memory;
 pub mod minimize;
 pub mod mix;
+pub mod plan;
 pub mod record;
 pub mod report;
 pub mod runner;

@@ -3,8 +3,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::plan::FaultPlan;
 use crate::runner::{SeedRun, Timed};
-use crate::world::{CaughtBy, FaultPlan, SeedStats};
+use crate::world::{CaughtBy, SeedStats};
 
 /// The invariant recorded for a seed that panicked.
 pub const PANIC_INVARIANT: &str = "panic";

@@ -33,8 +33,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Once};
 use std::time::Instant;
 
+use crate::plan::FaultPlan;
 use crate::scenario::Scenario;
-use crate::world::{self, FaultPlan, Mutant, SeedOutcome};
+use crate::world::{self, Mutant, SeedOutcome};
 
 /// The stack of every thread that runs seeds (workers and fresh seed threads). A madsim
 /// runtime with deep async state machines needs more than std's 2 MiB default, and a stack

@@ -562,7 +562,7 @@ pub struct CoreOverrides {
 /// Swarm over configuration (`[config]`): with `swarm = true` each seed draws its own core
 /// and engine configuration from these ranges, log-uniformly (tight values as often as
 /// loose ones); a value pinned in `[core]` is kept. The drawn configuration is part of the
-/// seed's plan (`world::setup`).
+/// seed's plan (`plan::setup`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ConfigSwarm {
@@ -613,7 +613,7 @@ impl Default for ConfigSwarm {
 
 /// Swarm over the environment (`[environment]`): with `swarm = true` each seed draws which
 /// real agent its runtimes are, how they stream, and loads of sessions they have fail with
-/// any answer of the catalogue (`world::setup`).
+/// any answer of the catalogue (`plan::setup`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EnvironmentSwarm {
@@ -1081,7 +1081,7 @@ impl Scenario {
     }
 
     /// The most a seed of this scenario holds in memory, by its own stream (a drawn
-    /// environment is fitted to the budget when it is drawn, `world::setup`).
+    /// environment is fitted to the budget when it is drawn, `plan::setup`).
     pub fn memory(&self) -> crate::memory::SeedMemory {
         self.memory_and_source().0
     }

@@ -33,11 +33,12 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::mix::mix64;
+use crate::plan::{self, Fault, FaultKind, FaultPlan};
 use crate::record::{self, SeedRecord};
 use crate::runner;
 use crate::scenario::Resolved;
 use crate::seeds::SeedRange;
-use crate::world::{self, Fault, FaultKind, FaultPlan, Mutant};
+use crate::world::{self, Mutant};
 
 /// A search strategy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -384,7 +385,7 @@ impl<'a> Guided<'a> {
             return None;
         }
         let scenario = &self.scenarios[s].scenario;
-        let steps = world::plan::step_faults(scenario);
+        let steps = plan::step_faults(scenario);
         for _ in 0..MUTATION_TRIES {
             let parent = &corpus.plans[rng.gen_range(0..corpus.plans.len())];
             let other = &corpus.plans[rng.gen_range(0..corpus.plans.len())];
@@ -416,7 +417,7 @@ impl<'a> Guided<'a> {
         let plan = candidate
             .plan
             .clone()
-            .unwrap_or_else(|| world::plan::draw(scenario, candidate.seed));
+            .unwrap_or_else(|| plan::draw(scenario, candidate.seed));
         if let Some(kept) = self.kept.as_mut() {
             kept.push(Kept {
                 scenario: candidate.scenario,
@@ -530,7 +531,7 @@ fn mutate(
         }
         // Transplant a fault from another seed's draw (fault kinds the corpus lacks).
         4 => {
-            let donor = world::plan::draw(scenario, rng.gen::<u64>() ^ seed);
+            let donor = plan::draw(scenario, rng.gen::<u64>() ^ seed);
             let pool: Vec<_> = donor.faults.iter().filter(|f| movable(f)).collect();
             if !pool.is_empty() {
                 plan.faults.push(*pool[rng.gen_range(0..pool.len())]);
@@ -552,7 +553,7 @@ fn mutate(
         }
         // Re-draw the configuration and environment (swarm scenarios), keeping the faults.
         _ => {
-            let donor = world::plan::draw(scenario, rng.gen::<u64>() ^ seed);
+            let donor = plan::draw(scenario, rng.gen::<u64>() ^ seed);
             if donor.config.is_some() || donor.environment.is_some() {
                 plan.config = donor.config;
                 plan.environment = donor.environment;
@@ -647,9 +648,7 @@ mod tests {
         let mut search = Guided::new(&resolved, Budget::Shared { total: 1_000 });
         let scenario = &resolved[0].scenario;
         for seed in 0..8 {
-            search.corpora[0]
-                .plans
-                .push(world::plan::draw(scenario, seed));
+            search.corpora[0].plans.push(plan::draw(scenario, seed));
         }
         let mut rng = ChaCha8Rng::seed_from_u64(7);
         let mut made = 0;
@@ -670,13 +669,11 @@ mod tests {
         for name in ["cancel-during-delayed-resume", "provider-exit-mid-prompt"] {
             let resolved = vec![crate::scenario::resolve_one(name).expect("shipped")];
             let scenario = &resolved[0].scenario;
-            let steps = world::plan::step_faults(scenario);
+            let steps = plan::step_faults(scenario);
             assert!(!steps.is_empty(), "{name} has fixed steps");
             let mut search = Guided::new(&resolved, Budget::Shared { total: 1_000 });
             for seed in 0..8 {
-                search.corpora[0]
-                    .plans
-                    .push(world::plan::draw(scenario, seed));
+                search.corpora[0].plans.push(plan::draw(scenario, seed));
             }
             let mut rng = ChaCha8Rng::seed_from_u64(11);
             for seed in 100..300 {

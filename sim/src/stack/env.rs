@@ -21,7 +21,7 @@ use palisade_wire::ProcessExit;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::time::Instant;
 
-use crate::world::plan::DiskFaultClass;
+use crate::plan::DiskFaultClass;
 
 /// The Unix time the simulated wall clock starts at (2026-01-01T00:00:00Z): any fixed
 /// value works; deadlines only take differences.

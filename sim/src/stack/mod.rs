@@ -43,8 +43,8 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::time::Instant;
 
 use crate::mix::{mix, pick};
+use crate::plan::{Fault, FaultKind, FaultPlan};
 use crate::scenario::Scenario;
-use crate::world::plan::{Fault, FaultKind, FaultPlan};
 use crate::world::run::{lock as lock_watch, Finished, Observe, Watch};
 use env::{lock, Env, EnvState, SimDisk, SimPlatform};
 use oracle::CallerLog;
@@ -160,7 +160,7 @@ pub(crate) async fn run(
     let shared = Arc::new((*scenario).clone());
     let drawn = plan.environment.clone();
     let behaviour: env::BehaviourTable = Arc::new(move |process| {
-        crate::world::agents::behaviour(&shared, drawn.as_ref(), seed, process)
+        crate::plan::agents::behaviour(&shared, drawn.as_ref(), seed, process)
     });
     let window = scenario.limits.fault_window_ms;
     let end = window + scenario.limits.quiesce_ms;

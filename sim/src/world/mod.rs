@@ -2,12 +2,9 @@
 //! [`run_seed`].
 
 mod agenda;
-pub(crate) mod agents;
 mod dense;
 pub(crate) mod oracle;
-pub mod plan;
 pub(crate) mod run;
-pub mod setup;
 pub(crate) mod trace;
 
 use serde::{Deserialize, Serialize};
@@ -15,10 +12,10 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
+use crate::plan::{self, FaultPlan};
 use crate::scenario::Scenario;
 pub use oracle::MARKS;
 pub use palisade_core::mutants::Mutant;
-pub use plan::{DiskFaultClass, Fault, FaultKind, FaultPlan, LoadErrorClass, WorkloadCut};
 pub use trace::EDGE_BITS;
 
 /// Which checker found a violation. Only [`CaughtBy::GroundTruth`] and

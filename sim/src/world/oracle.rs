@@ -1331,7 +1331,7 @@ mod tests {
         let scenario = crate::scenario::resolve_one("swarm")
             .expect("shipped")
             .scenario;
-        let config = super::super::setup::RunConfig::fixed(&scenario).engine();
+        let config = crate::plan::setup::RunConfig::fixed(&scenario).engine();
         let mut o = Oracle::new(&config, &scenario);
         o.enabled = true;
         o.client_sent(7, turn(), TEXT, 1);

@@ -35,14 +35,14 @@ use palisade_wire::jsonrpc::encode_response;
 use palisade_wire::{AgentEvent, CloseReason, ProcessExit, RpcFailure};
 
 use super::agenda::Agenda;
-use super::agents::behaviour;
 use super::dense::IdMap;
 use super::oracle::Oracle;
-use super::plan::{Fault, FaultKind, FaultPlan, LoadErrorClass, WorkloadCut};
-use super::setup::Environment;
 use super::trace::Tracer;
 use super::{CaughtBy, Checks, Violation};
 use crate::mix::{chance, mix, pick};
+use crate::plan::agents::behaviour;
+use crate::plan::setup::Environment;
+use crate::plan::{Fault, FaultKind, FaultPlan, LoadErrorClass, WorkloadCut};
 use crate::scenario::Scenario;
 
 /// Prompts a client resends after a roll-back or failure.

@@ -1,27 +1,13 @@
 //! Which real agent a scenario's runtimes imitate: the behaviour each simulated agent
 //! process gets (from `palisade_testkit::agent_model`, the model `palisade-test-agent`
-//! runs on real stdio), and the core profile a service would configure for it.
+//! runs on real stdio). The core profile a service would configure for it is part of the
+//! configuration (`setup::profile`).
 
-use palisade_core::classify::AgentProfile;
 use palisade_testkit::agent_model::{Behaviour, LoadCapability, UnknownSession};
 
 use super::setup::Environment;
 use crate::mix::{chance, mix, pick};
 use crate::scenario::{Agent, Scenario};
-
-/// The core profile a service would configure for `agent`.
-pub(crate) fn profile(agent: Agent) -> AgentProfile {
-    match agent {
-        Agent::ClaudeAgentAcp => AgentProfile::ClaudeAgentAcp,
-        Agent::ClaudeCodeAcp => AgentProfile::ClaudeCodeAcp,
-        Agent::CodexAcp => AgentProfile::CodexAcpRust,
-        Agent::CodexAcpTs => AgentProfile::CodexAcpTs,
-        Agent::GeminiCli => AgentProfile::GeminiCli,
-        Agent::Goose => AgentProfile::Goose,
-        Agent::Opencode => AgentProfile::Opencode,
-        Agent::NoLoad => AgentProfile::Generic,
-    }
-}
 
 /// How the real `agent` answers `session/load` of a session it does not have.
 pub(crate) fn unknown_session(agent: Agent) -> UnknownSession {
