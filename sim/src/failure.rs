@@ -8,11 +8,14 @@
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
+use palisade_core::mutants::Mutant;
+
+use crate::oracle::{CaughtBy, Checks};
 use crate::plan::FaultPlan;
 use crate::record::SeedRecord;
+use crate::runner::SeedStats;
 use crate::scenario::{self, Resolved};
 use crate::sweep::hex;
-use crate::world::{CaughtBy, Checks, Mutant, SeedStats};
 
 /// The `format` field every failure file carries; anything else is a foreign file.
 pub const FAILURE_FORMAT: &str = "palisade-failure/1";
@@ -122,7 +125,7 @@ pub fn shell_word(word: &str) -> String {
 }
 
 /// `palisade run --scenario S --seed N [--mutant M] [--checks C]`, with the checks this
-/// process runs (see [`crate::world::set_checks`]).
+/// process runs (see [`crate::oracle::set_checks`]).
 pub fn repro_command(scenario_spec: &str, seed: u64, mutant: Option<Mutant>) -> String {
     let mut command = format!(
         "palisade run --scenario {} --seed {seed}",
@@ -132,7 +135,7 @@ pub fn repro_command(scenario_spec: &str, seed: u64, mutant: Option<Mutant>) -> 
         command.push_str(" --mutant ");
         command.push_str(m.name());
     }
-    let checks = crate::world::checks();
+    let checks = crate::oracle::checks();
     if !checks.is_all() {
         command.push_str(" --checks ");
         command.push_str(checks.name());
@@ -174,7 +177,7 @@ impl FailureFile {
             mutant: mutant.map(|m| m.name().to_string()),
             invariant: failure.invariant.clone(),
             caught_by: Some(failure.caught_by),
-            checks: crate::world::checks(),
+            checks: crate::oracle::checks(),
             message: failure.message.clone(),
             events: failure.events.clone(),
             trace_hash: hex(record.trace_hash),

@@ -27,13 +27,14 @@
 
 use std::path::Path;
 
+use palisade_core::mutants::Mutant;
+
 use crate::failure::{FailureFile, Loaded, Minimized};
 use crate::plan::setup::{Environment, RunConfig};
 use crate::plan::{Fault, FaultPlan};
 use crate::record::PANIC_INVARIANT;
-use crate::runner::{self, SeedRun, Timed};
+use crate::runner::{self, SeedOutcome, SeedRun, Timed};
 use crate::scenario::Scenario;
-use crate::world::{Mutant, SeedOutcome};
 
 /// The most seed runs one minimisation may take: a bound on its time, not on its quality
 /// (each round keeps the smallest failing plan found so far).

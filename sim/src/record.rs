@@ -3,9 +3,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::oracle::CaughtBy;
 use crate::plan::FaultPlan;
-use crate::runner::{SeedRun, Timed};
-use crate::world::{CaughtBy, SeedStats};
+use crate::runner::{SeedRun, SeedStats, Timed};
 
 /// The invariant recorded for a seed that panicked.
 pub const PANIC_INVARIANT: &str = "panic";
@@ -52,7 +52,7 @@ pub struct SeedRecord {
     pub stats: SeedStats,
     /// Coverage marks hit.
     pub marks: BTreeMap<String, u64>,
-    /// Edge coverage (see [`crate::world::SeedOutcome::edges`]); kept only by a guided
+    /// Edge coverage (see [`crate::runner::SeedOutcome::edges`]); kept only by a guided
     /// search, which steers by it.
     pub edges: Vec<u16>,
     /// The plan was made by the guided search (mutated or spliced), not drawn from the

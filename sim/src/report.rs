@@ -499,7 +499,7 @@ pub fn validate_summary(summary: &Summary) -> Result<(), String> {
         return Err("scenarios: a summary of no scenarios is not a sweep".into());
     }
     if let Some(m) = &summary.mutant {
-        if crate::world::Mutant::from_name(m).is_none() {
+        if palisade_core::mutants::Mutant::from_name(m).is_none() {
             return Err(format!("mutant: unknown mutant {m:?}"));
         }
     }

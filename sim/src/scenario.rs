@@ -1315,8 +1315,8 @@ impl Scenario {
     }
 
     /// The core configuration a run of this scenario uses: `[core]` over the core's
-    /// defaults, the start deadline fitted into the liveness window. The world builds the
-    /// same (`world::run::core_config`), plus the agent profile, which `validate` does
+    /// defaults, the start deadline fitted into the liveness window. The worlds run the
+    /// same (`plan::setup::RunConfig::fixed`), plus the agent profile, which `validate` does
     /// not look at.
     pub fn effective_core_config(&self) -> palisade_core::Config {
         let c = &self.core;

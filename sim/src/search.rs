@@ -5,7 +5,7 @@
 //!   scenario, then seed 1, ….
 //! - [`Strategy::Coverage`]: coverage-guided plans, as a fuzzer does. Runs go in
 //!   generations. Every run reports its coverage — the edge buckets of consecutive trace
-//!   event kinds ([`crate::world::SeedOutcome::edges`]) and the coverage marks bucketed by
+//!   event kinds ([`crate::runner::SeedOutcome::edges`]) and the coverage marks bucketed by
 //!   their count — and a plan that hits a feature its scenario had not seen yet is kept in
 //!   that scenario's corpus. The next generation runs, per slot, either a fresh seed (its
 //!   plan drawn from the seed, as uniform does) or a mutant of a kept plan: a fault moved
@@ -32,13 +32,15 @@ use std::collections::BTreeSet;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use palisade_core::mutants::Mutant;
+
+use crate::logbook::MARKS;
 use crate::mix::mix64;
 use crate::plan::{self, Fault, FaultKind, FaultPlan};
 use crate::record::{self, SeedRecord};
 use crate::runner;
 use crate::scenario::Resolved;
 use crate::seeds::SeedRange;
-use crate::world::{self, Mutant};
 
 /// A search strategy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -173,7 +175,7 @@ struct Corpus {
 
 /// Feature ids of marks start here, above every edge bucket.
 const MARK_FEATURES: u32 = 1 << 16;
-const _: () = assert!(crate::world::EDGE_BITS as u32 <= MARK_FEATURES);
+const _: () = assert!(crate::logbook::trace::EDGE_BITS as u32 <= MARK_FEATURES);
 
 /// A coverage-guided search over `scenarios`.
 #[derive(Clone, Debug)]
@@ -453,10 +455,7 @@ fn scenario_rng(name: &str, generation: u64) -> ChaCha8Rng {
 pub fn features(record: &SeedRecord) -> Vec<u32> {
     let mut out: Vec<u32> = record.edges.iter().map(|&e| u32::from(e)).collect();
     for (name, &count) in &record.marks {
-        let id = world::MARKS
-            .iter()
-            .position(|m| m == name)
-            .unwrap_or(world::MARKS.len()) as u32;
+        let id = MARKS.iter().position(|m| m == name).unwrap_or(MARKS.len()) as u32;
         let bucket = (64 - count.leading_zeros()).min(15);
         out.push(MARK_FEATURES + id * 16 + bucket);
     }

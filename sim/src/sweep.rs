@@ -9,13 +9,14 @@ use std::io::IsTerminal;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use palisade_core::mutants::Mutant;
+
 use crate::mix::mix64;
 use crate::plan::FaultPlan;
 use crate::record::SeedRecord;
 use crate::runner;
 use crate::scenario::Resolved;
 use crate::seeds::{SeedRange, Shard};
-use crate::world::Mutant;
 
 /// Default seeds per sweep for every other scenario. Together with the swarm's, the
 /// default sweep of all shipped scenarios must finish in about a minute on 2 cores.

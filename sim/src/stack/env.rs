@@ -529,8 +529,8 @@ impl AgentTree for SimTree {
 #[derive(Debug)]
 pub(crate) struct SimDisk {
     pub(crate) env: Env,
-    /// Checkpointed at every completed write (see `Watch::checkpoint`).
-    pub(crate) watch: Arc<Mutex<crate::world::run::Watch>>,
+    /// Checkpointed at every completed write (see `Logbook::checkpoint`).
+    pub(crate) logbook: Arc<Mutex<crate::logbook::Logbook>>,
 }
 
 impl StateFs for SimDisk {
@@ -579,7 +579,7 @@ impl StateFs for SimDisk {
             .remove(from)
             .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
         env.files.insert(to.to_owned(), bytes);
-        crate::world::run::lock(&self.watch).checkpoint();
+        crate::logbook::lock(&self.logbook).checkpoint();
         Ok(())
     }
 
