@@ -33,7 +33,7 @@ use palisade_wire::jsonrpc::encode_response;
 use palisade_wire::{AgentEvent, CloseReason, ProcessExit, RpcFailure};
 
 use super::agenda::Agenda;
-use super::dense::IdMap;
+use super::dense::DenseMap;
 use super::oracle::Oracle;
 use crate::logbook::trace::Tracer;
 use crate::logbook::{lock, Finished, Logbook, Observe};
@@ -208,11 +208,11 @@ pub(crate) struct World {
     /// What an agent received, between its model and the oracle (kept to reuse its room).
     received: Vec<Seen>,
     /// Boxed: a process is large, and the table grows by doubling.
-    procs: IdMap<ExecutionId, Box<Proc>>,
+    procs: DenseMap<ExecutionId, Box<Proc>>,
     store: MemoryStore,
     oracle: Oracle,
-    clients: IdMap<u32, Client>,
-    arms: IdMap<u32, Arms>,
+    clients: DenseMap<u32, Client>,
+    arms: DenseMap<u32, Arms>,
     /// Agents whose stdout waits for the engine to take more.
     blocked: BTreeSet<ExecutionId>,
     /// The caller takes no events before this (a caller that stops reading).
@@ -1340,11 +1340,11 @@ pub(crate) async fn run(
         mono: Timestamp::ZERO,
         agenda: Agenda::new(),
         received: Vec::new(),
-        procs: IdMap::default(),
+        procs: DenseMap::default(),
         store: MemoryStore::default(),
         oracle,
-        clients: IdMap::default(),
-        arms: IdMap::default(),
+        clients: DenseMap::default(),
+        arms: DenseMap::default(),
         blocked: BTreeSet::new(),
         caller_stall_until: 0,
         next_pid: 1000,
