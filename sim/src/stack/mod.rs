@@ -157,10 +157,10 @@ pub(crate) async fn run(
     let base = Instant::now();
     let env: Env = Arc::new(Mutex::new(EnvState::default()));
     let log = Arc::new(Mutex::new(CallerLog::default()));
-    let shared = Arc::new((*scenario).clone());
+    let (workload, expect) = (scenario.workload.clone(), scenario.expect.clone());
     let drawn = plan.environment.clone();
     let behaviour: env::BehaviourTable = Arc::new(move |process| {
-        crate::plan::agents::behaviour(&shared, drawn.as_ref(), seed, process)
+        crate::plan::agents::behaviour(&workload, &expect, drawn.as_ref(), seed, process)
     });
     let window = scenario.limits.fault_window_ms;
     let end = window + scenario.limits.quiesce_ms;

@@ -20,7 +20,7 @@ use palisade_testkit::agent_model::{Behaviour, LoadCapability, Seen, StreamEvent
 use palisade_wire::jsonrpc::RpcError;
 
 use crate::oracle::{blames_agent_exit, strip_blocks, Violation};
-use crate::scenario::Scenario;
+use crate::scenario::Expect;
 
 /// Slack for a deadline judged by the environment: the core acts on a deadline when the
 /// embedder next wakes it, and the environment's messages take a few milliseconds.
@@ -151,7 +151,7 @@ pub(crate) struct Oracle {
 }
 
 impl Oracle {
-    pub(crate) fn new(config: &EngineConfig, scenario: &Scenario) -> Oracle {
+    pub(crate) fn new(config: &EngineConfig, expect: &Expect) -> Oracle {
         Oracle {
             enabled: std::env::var_os("PALISADE_ORACLE").is_none_or(|v| v != "off"),
             procs: BTreeMap::new(),
@@ -168,8 +168,8 @@ impl Oracle {
             join_wait_ms: config.core.join_wait_ms,
             coalesce_events: config.coalescer.max_events,
             coalesce_bytes: config.coalescer.max_bytes,
-            fallback_allowed: scenario.expect.fallback_allowed,
-            responses_per_session: scenario.expect.responses_per_session,
+            fallback_allowed: expect.fallback_allowed,
+            responses_per_session: expect.responses_per_session,
             responses: BTreeMap::new(),
         }
     }
@@ -1285,7 +1285,7 @@ mod tests {
             .expect("shipped")
             .scenario;
         let config = crate::plan::setup::RunConfig::fixed(&scenario).engine();
-        let mut o = Oracle::new(&config, &scenario);
+        let mut o = Oracle::new(&config, &scenario.expect);
         o.enabled = true;
         o.client_sent(7, turn(), TEXT, 1);
         o

@@ -380,7 +380,13 @@ impl World {
         self.next_pid += 1;
         let pid = self.next_pid;
         let s = session.get() as u32;
-        let behaviour = behaviour(&self.scenario, self.env.as_ref(), self.seed, u64::from(pid));
+        let behaviour = behaviour(
+            &self.scenario.workload,
+            &self.scenario.expect,
+            self.env.as_ref(),
+            self.seed,
+            u64::from(pid),
+        );
         let execution = self
             .engine
             .get_mut()
@@ -1324,7 +1330,7 @@ pub(crate) async fn run(
     let clock = madsim::time::TimeHandle::current();
     let start_elapsed = clock.elapsed();
     let start = madsim::time::Instant::now();
-    let oracle = Oracle::new(&config, &scenario);
+    let oracle = Oracle::new(&config, &scenario.expect);
     let mut world = World {
         scenario: scenario.clone(),
         seed,
