@@ -17,7 +17,7 @@ use palisade_engine::EngineConfig;
 use crate::oracle::{CaughtBy, Checks, Violation};
 use trace::Tracer;
 
-/// Every coverage mark the world can record (rare interleavings worth seeing).
+/// Every coverage mark a run can record, in either world (rare interleavings worth seeing).
 pub const MARKS: &[&str] = &[
     "cancel-after-provider-exit",
     "queue-full-during-recovery",
