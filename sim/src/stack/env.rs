@@ -21,7 +21,7 @@ use palisade_wire::ProcessExit;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::time::Instant;
 
-use crate::world::plan::DiskFaultClass;
+use crate::plan::DiskFaultClass;
 
 /// The Unix time the simulated wall clock starts at (2026-01-01T00:00:00Z): any fixed
 /// value works; deadlines only take differences.
@@ -293,7 +293,7 @@ impl Platform for SimPlatform {
         let model = AgentModel::new(
             format!("p{pid}"),
             behaviour,
-            crate::world::plan::mix(self.seed, u64::from(pid), 0x57ac, 0),
+            crate::mix::mix(self.seed, u64::from(pid), 0x57ac, 0),
             now_ms(self.start),
         );
         // An agent process is not the supervisor's task: a crash does not abort it.
@@ -391,11 +391,8 @@ async fn agent_process(
                 // SIGKILLed right after its answer: it reads nothing more, and its death
                 // (stdout EOF, the reaped status) shows a few milliseconds later, as a
                 // real kill does.
-                let dying = crate::world::plan::pick(
-                    crate::world::plan::mix(u64::from(pid), now, 0xd1e, 0),
-                    1,
-                    DYING_MS,
-                );
+                let dying =
+                    crate::mix::pick(crate::mix::mix(u64::from(pid), now, 0xd1e, 0), 1, DYING_MS);
                 madsim::time::sleep(Duration::from_millis(dying)).await;
                 break 'life ProcessExit::Signal(9);
             }
@@ -532,8 +529,8 @@ impl AgentTree for SimTree {
 #[derive(Debug)]
 pub(crate) struct SimDisk {
     pub(crate) env: Env,
-    /// Checkpointed at every completed write (see `Watch::checkpoint`).
-    pub(crate) watch: Arc<Mutex<crate::world::run::Watch>>,
+    /// Checkpointed at every completed write (see `Logbook::checkpoint`).
+    pub(crate) logbook: Arc<Mutex<crate::logbook::Logbook>>,
 }
 
 impl StateFs for SimDisk {
@@ -582,7 +579,7 @@ impl StateFs for SimDisk {
             .remove(from)
             .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
         env.files.insert(to.to_owned(), bytes);
-        crate::world::run::lock(&self.watch).checkpoint();
+        crate::logbook::lock(&self.logbook).checkpoint();
         Ok(())
     }
 
