@@ -93,6 +93,7 @@
 //! # }
 //! ```
 
+pub mod cli;
 pub mod config;
 pub mod logging;
 pub mod platform;
