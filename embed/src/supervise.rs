@@ -536,7 +536,9 @@ async fn supervise(
     let agent = AgentCommand::new(program).args(words);
     let (supervisor, mut events) =
         Supervisor::start_on(embedding, config, agent).map_err(|error| match error {
-            StartError::Config(_) | StartError::State(_) => (2, error.to_string()),
+            StartError::Config(_) | StartError::State(_) | StartError::Lock(_) => {
+                (2, error.to_string())
+            }
             StartError::Persist(_) => (1, error.to_string()),
         })?;
 

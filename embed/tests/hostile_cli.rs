@@ -4,15 +4,24 @@
 //!
 //! Each test runs the binaries as a user does (`palisade_testkit::shipped`) and waits for
 //! them with a deadline, so a regression that hangs fails the test instead of hanging it.
+//! The tests that hand the supervisor a file it must not read whole run it under a
+//! memory cap (`ulimit -v`), so a regression fails the test instead of exhausting the
+//! machine.
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use palisade_wire::acp;
+use serde_json::Value;
+
 /// Generous: a loaded CI machine must not turn a correct run into a timeout.
 const WITHIN: Duration = Duration::from_secs(30);
+
+/// The memory cap (KiB of address space) for runs that must not read a file whole.
+const MEMORY_CAP_KIB: u64 = 1 << 20;
 
 /// How a run ended.
 #[derive(Debug)]
@@ -74,6 +83,18 @@ fn supervise() -> Command {
     command
 }
 
+/// `palisade-supervise` under [`MEMORY_CAP_KIB`] of address space.
+fn supervise_capped() -> Command {
+    let mut command = Command::new("sh");
+    command
+        .arg("-c")
+        .arg(format!("ulimit -v {MEMORY_CAP_KIB} && exec \"$@\""))
+        .arg("sh")
+        .arg(palisade_testkit::shipped::binary("palisade-supervise"))
+        .env_remove("RUST_LOG");
+    command
+}
+
 /// The test agent's command line with `args`, as `--agent-cmd` takes it.
 fn agent_cmd(args: &str) -> String {
     format!(
@@ -88,6 +109,26 @@ fn temp_dir(test: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a temp dir");
     dir
+}
+
+fn read_log(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .map(|line| serde_json::from_str(line).expect("the agent logs JSON lines"))
+        .collect()
+}
+
+/// The prompt texts that really reached an agent, in order.
+fn prompts_received(log: &[Value]) -> Vec<String> {
+    log.iter()
+        .filter(|entry| entry["method"] == acp::SESSION_PROMPT)
+        .map(|entry| {
+            entry["params"]["prompt"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect()
 }
 
 /// Exit 2 with a message that says what is wrong (every word of `wanted`), on stderr after
@@ -121,6 +162,32 @@ fn a_prompt_that_is_not_utf8_is_bad_usage_not_a_panic() {
     let ran = run_within(command, WITHIN);
     assert_refused(&ran, &["--prompt", "UTF-8"]);
     assert!(ran.stdout.is_empty(), "nothing ran: {ran:#?}");
+}
+
+/// Issue 28, item 6: a state file name that is not UTF-8 is legal on Linux; it is used
+/// as it is (and the lock and temporary files beside it are named after it).
+#[test]
+fn a_state_path_that_is_not_utf8_is_used_as_it_is() {
+    let dir = temp_dir("state-not-utf8");
+    let state = dir.join(OsStr::from_bytes(b"state-\xff.bin"));
+    for round in 1..=2 {
+        let mut command = supervise();
+        command
+            .args(["--agent-cmd", &agent_cmd("--chunks 1"), "--prompt", "one"])
+            .arg("--state")
+            .arg(&state);
+        let ran = run_within(command, WITHIN);
+        assert_eq!(ran.code, Some(0), "round {round}: {ran:#?}");
+        let bytes = std::fs::read(&state).expect("the state file has the name given");
+        assert_eq!(&bytes[..4], b"PLSV");
+        // The second start restored the first one's state: a new epoch.
+        assert!(
+            ran.stdout.contains(&format!("\"attempt\":\"{round}.1\"")),
+            "round {round}: {}",
+            ran.stdout
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Issue 26: `--agent-cmd` is split by `shlex` on bytes, so an agent whose path is not
@@ -165,6 +232,126 @@ fn the_other_binaries_refuse_an_argument_that_is_not_utf8_with_exit_2() {
         );
         assert!(!ran.stderr.contains("panicked"), "{name}: {ran:#?}");
     }
+}
+
+/// Issue 28, item 7: `--state` naming a FIFO hung for ever in `open`.
+#[test]
+fn a_state_path_naming_a_fifo_is_refused_at_once() {
+    let dir = temp_dir("state-fifo");
+    let fifo = dir.join("state");
+    let made = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    let mut command = supervise();
+    command
+        .args(["--agent-cmd", &agent_cmd("--chunks 1"), "--prompt", "one"])
+        .arg("--state")
+        .arg(&fifo);
+    let ran = run_within(command, WITHIN);
+    assert_refused(&ran, &["not a regular file"]);
+    assert!(ran.stdout.is_empty(), "nothing ran: {ran:#?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Issue 28, item 7: `--state /dev/zero` was read until allocation failed. A device is
+/// refused before anything is read, and nothing is created beside it.
+#[test]
+fn a_state_path_naming_a_device_is_refused_without_reading_it() {
+    let mut command = supervise_capped();
+    command.args([
+        "--agent-cmd",
+        &agent_cmd("--chunks 1"),
+        "--prompt",
+        "one",
+        "--state",
+        "/dev/zero",
+    ]);
+    let ran = run_within(command, WITHIN);
+    assert_refused(&ran, &["/dev/zero", "not a regular file"]);
+    assert!(!Path::new("/dev/zero.lock").exists());
+    assert!(!Path::new("/dev/zero.tmp").exists());
+}
+
+/// Issue 28, item 7: a 3 GiB (sparse) state file was read whole until allocation failed.
+/// Its size is checked first, against the bound a state file can legally reach.
+#[test]
+fn a_state_file_past_the_bound_is_refused_without_reading_it() {
+    let dir = temp_dir("state-huge");
+    let state = dir.join("state");
+    std::fs::File::create(&state)
+        .and_then(|file| file.set_len(3 << 30))
+        .expect("a sparse 3 GiB file");
+    let mut command = supervise_capped();
+    command
+        .args(["--agent-cmd", &agent_cmd("--chunks 1"), "--prompt", "one"])
+        .arg("--state")
+        .arg(&state);
+    let ran = run_within(command, WITHIN);
+    assert_refused(&ran, &["3221225472 bytes", "at most"]);
+    // Nothing lost: the file is as it was.
+    assert_eq!(std::fs::metadata(&state).unwrap().len(), 3 << 30);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Issue 28: nothing locked the state file, so a second `palisade-supervise --state s`
+/// started while the first ran took over the first one's running turn (its prompt reached
+/// a second agent while the first still worked on it), and the first sometimes died on
+/// the other's rename. Now the second is refused, and the first runs on undisturbed.
+#[test]
+fn a_second_supervisor_on_the_same_state_file_is_refused_while_the_first_runs() {
+    let dir = temp_dir("state-locked");
+    let state = dir.join("state");
+    let log = dir.join("agent.log");
+    let agent = agent_cmd(&format!(
+        "--chunks 20 --chunk-delay-ms 100 --log {}",
+        log.display()
+    ));
+    let mut first = supervise();
+    first
+        .args(["--agent-cmd", &agent, "--prompt", "first"])
+        .arg("--state")
+        .arg(&state)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let first = first.spawn().expect("the first supervisor starts");
+    // Until its agent has the prompt: the turn is running.
+    let until = Instant::now() + WITHIN;
+    while prompts_received(&read_log(&log)).is_empty() {
+        assert!(Instant::now() < until, "the first turn never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let mut second = supervise();
+    second
+        .args([
+            "--agent-cmd",
+            &agent,
+            "--prompt",
+            "second",
+            "--session",
+            "2",
+        ])
+        .arg("--state")
+        .arg(&state);
+    let ran = run_within(second, WITHIN);
+    assert_refused(&ran, &["in use", "state.lock"]);
+
+    let first = first.wait_with_output().expect("the first supervisor ends");
+    let stderr = String::from_utf8_lossy(&first.stderr);
+    assert_eq!(first.status.code(), Some(0), "{stderr}");
+    // Only the first prompt ever reached an agent, once.
+    assert_eq!(prompts_received(&read_log(&log)), ["first"]);
+    // Once the first is gone, the state file is free again.
+    let mut third = supervise();
+    third
+        .args(["--agent-cmd", &agent_cmd("--chunks 1"), "--prompt", "third"])
+        .arg("--state")
+        .arg(&state);
+    let ran = run_within(third, WITHIN);
+    assert_eq!(ran.code, Some(0), "{ran:#?}");
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Issue 28, item 8: `--recovery-delays-ms 18446744073709551615` was accepted: the turn
