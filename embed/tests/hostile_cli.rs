@@ -377,3 +377,26 @@ fn recovery_delays_past_a_day_are_bad_usage() {
         assert_refused(&ran, &["--recovery-delays-ms", wanted]);
     }
 }
+
+/// Issue 28, item 12: an agent answering `initialize` with `protocolVersion: 999` was
+/// accepted. ACP: a client that does not support the version the agent answers with
+/// closes the connection and tells the user.
+#[test]
+fn an_agent_answering_another_protocol_version_is_refused() {
+    let mut command = supervise();
+    command.args([
+        "--agent-cmd",
+        &agent_cmd("--protocol-version 999"),
+        "--prompt",
+        "one",
+    ]);
+    let ran = run_within(command, WITHIN);
+    assert_eq!(ran.code, Some(1), "{ran:#?}");
+    let said = ran
+        .stderr
+        .lines()
+        .find(|line| line.contains("turn 1 ended"))
+        .unwrap_or_else(|| panic!("no cause printed: {ran:#?}"));
+    assert!(said.contains("protocol version 999"), "{said}");
+    assert!(!ran.stdout.contains("conversation_ready"), "{ran:#?}");
+}

@@ -851,6 +851,9 @@ pub struct Script {
     pub exit_after_prompts: Option<u64>,
     /// How a prompt ends once its chunks are written.
     pub prompt_end: PromptEnd,
+    /// The `protocolVersion` `initialize` answers with, in place of
+    /// [`palisade_wire::acp::PROTOCOL_VERSION`] (an agent that speaks another version).
+    pub protocol_version: Option<u16>,
 }
 
 /// A [`ConversationStore`] for an agent a test drives: `session/new` creates
@@ -1144,6 +1147,9 @@ impl AgentModel {
             "initialize" => {
                 self.seen.push(Seen::Initialize);
                 let result = initialize_result(
+                    self.script
+                        .protocol_version
+                        .unwrap_or(palisade_wire::acp::PROTOCOL_VERSION),
                     self.behaviour.load_capability,
                     self.behaviour.lists_sessions,
                     self.script.malformed_load_capability,
@@ -1652,10 +1658,15 @@ fn load_answer_line(
 /// text [`initialize_result_of_tree`] serializes to (a test checks every combination).
 /// `agentCapabilities` keeps the tree's member order: `loadSession` first when the
 /// behaviour has one (a malformed capability replaces its value in place), else last.
-fn initialize_result(load: LoadCapability, lists_sessions: bool, malformed: bool) -> String {
+fn initialize_result(
+    version: u16,
+    load: LoadCapability,
+    lists_sessions: bool,
+    malformed: bool,
+) -> String {
     let mut result = String::with_capacity(128);
     result.push_str(r#"{"protocolVersion":"#);
-    push_decimal(&mut result, u64::from(palisade_wire::acp::PROTOCOL_VERSION));
+    push_decimal(&mut result, u64::from(version));
     result.push_str(r#","agentCapabilities":{"#);
     let mut members = Vec::with_capacity(2);
     let malformed_member = r#""loadSession":"yes""#;
@@ -1679,7 +1690,12 @@ fn initialize_result(load: LoadCapability, lists_sessions: bool, malformed: bool
 /// `initialize`'s result as the tree it was first written as (the reference for
 /// [`initialize_result`]).
 #[cfg(test)]
-fn initialize_result_of_tree(load: LoadCapability, lists_sessions: bool, malformed: bool) -> Value {
+fn initialize_result_of_tree(
+    version: u16,
+    load: LoadCapability,
+    lists_sessions: bool,
+    malformed: bool,
+) -> Value {
     let mut caps = serde_json::Map::new();
     match load {
         LoadCapability::True => {
@@ -1697,7 +1713,7 @@ fn initialize_result_of_tree(load: LoadCapability, lists_sessions: bool, malform
         caps.insert("loadSession".into(), json!("yes"));
     }
     json!({
-        "protocolVersion": palisade_wire::acp::PROTOCOL_VERSION,
+        "protocolVersion": version,
         "agentCapabilities": caps,
         "authMethods": [],
     })
@@ -1985,15 +2001,17 @@ mod tests {
         ] {
             for lists in [false, true] {
                 for malformed in [false, true] {
-                    let tree = initialize_result_of_tree(load, lists, malformed);
-                    assert_eq!(
-                        palisade_wire::jsonrpc::encode_response_raw(
-                            &id,
-                            &initialize_result(load, lists, malformed)
-                        ),
-                        palisade_wire::jsonrpc::encode_response(&id, &Ok(tree)),
-                        "{load:?} lists {lists} malformed {malformed}"
-                    );
+                    for version in [palisade_wire::acp::PROTOCOL_VERSION, 999] {
+                        let tree = initialize_result_of_tree(version, load, lists, malformed);
+                        assert_eq!(
+                            palisade_wire::jsonrpc::encode_response_raw(
+                                &id,
+                                &initialize_result(version, load, lists, malformed)
+                            ),
+                            palisade_wire::jsonrpc::encode_response(&id, &Ok(tree)),
+                            "{load:?} lists {lists} malformed {malformed} version {version}"
+                        );
+                    }
                 }
             }
         }

@@ -44,6 +44,7 @@
 //! | `exit-code` | code (3) | `Script::exit_code`; shell | exit code for `exit-after-chunks` and `misbehave exit` |
 //! | `exit-after-prompts` | count (never) | `Script::exit_after_prompts` | exit with code 0 right after answering this many prompts (an agent that goes away between turns) |
 //! | `prompt-mode` | `answer` `hang` `hold` (`answer`) | `Script::prompt_end` | after the chunks: answer `end_turn`; never answer (cancel ignored); or wait for `session/cancel` |
+//! | `protocol-version` | 0..=65535 (1) | `Script::protocol_version` | the `protocolVersion` of the `initialize` answer (an agent that speaks another ACP version) |
 //! | `misbehave` | `none` `garbage` `close-stdout` `unknown-ids` `never-answer` `exit` (`none`) | shell | instead of answering a request: write a garbage line; close stdout and stay alive; answer with an id we never got; stay silent; exit (the model never sees the request) |
 //! | `misbehave-on` | method or `*` (`*`) | shell | which requests `misbehave` applies to |
 //! | `log` | path (none) | shell | append one JSON line per received message, per answered prompt and per exit, for ground truth |
@@ -115,6 +116,7 @@ const OPTIONS: &[&str] = &[
     "exit-code",
     "exit-after-prompts",
     "prompt-mode",
+    "protocol-version",
     "misbehave",
     "misbehave-on",
     "log",
@@ -329,6 +331,9 @@ fn script_options(
         .transpose()?;
     script.exit_code = i32::from(exit_code);
     script.exit_after_prompts = optional("exit-after-prompts")?;
+    script.protocol_version = optional("protocol-version")?
+        .map(|v| u16::try_from(v).map_err(|_| "--protocol-version: must be 0..=65535".to_owned()))
+        .transpose()?;
     script.prompt_end = match text("prompt-mode").as_deref() {
         None | Some("answer") => PromptEnd::Answer,
         Some("hang") => PromptEnd::Hang,
