@@ -414,8 +414,14 @@ struct Prompts<'a> {
     read: u64,
 }
 
-/// What one line of stdin is: a prompt, nothing (blank), or refused with the reason.
+/// What one line of stdin is: a prompt, nothing (blank), or refused with the reason (not
+/// UTF-8, or longer than [`MAX_PROMPT_BYTES`], blanks around it included).
 fn stdin_prompt(number: u64, line: &[u8]) -> Result<Option<String>, String> {
+    if line.len() > MAX_PROMPT_BYTES {
+        return Err(format!(
+            "stdin line {number} is longer than {MAX_PROMPT_BYTES} bytes (1 MiB); it is not sent"
+        ));
+    }
     match std::str::from_utf8(line) {
         Ok(text) => {
             let text = text.trim();
@@ -424,6 +430,37 @@ fn stdin_prompt(number: u64, line: &[u8]) -> Result<Option<String>, String> {
         Err(error) => Err(format!(
             "stdin line {number} is not UTF-8 text ({error}); it is not sent"
         )),
+    }
+}
+
+/// Reads one line of `input` into `line` (without its `\n`), keeping at most `keep` bytes
+/// of it: the rest is read and dropped, so a line without an end takes no memory past the
+/// bound. The bytes read, the `\n` included; 0 at the end of the input.
+fn read_line_bounded(
+    input: &mut impl std::io::BufRead,
+    line: &mut Vec<u8>,
+    keep: usize,
+) -> std::io::Result<usize> {
+    let mut read = 0;
+    loop {
+        let buf = match input.fill_buf() {
+            Ok(buf) => buf,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(error),
+        };
+        if buf.is_empty() {
+            return Ok(read);
+        }
+        let end = memchr::memchr(b'\n', buf);
+        let chunk = &buf[..end.unwrap_or(buf.len())];
+        let room = keep.saturating_sub(line.len());
+        line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        let used = chunk.len() + usize::from(end.is_some());
+        input.consume(used);
+        read += used;
+        if end.is_some() {
+            return Ok(read);
+        }
     }
 }
 
@@ -475,11 +512,18 @@ async fn next_prompt(
 }
 
 /// The supervisor's configuration for `options`: the defaults, with the working
-/// directory, recovery delays and agent profile asked for (a relative `--cwd` is taken
-/// from the current directory).
+/// directory (which must be an existing directory; a relative one is taken from the
+/// current directory), recovery delays, agent profile and initialize timeout asked for.
 pub fn config_for(options: &Options) -> Result<SupervisorConfig, (u8, String)> {
     let mut config = SupervisorConfig::default();
     if let Some(cwd) = &options.cwd {
+        // Every agent's conversations run there: a mistake is bad usage now, not a
+        // failure of every turn later.
+        match std::fs::metadata(cwd) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => return Err((2, format!("--cwd: {} is not a directory", cwd.display()))),
+            Err(error) => return Err((2, format!("--cwd: {}: {error}", cwd.display()))),
+        }
         config.engine.cwd.clone_from(cwd);
     }
     if !config.engine.cwd.is_absolute() {
@@ -711,11 +755,13 @@ async fn send_prompt(
 
 /// The real world: stdout and stderr, a stdin reader thread, SIGINT and SIGTERM.
 pub mod real {
-    use std::io::{BufRead, Write};
+    use std::io::Write;
 
     use tokio::sync::mpsc;
 
-    use super::{Console, Io, Options, StdinLine, STDIN_PROMPTS_QUEUED};
+    use super::{
+        read_line_bounded, Console, Io, Options, StdinLine, MAX_PROMPT_BYTES, STDIN_PROMPTS_QUEUED,
+    };
     use crate::platform::BoxFuture;
     use crate::{Embedding, SessionEvent};
 
@@ -736,13 +782,21 @@ pub mod real {
     }
 
     /// Stdin's lines as bytes (the loop decides what each is), read on a thread of their
-    /// own; a read error is passed on and ends the input.
+    /// own; a read error is passed on and ends the input. Of a line longer than a prompt
+    /// may be, one byte more than that is kept (enough for the loop to refuse it): a line
+    /// without an end takes no memory past the bound.
     #[must_use]
     pub fn stdin_prompts() -> mpsc::Receiver<StdinLine> {
         let (tx, rx) = mpsc::channel(STDIN_PROMPTS_QUEUED);
         std::thread::spawn(move || {
-            for line in std::io::stdin().lock().split(b'\n') {
-                let line = line.map_err(|error| error.to_string());
+            let mut stdin = std::io::stdin().lock();
+            loop {
+                let mut line = Vec::new();
+                let line = match read_line_bounded(&mut stdin, &mut line, MAX_PROMPT_BYTES + 1) {
+                    Ok(0) => break,
+                    Ok(_) => Ok(line),
+                    Err(error) => Err(error.to_string()),
+                };
                 let last = line.is_err();
                 if tx.blocking_send(line).is_err() || last {
                     break;
@@ -800,6 +854,40 @@ mod tests {
         assert_eq!(stdin_prompt(4, "\u{a0}".as_bytes()), Ok(None));
         let refused = stdin_prompt(5, b"one \xff\xfe two").unwrap_err();
         assert!(refused.contains("stdin line 5 is not UTF-8"), "{refused}");
+        let longest = "x".repeat(MAX_PROMPT_BYTES);
+        assert_eq!(
+            stdin_prompt(6, longest.as_bytes()),
+            Ok(Some(longest.clone()))
+        );
+        let refused = stdin_prompt(7, format!("{longest}\r").as_bytes()).unwrap_err();
+        assert!(refused.contains("stdin line 7 is longer than"), "{refused}");
+    }
+
+    /// A line past the bound is read to its end but not kept: a stdin without a newline
+    /// takes no memory past the bound; the lines around it are whole.
+    #[test]
+    fn stdin_lines_are_read_within_a_bound() {
+        let input = [&b"one\n"[..], &[b'x'; 100], b"\n\ntwo\r\nlast"].concat();
+        // A reader that hands out a few bytes at a time, as a pipe does.
+        let mut input = std::io::BufReader::with_capacity(7, &input[..]);
+        let mut lines = Vec::new();
+        loop {
+            let mut line = Vec::new();
+            match read_line_bounded(&mut input, &mut line, 10).unwrap() {
+                0 => break,
+                _ => lines.push(line),
+            }
+        }
+        assert_eq!(
+            lines,
+            [
+                &b"one"[..],
+                &[b'x'; 10][..],
+                &b""[..],
+                &b"two\r"[..],
+                &b"last"[..]
+            ]
+        );
     }
 
     #[test]
@@ -921,7 +1009,8 @@ mod tests {
         assert_eq!(MAX_RECOVERY_STEPS, 8);
         assert_eq!(MAX_RECOVERY_DELAY_MS, 86_400_000);
         assert_eq!(MAX_RECOVERY_SCHEDULE_MS, 86_400_000);
-        assert_eq!(crate::supervise::ROLLED_BACK_RESENDS, 2);
+        assert_eq!(ROLLED_BACK_RESENDS, 2);
+        assert_eq!(crate::state_file::MAX_STATE_FILE_BYTES, 256 << 20);
         let help = parse(&["--help"]).unwrap_err().render().to_string();
         for wanted in [
             "1 MiB",

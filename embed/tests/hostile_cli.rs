@@ -30,6 +30,7 @@ struct Ran {
     code: Option<i32>,
     stdout: String,
     stderr: String,
+    took: Duration,
 }
 
 /// Runs `command` to its end, or kills it after `within` and fails the test.
@@ -65,6 +66,7 @@ fn run_within(mut command: Command, within: Duration) -> Ran {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
+    let took = started.elapsed();
     let stdout = String::from_utf8_lossy(&out.join().expect("stdout reader")).into_owned();
     let stderr = String::from_utf8_lossy(&err.join().expect("stderr reader")).into_owned();
     let Some(status) = status else {
@@ -74,6 +76,7 @@ fn run_within(mut command: Command, within: Duration) -> Ran {
         code: status.code(),
         stdout,
         stderr,
+        took,
     }
 }
 
@@ -378,6 +381,25 @@ fn recovery_delays_past_a_day_are_bad_usage() {
     }
 }
 
+/// Issue 28, item 12: `--cwd` naming a missing directory or a file was accepted silently.
+#[test]
+fn a_cwd_that_is_not_a_directory_is_bad_usage() {
+    let dir = temp_dir("cwd");
+    let file = dir.join("file");
+    std::fs::write(&file, b"not a directory").unwrap();
+    for cwd in [dir.join("missing"), file] {
+        let mut command = supervise();
+        command
+            .args(["--agent-cmd", &agent_cmd("--chunks 1"), "--prompt", "one"])
+            .arg("--cwd")
+            .arg(&cwd);
+        let ran = run_within(command, WITHIN);
+        assert_refused(&ran, &["--cwd"]);
+        assert!(ran.stdout.is_empty(), "nothing ran: {ran:#?}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// Issue 28, item 12: an agent answering `initialize` with `protocolVersion: 999` was
 /// accepted. ACP: a client that does not support the version the agent answers with
 /// closes the connection and tells the user.
@@ -399,4 +421,116 @@ fn an_agent_answering_another_protocol_version_is_refused() {
         .unwrap_or_else(|| panic!("no cause printed: {ran:#?}"));
     assert!(said.contains("protocol version 999"), "{said}");
     assert!(!ran.stdout.contains("conversation_ready"), "{ran:#?}");
+}
+
+/// Issue 28, item 12: an agent that never answers `initialize` took 90 s to fail: three
+/// starts (the prompt never reached an agent, so it is sent again twice) of a 30 s
+/// deadline each. The deadline is `--initialize-timeout-ms`, and the total is three of it.
+#[test]
+fn an_agent_that_never_answers_initialize_fails_within_three_initialize_deadlines() {
+    let mut command = supervise();
+    command.args([
+        "--agent-cmd",
+        &agent_cmd("--misbehave never-answer --misbehave-on initialize"),
+        "--prompt",
+        "one",
+        "--initialize-timeout-ms",
+        "300",
+    ]);
+    let ran = run_within(command, WITHIN);
+    assert_eq!(ran.code, Some(1), "{ran:#?}");
+    let failed = ran
+        .stderr
+        .lines()
+        .filter(|line| line.starts_with("palisade-supervise: turn "))
+        .filter(|line| line.contains("initialize failed: no answer before the deadline"))
+        .count();
+    assert_eq!(failed, 3, "{ran:#?}");
+    assert!(ran.took >= Duration::from_millis(900), "{:?}", ran.took);
+    assert!(ran.took < Duration::from_secs(20), "{:?}", ran.took);
+    // Out of range: bad usage.
+    for bad in ["0", "60001", "x"] {
+        let mut command = supervise();
+        command.args([
+            "--agent-cmd",
+            &agent_cmd(""),
+            "--prompt",
+            "one",
+            "--initialize-timeout-ms",
+            bad,
+        ]);
+        assert_refused(&run_within(command, WITHIN), &["--initialize-timeout-ms"]);
+    }
+}
+
+/// Issue 28, item 12: prompts over 1 MiB were refused, but `--help` did not say so. It
+/// names every bound on what the program is given, and the exit codes.
+#[test]
+fn help_names_every_bound_and_the_exit_codes() {
+    let mut command = supervise();
+    command.arg("--help");
+    let ran = run_within(command, WITHIN);
+    assert_eq!(ran.code, Some(0), "{ran:#?}");
+    for wanted in [
+        "--agent-cmd",
+        "--state",
+        "--prompt",
+        "--session",
+        "--cwd",
+        "--recovery-delays-ms",
+        "--agent-profile",
+        "--log-format",
+        "--initialize-timeout-ms",
+        "1 MiB",
+        "86400000",
+        "256 MiB",
+        "30000",
+        "130/143",
+    ] {
+        assert!(
+            ran.stdout.contains(wanted),
+            "{wanted:?} missing:\n{}",
+            ran.stdout
+        );
+    }
+}
+
+/// A stdin line was read whole before anything looked at it: one without a newline took
+/// memory without a bound. A line longer than a prompt may be is refused by number (read
+/// to its end, kept only up to the bound), and the lines after it run.
+#[test]
+fn a_stdin_line_longer_than_a_prompt_is_refused_and_the_rest_run() {
+    use std::io::Write as _;
+    let dir = temp_dir("stdin-long");
+    let log = dir.join("agent.log");
+    let mut child = supervise_capped()
+        .args([
+            "--agent-cmd",
+            &agent_cmd(&format!("--chunks 1 --log {}", log.display())),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("palisade-supervise starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let writer = std::thread::spawn(move || {
+        stdin.write_all(b"one\n")?;
+        // 2 GiB without a newline: past the memory cap if it were kept.
+        let block = vec![b'x'; 1 << 20];
+        for _ in 0..2048 {
+            stdin.write_all(&block)?;
+        }
+        stdin.write_all(b"\ntwo\n")
+    });
+    let output = child.wait_with_output().expect("palisade-supervise exits");
+    writer
+        .join()
+        .expect("the writer does not panic")
+        .expect("stdin takes every byte");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("stdin line 2 is longer than"), "{stderr}");
+    assert_eq!(prompts_received(&read_log(&log)), ["one", "two"]);
+    let _ = std::fs::remove_dir_all(dir);
 }
