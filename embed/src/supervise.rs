@@ -7,8 +7,9 @@
 //!
 //! Each prompt waits for the previous turn to end. Exit code: 0 when every turn completed,
 //! 1 when one did not (or the supervisor could not run, or an event could not be written
-//! to stdout: the caller is gone, so every agent is stopped at once), 2 on bad usage or an unusable
-//! state file, 130 / 143 after SIGINT / SIGTERM (the agents were stopped first).
+//! to stdout: the caller is gone, so every agent is stopped at once), 2 on bad usage or an
+//! unusable or busy state file, 130 / 143 after SIGINT / SIGTERM (the agents were stopped
+//! first). `--help` ([`parse_args`]) states every bound on what the program is given.
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -89,9 +90,9 @@ execution's span.";
     name = PROGRAM,
     about = "Runs an ACP agent under Palisade's recovery; prints every session event as one JSON line.",
     after_help = AFTER_HELP,
-    // `palisade-supervise --prompt "-v is broken"`: a value is never taken for a flag.
-    allow_hyphen_values = true,
 )]
+// Values may start with `-` (`--prompt "-v is broken"`): after a flag that takes one, the
+// next argument is its value, as it always was.
 struct Cli {
     /// The agent's command line, split into words as a POSIX shell
     /// splits them (quotes, backslashes, `#` comments); no variables,
