@@ -499,6 +499,20 @@ fn is_transport(failure: &RpcFailure) -> bool {
     )
 }
 
+/// The `protocolVersion` of an `initialize` answer, as JSON text, when it is not the one
+/// this client speaks ([`acp::PROTOCOL_VERSION`]). An answer without one (the schema
+/// requires it; test doubles omit it) is taken as ours: its absence names no other
+/// version.
+fn unsupported_protocol(answer: &RawJson) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Version {
+        #[serde(rename = "protocolVersion")]
+        version: Option<Value>,
+    }
+    let version = answer.parse::<Version>().ok()?.version?;
+    (version != acp::PROTOCOL_VERSION).then(|| version.to_string())
+}
+
 /// The agent's `loadSession` as the core wants it: `None` when absent. A malformed value
 /// proves nothing, so it is read as "try": the load's own answer then decides (rule 6).
 fn load_capability(support: acp::SessionSupport) -> Option<bool> {
@@ -1068,6 +1082,20 @@ impl Engine {
         match op {
             Op::Initialize => match result {
                 Ok(answer) => {
+                    if let Some(version) = unsupported_protocol(&answer) {
+                        // ACP: a client that does not support the version the agent
+                        // answers with closes the connection and tells the user.
+                        // (`FailureCause` has no variant of its own for it yet: the
+                        // message says what it is.)
+                        let why = format!(
+                            "it answered initialize with ACP protocol version {version}; \
+                             this client speaks version {} only",
+                            acp::PROTOCOL_VERSION
+                        );
+                        let stamp = self.stamp(attempt, FailureCause::Spawn(why));
+                        self.callback(now, execution, RuntimeEvent::StartFailed { stamp });
+                        return;
+                    }
                     let support = acp::session_support(&answer);
                     let capability = load_capability(support);
                     if let Some(runtime) = self.runtimes.get_mut(&execution) {
@@ -3290,5 +3318,70 @@ mod tests {
             "{:?}",
             engine.audit_violations()
         );
+    }
+
+    /// Issue 28, item 12: an agent answering `initialize` with `protocolVersion: 999` was
+    /// accepted. ACP v1: a client that does not support the version the agent answers
+    /// with closes the connection and tells the user. The start fails, saying so, and
+    /// the runtime goes; an answer with version 1 (or, as old test doubles write it,
+    /// none) is accepted.
+    #[test]
+    fn an_agent_answering_another_protocol_version_fails_its_start() {
+        let now = Timestamp::from_millis(1_000);
+        for (version, refused) in [
+            (json!(999), true),
+            (json!(0), true),
+            (json!("1"), true),
+            (json!(1.5), true),
+            (json!(1), false),
+            (Value::Null, false),
+        ] {
+            let mut engine = Engine::new(config()).unwrap();
+            engine.prompt(now, session(1), "hello".into()).unwrap();
+            let (s, attempt) = spawn_action(&mut engine);
+            let execution = engine.spawned(now, s, attempt, Ok(Some(7)));
+            let mut answer_json = json!({"agentCapabilities": {"loadSession": true}});
+            if !version.is_null() {
+                answer_json["protocolVersion"] = version.clone();
+            }
+            answer(&mut engine, now, execution, acp::INITIALIZE, answer_json);
+            let events = events(&mut engine);
+            let failure = events.iter().find_map(|e| match e {
+                SessionEvent::FailureReported { cause, .. } => Some(cause.to_string()),
+                _ => None,
+            });
+            if refused {
+                let failure = failure.unwrap_or_else(|| panic!("{version}: {events:?}"));
+                assert!(
+                    failure.contains(&format!("ACP protocol version {version}")),
+                    "{failure}"
+                );
+                let actions: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
+                assert!(
+                    actions.iter().any(|a| matches!(a,
+                        Action::Kill { execution: e } | Action::Stop { execution: e, .. }
+                            if *e == execution)),
+                    "{version}: {actions:?}"
+                );
+                assert!(
+                    !actions.iter().any(|a| matches!(a, Action::Request { .. })),
+                    "{version}: {actions:?}"
+                );
+            } else {
+                assert_eq!(failure, None, "{version}");
+                assert!(
+                    matches!(
+                        engine.poll_action(),
+                        Some(Action::Request { method, .. }) if method == acp::SESSION_NEW
+                    ),
+                    "{version}"
+                );
+            }
+            assert!(
+                engine.audit_violations().is_empty(),
+                "{:?}",
+                engine.audit_violations()
+            );
+        }
     }
 }

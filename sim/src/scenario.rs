@@ -1163,7 +1163,9 @@ impl Scenario {
         let config = self.effective_core_config();
         if let Err(e) = config.validate() {
             let field = match &e {
-                ConfigError::TooManyRecoverySteps(_) => "recovery_delays_ms",
+                ConfigError::TooManyRecoverySteps(_)
+                | ConfigError::RecoveryDelayTooLong { .. }
+                | ConfigError::RecoveryScheduleTooLong { .. } => "recovery_delays_ms",
                 ConfigError::ZeroDeadline(name) => name,
             };
             return Err(invalid(

@@ -153,7 +153,11 @@ impl RunConfig {
         };
         if let Err(e) = self.core().validate() {
             let field = match e {
-                palisade_core::ConfigError::TooManyRecoverySteps(_) => "recovery_delays_ms",
+                palisade_core::ConfigError::TooManyRecoverySteps(_)
+                | palisade_core::ConfigError::RecoveryDelayTooLong { .. }
+                | palisade_core::ConfigError::RecoveryScheduleTooLong { .. } => {
+                    "recovery_delays_ms"
+                }
                 palisade_core::ConfigError::ZeroDeadline(name) => name,
             };
             return bad(field, format!("the core refuses it: {e}"));

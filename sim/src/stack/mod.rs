@@ -223,6 +223,7 @@ pub(crate) async fn run(
             recovery_delays_ms: None,
             profile: None,
             log_format: Default::default(),
+            initialize_timeout_ms: None,
         };
         // The caller pipes in every prompt no incarnation claimed, then closes stdin.
         let (stdin_tx, stdin_rx) = mpsc::channel(16);
