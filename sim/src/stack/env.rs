@@ -646,7 +646,7 @@ mod tests {
         let config = palisade_engine::EngineConfig::default();
         let disk = SimDisk {
             env: env.clone(),
-            watch: crate::world::run::Watch::shared(&config, false),
+            logbook: crate::logbook::Logbook::shared(&config, false),
         };
         let path = Path::new("/state");
         let held = disk.lock(path).expect("a free state file locks");
