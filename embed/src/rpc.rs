@@ -306,16 +306,24 @@ impl AgentConnection {
     /// Sends a request and waits for its answer until `deadline`.
     ///
     /// The line is written whole even if the deadline passes first; an answer that comes
-    /// after the deadline is reported as [`Anomaly::LateResponse`].
+    /// after the deadline is reported as [`Anomaly::LateResponse`]. A result that no tree
+    /// can hold (a number beyond `f64`; [`AgentConnection::request_raw`] keeps it as
+    /// written) fails as a JSON-RPC parse error of ours, [`codes::PARSE_ERROR`].
+    ///
+    /// [`codes::PARSE_ERROR`]: palisade_wire::jsonrpc::codes::PARSE_ERROR
     pub async fn request(
         &self,
         method: &str,
         params: impl Into<Params>,
         deadline: Instant,
     ) -> Result<Value, RpcFailure> {
-        self.request_raw(method, params, deadline)
-            .await
-            .map(|result| result.to_value())
+        let result = self.request_raw(method, params, deadline).await?;
+        result.parse::<Value>().map_err(|error| {
+            RpcFailure::Rpc(RpcError::new(
+                palisade_wire::jsonrpc::codes::PARSE_ERROR,
+                format!("the result is not readable as a tree: {error}"),
+            ))
+        })
     }
 
     /// [`AgentConnection::request`] with the answer's result kept raw: the caller reads
@@ -757,7 +765,7 @@ impl Reader {
     async fn handle_line(&mut self, line: Vec<u8>) -> Option<CloseReason> {
         let (event, closes) = {
             let mut wire = self.shared.wire();
-            match wire.receive_owned(line) {
+            match wire.receive(&line) {
                 Incoming::Reply { tag, result } => {
                     // The waiter may have just timed out; it then reads nothing.
                     let _ = tag.send(result);

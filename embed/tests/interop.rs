@@ -815,7 +815,7 @@ async fn supervisor_checks(agent: &RealAgent, report: &mut Vec<String>) {
         } if *t == turn => events
             .iter()
             .any(|o| {
-                o.update.to_value()["content"]["text"]
+                o.update.parse::<Value>().unwrap()["content"]["text"]
                     .as_str()
                     .is_some_and(|text| text.contains(agent.streaming))
             })

@@ -261,7 +261,7 @@ impl Harness {
             for out in events {
                 match receiver.accept(
                     Seq::new(out.seq).unwrap(),
-                    chunk_text(&out.update.to_value()),
+                    chunk_text(&out.update.parse::<Value>().unwrap()),
                 ) {
                     Receipt::Delivered(text) => texts.push(text),
                     other => panic!("output lost or repeated: {other:?}"),
@@ -540,7 +540,8 @@ async fn load_session_false_replaces_the_conversation_as_capability_false() {
         *origin,
         ConversationOrigin::Replaced(ClassifyReason::CapabilityFalse)
     );
-    assert_eq!(ready.to_json()["origin"], "replaced (CapabilityFalse)");
+    let line: Value = serde_json::from_str(&ready.to_json()).unwrap();
+    assert_eq!(line["origin"], "replaced (CapabilityFalse)");
     assert_eq!(h.turn_end(turn).await.0, TurnOutcome::Completed);
     let entries = read_log(&log);
     assert_eq!(requests_received(&entries, acp::SESSION_LOAD), 0);

@@ -84,7 +84,7 @@ use palisade_wire::jsonrpc::{codes, RawJson, RequestId, RpcError};
 use crate::config::{EngineConfig, EngineConfigError, MAX_PROMPT_BYTES, READY_EVENTS};
 use crate::events::{
     self, kind_of, origin_of, ConversationOrigin, FailureCause, OutputEvent, SessionEvent,
-    UpdateHead,
+    UpdateHead, UpdateParams,
 };
 use crate::replay::render_prompt;
 use crate::sorted_map::SortedMap;
@@ -1333,7 +1333,7 @@ impl Engine {
         let to_coalescer = items.len().saturating_sub(capacity);
         let mut items = items.into_iter().filter_map(|item| {
             let seq = Seq::new(item.seq)?;
-            let kind = kind_of(&UpdateHead::of(&item.update));
+            let kind = kind_of(&UpdateHead::of(item.update.raw()));
             Some((
                 seq,
                 kind,
@@ -1856,12 +1856,12 @@ impl Engine {
             self.stats.notifications_ignored += 1;
             return;
         };
-        // One reading of the params and the update's head, from what the frame's walk noted.
-        let (parsed, head) = events::read_update(&params);
+        // The params' session id and update, and the update's head, borrowed from the text.
+        let parsed = UpdateParams::of(&params);
+        let head = parsed.update.map(UpdateHead::of).unwrap_or_default();
         let ours = runtime.conversation.is_some()
             && parsed.session_id.as_deref() == runtime.conversation.as_deref();
-        // The update shares the params' text: a chunk's bytes are not copied again.
-        let update = parsed.update.map_or_else(RawJson::null, |u| params.part(u));
+        let update = parsed.update.map_or_else(RawJson::null, RawJson::from);
         // The session's own state (its commands, mode, title) is not a turn's output, nor a
         // sign the agent took a prompt: agents send it unprompted, e.g. right after
         // `session/new`, so it may arrive after a prompt was sent but before it was read.
@@ -2002,8 +2002,10 @@ impl Engine {
         };
         match result {
             Ok(answer) => {
-                let (listed, next) =
-                    acp::listed_in(&answer.to_value(), &pending.outcome.requested_session);
+                // An answer no tree can hold is not a list.
+                let (listed, next) = answer.parse::<Value>().map_or((None, None), |tree| {
+                    acp::listed_in(&tree, &pending.outcome.requested_session)
+                });
                 pending.pages += 1;
                 pending.outcome.listing = match (listed, next) {
                     (Some(true), _) => SessionListing::Listed,
@@ -2045,8 +2047,11 @@ impl Engine {
         match result {
             Ok(answer) => {
                 let Some(id) = acp::string_member(&answer, "sessionId") else {
-                    // As the tree prints it, whatever the agent's spacing.
-                    let shown = answer.to_value().to_string();
+                    // As the tree prints it, whatever the agent's spacing (as written when
+                    // no tree can hold it).
+                    let shown = answer
+                        .parse::<Value>()
+                        .map_or_else(|_| answer.get().to_owned(), |tree| tree.to_string());
                     let stamp = self.stamp(attempt, FailureCause::NewSessionAnswer(shown));
                     self.callback(now, execution, RuntimeEvent::StartFailed { stamp });
                     return;
@@ -2934,11 +2939,12 @@ mod tests {
         let outputs: Vec<(TurnId, String)> = got
             .iter()
             .filter_map(|e| match e {
-                SessionEvent::Output { turn, events, .. } => Some(
-                    events
-                        .iter()
-                        .map(|o| (*turn, o.update.to_value()["content"]["text"].to_string())),
-                ),
+                SessionEvent::Output { turn, events, .. } => Some(events.iter().map(|o| {
+                    (
+                        *turn,
+                        o.update.parse::<Value>().unwrap()["content"]["text"].to_string(),
+                    )
+                })),
                 _ => None,
             })
             .flatten()

@@ -360,29 +360,6 @@ impl LoadAnswer {
         )
     }
 
-    /// The compact JSON text of [`LoadAnswer::error`] for the answers whose error names
-    /// no conversation (the long texts), serialized once per process; `None` for the
-    /// others.
-    #[must_use]
-    pub fn constant_error_json(self) -> Option<&'static str> {
-        static LONG: std::sync::OnceLock<[String; 2]> = std::sync::OnceLock::new();
-        let json = |kind: LoadAnswer| {
-            let error = kind.error("").expect("a long answer is an error");
-            serde_json::to_string(&error).expect("an error of strings always serializes")
-        };
-        let [details, data] = LONG.get_or_init(|| {
-            [
-                json(LoadAnswer::LongDetails),
-                json(LoadAnswer::LongDataProof),
-            ]
-        });
-        match self {
-            LoadAnswer::LongDetails => Some(details),
-            LoadAnswer::LongDataProof => Some(data),
-            _ => None,
-        }
-    }
-
     /// The error this answer is for `session/load` of `id`; `None` for an answer of
     /// success.
     #[must_use]
@@ -1096,12 +1073,7 @@ impl AgentModel {
             }
             Ok(Frame::Notification { method, params }) => {
                 if method == palisade_wire::acp::SESSION_CANCEL {
-                    let session = params
-                        .to_value()
-                        .get("sessionId")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_owned();
+                    let session = session_of(&params);
                     self.seen.push(Seen::Cancel {
                         session: session.clone(),
                     });
@@ -1132,14 +1104,7 @@ impl AgentModel {
         params: &RawJson,
         store: &mut dyn ConversationStore,
     ) {
-        let session_param = || {
-            params
-                .to_value()
-                .get("sessionId")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned()
-        };
+        let session_param = || session_of(params);
         let at = self.delay(now);
         match method {
             "initialize" => {
@@ -1149,8 +1114,7 @@ impl AgentModel {
                     self.behaviour.lists_sessions,
                     self.script.malformed_load_capability,
                 );
-                let line = palisade_wire::jsonrpc::encode_response_raw(&id, &result);
-                self.emit(at, Out::Line(line));
+                self.answer(at, &id, Ok(result));
             }
             "session/new" => {
                 if let Some(failure) = self.behaviour.new_fails {
@@ -1161,7 +1125,10 @@ impl AgentModel {
                 }
                 let session = store.create();
                 self.held.insert(session.clone());
-                let line = palisade_wire::jsonrpc::encode_response_raw(&id, &new_result(&session));
+                let line = palisade_wire::jsonrpc::encode_response(
+                    &id,
+                    &Ok(json!({ "sessionId": session })),
+                );
                 if self.behaviour.unprompted_updates {
                     let update = commands_update_line(&session);
                     self.emit_noted(at, Out::Line(line), Some(Seen::New(Ok(session))));
@@ -1192,7 +1159,7 @@ impl AgentModel {
                                 Ok(())
                             }
                         };
-                        let line = load_answer_line(&id, Some(kind), &answer);
+                        let line = load_answer_line(&id, &answer);
                         let note = Seen::Load {
                             id: session,
                             existed,
@@ -1222,7 +1189,7 @@ impl AgentModel {
                     self.held.insert(session.clone());
                     self.replay_history(at, &session);
                 }
-                let line = load_answer_line(&id, kind, &answer);
+                let line = load_answer_line(&id, &answer);
                 let note = Seen::Load {
                     id: session,
                     existed,
@@ -1510,11 +1477,10 @@ impl AgentModel {
     fn finish(&mut self, now: u64, p: Prompting, answer: Result<String, RpcError>) {
         match answer {
             Ok(stop) => {
-                // `{"stopReason": stop}`, written without building a tree.
-                let mut result = String::from(r#"{"stopReason":"#);
-                result.push_str(&serde_json::to_string(&stop).expect("a string serializes"));
-                result.push('}');
-                let line = palisade_wire::jsonrpc::encode_response_raw(&p.id, &result);
+                let line = palisade_wire::jsonrpc::encode_response(
+                    &p.id,
+                    &Ok(json!({ "stopReason": stop })),
+                );
                 let note = Seen::PromptAnswered {
                     tag: p.tag.clone(),
                     answer: Ok(stop),
@@ -1578,109 +1544,43 @@ pub fn push_decimal(out: &mut String, mut n: u64) {
     out.push_str(std::str::from_utf8(&digits[start..]).expect("ASCII digits"));
 }
 
-/// Appends `text` as a JSON string (quoted and escaped, as serde_json writes it).
-fn push_json_str(out: &mut Vec<u8>, text: &str) {
-    serde_json::to_writer(out, text).expect("a string always serializes");
-}
-
-/// The compact JSON text of `session/new`'s result for `session`, written without a tree:
-/// `{"sessionId":<session>}`.
-fn new_result(session: &str) -> String {
-    let mut result = Vec::with_capacity(session.len() + 16);
-    result.extend_from_slice(br#"{"sessionId":"#);
-    push_json_str(&mut result, session);
-    result.push(b'}');
-    String::from_utf8(result).expect("serde_json writes UTF-8")
-}
-
 /// The `available_commands_update` notification an agent writes unprompted after
-/// `session/new`, written without a tree (the line the tree of the same members in the
-/// same order serializes to).
+/// `session/new`.
 fn commands_update_line(session: &str) -> String {
-    palisade_wire::jsonrpc::encode_with(None, palisade_wire::acp::SESSION_UPDATE, |line| {
-        line.extend_from_slice(br#"{"sessionId":"#);
-        push_json_str(line, session);
-        line.extend_from_slice(
-            br#","update":{"sessionUpdate":"available_commands_update","availableCommands":[{"name":"init","description":"create AGENTS.md"}]}}"#,
-        );
-        true
-    })
+    palisade_wire::jsonrpc::encode_notification(
+        palisade_wire::acp::SESSION_UPDATE,
+        &json!({
+            "sessionId": session,
+            "update": {
+                "sessionUpdate": "available_commands_update",
+                "availableCommands": [{"name": "init", "description": "create AGENTS.md"}],
+            },
+        }),
+    )
 }
 
-/// The `session/request_permission` request of the prompt tagged `tag` in `session`,
-/// written without a tree.
+/// The `session/request_permission` request of the prompt tagged `tag` in `session`.
 fn permission_request_line(id: &RequestId, session: &str, tag: &str) -> String {
-    palisade_wire::jsonrpc::encode_with(Some(id), "session/request_permission", |line| {
-        line.extend_from_slice(br#"{"sessionId":"#);
-        push_json_str(line, session);
-        line.extend_from_slice(br#","toolCall":{"toolCallId":"#);
-        let mut call = String::with_capacity(tag.len() + 5);
-        call.push_str(tag);
-        call.push_str("-perm");
-        push_json_str(line, &call);
-        line.extend_from_slice(
-            br#"},"options":[{"optionId":"allow","name":"Allow","kind":"allow_once"}]}"#,
-        );
-        true
-    })
+    palisade_wire::jsonrpc::encode_request(
+        id,
+        "session/request_permission",
+        &json!({
+            "sessionId": session,
+            "toolCall": {"toolCallId": format!("{tag}-perm")},
+            "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}],
+        }),
+    )
 }
 
-/// The line answering a `session/load` with `answer` (from the catalogue entry `kind`,
-/// if any): the line [`palisade_wire::jsonrpc::encode_response`] writes for it (`{}` on success).
-/// An error that is the same for every conversation (the long texts) is serialized once
-/// per process ([`LoadAnswer::constant_error_json`]): escaping its 64 KiB text was most
-/// of an agent's answering otherwise.
-fn load_answer_line(
-    id: &RequestId,
-    kind: Option<LoadAnswer>,
-    answer: &Result<(), RpcError>,
-) -> String {
-    match (answer, kind.and_then(LoadAnswer::constant_error_json)) {
-        (Err(error), Some(json)) => {
-            debug_assert_eq!(
-                serde_json::to_string(error).ok().as_deref(),
-                Some(json),
-                "the catalogue's constant error is the error answered"
-            );
-            palisade_wire::jsonrpc::encode_error_raw(id, json)
-        }
-        (Err(error), None) => palisade_wire::jsonrpc::encode_response(id, &Err(error.clone())),
-        (Ok(()), _) => palisade_wire::jsonrpc::encode_response_raw(id, "{}"),
-    }
+/// The line answering a `session/load` with `answer` (`{}` on success).
+fn load_answer_line(id: &RequestId, answer: &Result<(), RpcError>) -> String {
+    palisade_wire::jsonrpc::encode_response(id, &answer.clone().map(|()| json!({})))
 }
 
-/// The compact JSON text of `initialize`'s result, written without building a tree: the
-/// text [`initialize_result_of_tree`] serializes to (a test checks every combination).
-/// `agentCapabilities` keeps the tree's member order: `loadSession` first when the
-/// behaviour has one (a malformed capability replaces its value in place), else last.
-fn initialize_result(load: LoadCapability, lists_sessions: bool, malformed: bool) -> String {
-    let mut result = String::with_capacity(128);
-    result.push_str(r#"{"protocolVersion":"#);
-    push_decimal(&mut result, u64::from(palisade_wire::acp::PROTOCOL_VERSION));
-    result.push_str(r#","agentCapabilities":{"#);
-    let mut members = Vec::with_capacity(2);
-    let malformed_member = r#""loadSession":"yes""#;
-    match load {
-        _ if malformed && load != LoadCapability::Absent => members.push(malformed_member),
-        LoadCapability::True => members.push(r#""loadSession":true"#),
-        LoadCapability::False => members.push(r#""loadSession":false"#),
-        LoadCapability::Absent => {}
-    }
-    if lists_sessions {
-        members.push(r#""sessionCapabilities":{"list":{}}"#);
-    }
-    if malformed && load == LoadCapability::Absent {
-        members.push(malformed_member);
-    }
-    result.push_str(&members.join(","));
-    result.push_str(r#"},"authMethods":[]}"#);
-    result
-}
-
-/// `initialize`'s result as the tree it was first written as (the reference for
-/// [`initialize_result`]).
-#[cfg(test)]
-fn initialize_result_of_tree(load: LoadCapability, lists_sessions: bool, malformed: bool) -> Value {
+/// `initialize`'s result. `agentCapabilities` keeps the order its members are written in:
+/// `loadSession` first when the behaviour has one (a malformed capability replaces its
+/// value in place), else last.
+fn initialize_result(load: LoadCapability, lists_sessions: bool, malformed: bool) -> Value {
     let mut caps = serde_json::Map::new();
     match load {
         LoadCapability::True => {
@@ -1704,119 +1604,18 @@ fn initialize_result_of_tree(load: LoadCapability, lists_sessions: bool, malform
     })
 }
 
+/// The `sessionId` of a request's params (`""` when absent or not a string).
+fn session_of(params: &RawJson) -> String {
+    palisade_wire::acp::string_member(params, "sessionId").unwrap_or_default()
+}
+
 /// A `session/prompt`'s session id and the text of its blocks, joined (each `""` when
-/// absent or not a string; blocks without a string `text` are skipped).
-///
-/// Read in one pass without building a tree when the params have the usual shape (an
-/// object whose `sessionId` is a string and whose `prompt` is an array of objects with a
-/// string `text`, each given once); anything else is read from a tree. Either way the
-/// answer is [`prompt_params_of_tree`]'s on every input (a proptest checks it).
+/// absent or not a string; blocks without a string `text` are skipped; both `""` for
+/// params no tree can hold, a number beyond `f64` in them say).
 fn prompt_params(params: &RawJson) -> (String, String) {
-    match params.parse::<PromptParams>() {
-        Ok(p) => (
-            p.session.unwrap_or_default(),
-            p.blocks
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|b| b.0)
-                .collect(),
-        ),
-        Err(_) => prompt_params_of_tree(&params.to_value()),
-    }
-}
-
-/// The members of a `session/prompt`'s params the model reads. Deserializing fails, and
-/// the tree decides, whenever the shape is not the usual one.
-struct PromptParams {
-    session: Option<String>,
-    blocks: Option<Vec<PromptBlock>>,
-}
-
-/// A prompt block's `text`.
-struct PromptBlock(Option<String>);
-
-/// Reads a map's members into `read(name, map)`; members it does not read are parsed into
-/// a tree and dropped, so the text is checked exactly as serde's tree checks it.
-fn visit_members<'de, A: serde::de::MapAccess<'de>>(
-    mut map: A,
-    mut read: impl FnMut(&str, &mut A) -> Result<bool, A::Error>,
-) -> Result<(), A::Error> {
-    while let Some(name) = map.next_key::<String>()? {
-        if !read(&name, &mut map)? {
-            map.next_value::<Value>()?;
-        }
-    }
-    Ok(())
-}
-
-/// The first value of a member, or an error for a repeated one (the tree keeps the last).
-fn once<'de, T: serde::Deserialize<'de>, A: serde::de::MapAccess<'de>>(
-    slot: &mut Option<T>,
-    map: &mut A,
-) -> Result<bool, A::Error> {
-    if slot.is_some() {
-        return Err(serde::de::Error::custom(
-            "a repeated member: the tree decides",
-        ));
-    }
-    *slot = Some(map.next_value()?);
-    Ok(true)
-}
-
-impl<'de> serde::Deserialize<'de> for PromptParams {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<PromptParams, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = PromptParams;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("session/prompt params")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                map: A,
-            ) -> Result<PromptParams, A::Error> {
-                let (mut session, mut blocks) = (None, None);
-                visit_members(map, |name, map| match name {
-                    "sessionId" => once::<Option<String>, A>(&mut session, map),
-                    "prompt" => once::<Option<Vec<PromptBlock>>, A>(&mut blocks, map),
-                    _ => Ok(false),
-                })?;
-                Ok(PromptParams {
-                    session: session.flatten(),
-                    blocks: blocks.flatten(),
-                })
-            }
-        }
-        d.deserialize_map(Visit)
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for PromptBlock {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<PromptBlock, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = PromptBlock;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a prompt block")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                map: A,
-            ) -> Result<PromptBlock, A::Error> {
-                let mut text = None;
-                visit_members(map, |name, map| match name {
-                    "text" => once::<Option<String>, A>(&mut text, map),
-                    _ => Ok(false),
-                })?;
-                Ok(PromptBlock(text.flatten()))
-            }
-        }
-        d.deserialize_map(Visit)
-    }
-}
-
-/// [`prompt_params`] read from a tree: the reference.
-fn prompt_params_of_tree(params: &Value) -> (String, String) {
+    let Ok(params) = params.parse::<Value>() else {
+        return (String::new(), String::new());
+    };
     let session = params
         .get("sessionId")
         .and_then(Value::as_str)
@@ -1841,163 +1640,51 @@ mod tests {
     use super::*;
     use palisade_wire::connection::{Incoming, Wire};
 
-    /// Params text from an alphabet that hits every branch of [`prompt_params`]: the
-    /// members it reads, an escaped spelling of one, repeats, values of every kind
-    /// (including a number serde's tree refuses), nesting and whitespace.
-    fn prompt_params_text() -> impl proptest::strategy::Strategy<Value = String> {
-        use proptest::prelude::*;
-        let ws = prop::sample::select(vec!["", " ", "\n\t "]);
-        let names = prop::sample::select(vec![
-            r#""sessionId""#,
-            r#""prompt""#,
-            r#""text""#,
-            r#""type""#,
-            r#""te\u0078t""#,
-            r#""other""#,
-        ]);
-        let leaf = prop::sample::select(vec![
-            "null",
-            "true",
-            "-1.5e3",
-            "1e400",
-            "7",
-            r#""""#,
-            r#""s-1""#,
-            r#""a \"quoted\" \\ b\n\u00e9""#,
-            r#""text""#,
-        ])
-        .prop_map(str::to_owned);
-        leaf.prop_recursive(4, 48, 6, move |inner| {
-            let member = (names.clone(), ws.clone(), inner.clone())
-                .prop_map(|(n, w, v)| format!("{n}{w}:{w}{v}"));
-            prop_oneof![
-                (prop::collection::vec(member, 0..5), ws.clone())
-                    .prop_map(|(ms, w)| format!("{{{w}{}{w}}}", ms.join(","))),
-                prop::collection::vec(inner, 0..4).prop_map(|vs| format!("[{}]", vs.join(","))),
-            ]
-        })
-    }
-
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(20_000))]
-
-        /// The params read in one pass are the tree's reading on every input.
-        #[test]
-        fn prompt_params_are_the_trees_reading(text in prompt_params_text()) {
-            let params = RawJson::valid(&text);
-            let tree = serde_json::from_str(&text).unwrap_or(Value::Null);
-            proptest::prop_assert_eq!(prompt_params(&params), prompt_params_of_tree(&tree), "{}", text);
-        }
-    }
-
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
-
-        /// Every `session/load` answer of the catalogue (and a plain success) is the line
-        /// the tree path writes, for any request id and conversation: the long texts'
-        /// errors serialized once included.
-        #[test]
-        fn load_answers_are_the_lines_the_tree_wrote(
-            number in proptest::prelude::any::<i64>(),
-            text in "\\PC{0,12}",
-            by_text in proptest::prelude::any::<bool>(),
-            session in "\\PC{0,16}",
-            which in 0..=LoadAnswer::ALL.len(),
-        ) {
-            let id = if by_text { RequestId::Str(text) } else { RequestId::Number(number) };
-            let kind = LoadAnswer::ALL.get(which).copied();
-            let answer = match kind.and_then(|k| k.error(&session)) {
-                Some(error) => Err(error),
-                None => Ok(()),
-            };
-            let tree = palisade_wire::jsonrpc::encode_response(&id, &answer.clone().map(|()| json!({})));
-            proptest::prop_assert_eq!(load_answer_line(&id, kind, &answer), tree);
-        }
-    }
-
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2_000))]
-
-        /// The answers and requests an agent writes straight into lines are the lines
-        /// their trees serialize to, for any conversation id and tag (quotes, controls
-        /// and non-ASCII included).
-        #[test]
-        fn lines_written_straight_are_the_trees_lines(
-            session in "\\PC{0,24}|[\"\\\\\\x00-\\x1f a-z]{0,8}",
-            tag in "\\PC{0,16}",
-            number in proptest::prelude::any::<i64>(),
-        ) {
-            let id = RequestId::Number(number);
-            proptest::prop_assert_eq!(
-                palisade_wire::jsonrpc::encode_response_raw(&id, &new_result(&session)),
-                palisade_wire::jsonrpc::encode_response(&id, &Ok(json!({ "sessionId": session })))
-            );
-            proptest::prop_assert_eq!(
-                commands_update_line(&session),
-                palisade_wire::jsonrpc::encode_notification(
-                    palisade_wire::acp::SESSION_UPDATE,
-                    &json!({
-                        "sessionId": session,
-                        "update": {
-                            "sessionUpdate": "available_commands_update",
-                            "availableCommands": [
-                                {"name": "init", "description": "create AGENTS.md"}
-                            ],
-                        },
-                    }),
-                )
-            );
-            proptest::prop_assert_eq!(
-                permission_request_line(&id, &session, &tag),
-                palisade_wire::jsonrpc::encode_request(
-                    &id,
-                    "session/request_permission",
-                    &json!({
-                        "sessionId": session,
-                        "toolCall": {"toolCallId": format!("{tag}-perm")},
-                        "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}],
-                    }),
-                )
-            );
-        }
+    #[test]
+    fn prompt_params_are_the_session_and_the_blocks_texts() {
+        let read = |text: &str| prompt_params(&RawJson::from_text(text).unwrap());
+        let expected = ("s-1".to_owned(), "a\nb".to_owned());
+        assert_eq!(
+            read(
+                r#"{"sessionId":"s-1","prompt":[{"type":"text","text":"a\n"},{"type":"image"},{"text":"b"}]}"#
+            ),
+            expected
+        );
+        // A repeated member: the last counts, as in a tree.
+        assert_eq!(
+            read(r#"{"sessionId":"x","sessionId":"s-1","prompt":[{"text":"a\n"},{"text":"b"}]}"#),
+            expected
+        );
+        // What is not of the shape reads as empty.
+        assert_eq!(
+            read(r#"{"sessionId":7,"prompt":{"text":"a"}}"#),
+            (String::new(), String::new())
+        );
+        // So do params no tree can hold.
+        assert_eq!(
+            read(r#"{"sessionId":"s-1","n":1e400,"prompt":[{"text":"a"}]}"#),
+            (String::new(), String::new())
+        );
     }
 
     #[test]
-    fn only_the_long_answers_are_serialized_once() {
-        for kind in LoadAnswer::ALL {
-            let constant = kind.constant_error_json();
-            let long = matches!(kind, LoadAnswer::LongDetails | LoadAnswer::LongDataProof);
-            assert_eq!(constant.is_some(), long, "{kind:?}");
-            if let Some(json) = constant {
-                assert!(json.len() > LONG_DATA_BYTES);
-                let error = kind.error("any-session").expect("an error");
-                assert_eq!(serde_json::to_string(&error).unwrap(), json);
-            }
-        }
-    }
-
-    #[test]
-    fn initialize_answers_are_the_lines_the_tree_wrote() {
-        let id = RequestId::Number(7);
-        for load in [
-            LoadCapability::True,
-            LoadCapability::False,
-            LoadCapability::Absent,
-        ] {
-            for lists in [false, true] {
-                for malformed in [false, true] {
-                    let tree = initialize_result_of_tree(load, lists, malformed);
-                    assert_eq!(
-                        palisade_wire::jsonrpc::encode_response_raw(
-                            &id,
-                            &initialize_result(load, lists, malformed)
-                        ),
-                        palisade_wire::jsonrpc::encode_response(&id, &Ok(tree)),
-                        "{load:?} lists {lists} malformed {malformed}"
-                    );
-                }
-            }
-        }
+    fn initialize_answers_keep_the_capabilities_order() {
+        let caps = |load, lists, malformed| {
+            initialize_result(load, lists, malformed)["agentCapabilities"].to_string()
+        };
+        assert_eq!(
+            caps(LoadCapability::True, true, true),
+            r#"{"loadSession":"yes","sessionCapabilities":{"list":{}}}"#
+        );
+        assert_eq!(
+            caps(LoadCapability::Absent, true, true),
+            r#"{"sessionCapabilities":{"list":{}},"loadSession":"yes"}"#
+        );
+        assert_eq!(
+            caps(LoadCapability::False, false, false),
+            r#"{"loadSession":false}"#
+        );
+        assert_eq!(caps(LoadCapability::Absent, false, false), "{}");
     }
 
     #[test]
@@ -2007,25 +1694,6 @@ mod tests {
             push_decimal(&mut s, n);
             assert_eq!(s, format!("x{n}"));
         }
-    }
-
-    #[test]
-    fn prompt_params_of_the_usual_shape_are_read_in_one_pass() {
-        let text = r#"{"sessionId":"s-1","prompt":[{"type":"text","text":"a\n"},{"type":"image"},{"text":"b"}]}"#;
-        let expected = ("s-1".to_owned(), "a\nb".to_owned());
-        assert!(serde_json::from_str::<PromptParams>(text).is_ok());
-        assert_eq!(prompt_params(&RawJson::valid(text)), expected);
-        // A repeated member is left to the tree, which keeps the last.
-        let repeated =
-            r#"{"sessionId":"x","sessionId":"s-1","prompt":[{"text":"a\n"},{"text":"b"}]}"#;
-        assert!(serde_json::from_str::<PromptParams>(repeated).is_err());
-        assert_eq!(prompt_params(&RawJson::valid(repeated)), expected);
-        // A number the tree refuses anywhere makes the params null for both readings.
-        let refused = r#"{"sessionId":"s-1","n":1e400,"prompt":[{"text":"a"}]}"#;
-        assert_eq!(
-            prompt_params(&RawJson::valid(refused)),
-            (String::new(), String::new())
-        );
     }
 
     fn drain(model: &mut AgentModel, until: u64) -> Vec<String> {
@@ -2062,7 +1730,10 @@ mod tests {
         else {
             panic!("{lines:?}")
         };
-        let session = answer.to_value()["sessionId"].as_str().unwrap().to_owned();
+        let session = answer.parse::<Value>().unwrap()["sessionId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
         let (_, line) = wire
             .request(
                 "session/prompt",
@@ -2095,7 +1766,7 @@ mod tests {
         }
         assert!(matches!(
             wire.receive(lines.last().unwrap().trim_end().as_bytes()),
-            Incoming::Reply { tag: "prompt", result: Ok(v) } if v.to_value()["stopReason"] == "end_turn"
+            Incoming::Reply { tag: "prompt", result: Ok(v) } if v.parse::<Value>().unwrap()["stopReason"] == "end_turn"
         ));
     }
 

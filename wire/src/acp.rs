@@ -14,8 +14,7 @@ use agent_client_protocol_schema::ProtocolVersion;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::jsonrpc::{encode_with_capacity, RawJson, RequestId};
-use crate::jsonscan::{self, Plain};
+use crate::jsonrpc::{encode_message, RawJson, RequestId};
 
 pub use agent_client_protocol_schema::v1 as schema;
 
@@ -93,7 +92,7 @@ pub struct SessionSupport {
     pub list: bool,
 }
 
-/// [`SessionSupport`] read from a tree of the answer: the reference.
+/// [`SessionSupport`] read from a tree of the answer.
 #[must_use]
 pub fn session_support_of_tree(initialize_result: &Value) -> SessionSupport {
     SessionSupport {
@@ -106,95 +105,30 @@ pub fn session_support_of_tree(initialize_result: &Value) -> SessionSupport {
     }
 }
 
-/// [`SessionSupport`] of a raw `initialize` answer: read from its text when it has the
-/// plain shape, else from a tree; always the tree's reading (a test compares the two).
+/// [`SessionSupport`] of a raw `initialize` answer. An answer that no tree can hold (a
+/// number beyond `f64`, nesting past serde's limit) proves nothing: `loadSession` reads
+/// as malformed.
 #[must_use]
 pub fn session_support(initialize_result: &RawJson) -> SessionSupport {
-    scan_session_support(initialize_result.get())
-        .unwrap_or_else(|| session_support_of_tree(&initialize_result.to_value()))
-}
-
-fn scan_session_support(text: &str) -> Option<SessionSupport> {
-    let none = SessionSupport {
-        load: LoadSessionSupport::NotAdvertised,
-        load_false: false,
-        list: false,
-    };
-    let [capabilities] = scan_members(text, ["agentCapabilities"])?;
-    let capabilities = match capabilities.map(jsonscan::plain) {
-        None | Some(Some(Plain::Null)) => return Some(none),
-        Some(Some(Plain::Object(capabilities))) => capabilities,
-        Some(_) => {
-            return Some(SessionSupport {
-                load: LoadSessionSupport::Malformed,
-                ..none
-            })
-        }
-    };
-    let [load, sessions] = scan_members(capabilities, ["loadSession", "sessionCapabilities"])?;
-    let (load, load_false) = match load {
-        None | Some("null") => (LoadSessionSupport::NotAdvertised, false),
-        Some("false") => (LoadSessionSupport::NotAdvertised, true),
-        Some("true") => (LoadSessionSupport::Advertised, false),
-        Some(_) => (LoadSessionSupport::Malformed, false),
-    };
-    let list = match sessions.map(jsonscan::plain) {
-        Some(Some(Plain::Object(sessions))) => {
-            let [list] = scan_members(sessions, ["list"])?;
-            list.is_some_and(|list| list == "true" || list.starts_with('{'))
-        }
-        _ => false,
-    };
-    Some(SessionSupport {
-        load,
-        load_false,
-        list,
-    })
+    match initialize_result.parse::<Value>() {
+        Ok(tree) => session_support_of_tree(&tree),
+        Err(_) => SessionSupport {
+            load: LoadSessionSupport::Malformed,
+            load_false: false,
+            list: false,
+        },
+    }
 }
 
 /// The string member `name` of a raw answer (`sessionId` of `session/new`, `stopReason` of
-/// `session/prompt`), as a tree reads it: `None` when absent or not a string, or when the
-/// answer is not an object. Read from the text when the member is a plain string.
+/// `session/prompt`): `None` when absent or not a string, or when the answer is not an
+/// object (or not one a tree can hold).
 #[must_use]
 pub fn string_member(answer: &RawJson, name: &str) -> Option<String> {
-    let scanned = scan_members(answer.get(), [name]).and_then(|[value]| match value {
-        None => Some(None),
-        Some(value) if value.starts_with('"') => match jsonscan::plain(value) {
-            Some(Plain::Str(text)) => Some(Some(text.to_owned())),
-            // Escapes: serde decodes them.
-            _ => None,
-        },
-        Some(_) => Some(None),
-    });
-    scanned.unwrap_or_else(|| {
-        answer
-            .to_value()
-            .get(name)
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-    })
-}
-
-/// The values of the members `names` of the object `text` (valid JSON) as a tree reads
-/// them: each one's text, `None` when absent. `None` altogether when the scan cannot be
-/// sure: `text` is not an object, a member name has an escape (it may spell a name looked
-/// for), or a name looked for is given twice (the tree keeps the last).
-fn scan_members<'a, const N: usize>(
-    text: &'a str,
-    names: [&str; N],
-) -> Option<[Option<&'a str>; N]> {
-    let mut found = [None; N];
-    for (name, value) in jsonscan::members(text)? {
-        if name.contains('\\') {
-            return None;
-        }
-        if let Some(at) = names.iter().position(|n| *n == name) {
-            if found[at].replace(value).is_some() {
-                return None;
-            }
-        }
+    match answer.parse::<Value>().ok()?.get_mut(name)?.take() {
+        Value::String(value) => Some(value),
+        _ => None,
     }
-    Some(found)
 }
 
 /// `session/list` params: every session, from `cursor` on.
@@ -228,13 +162,12 @@ pub fn listed_in(answer: &Value, session_id: &str) -> (Option<bool>, Option<Stri
 pub const CLIENT_NAME: &str = "palisade-supervise";
 
 /// The params of a request or notification the engine sends, kept as their parts and
-/// written straight into the line ([`Params::request_line`]): no tree is built per request.
-/// The bytes are exactly those of the tree the `*_params` builders below make (a test
-/// compares the two on arbitrary texts), so an agent reads the same line either way.
+/// serialized into the line ([`Params::request_line`]) as the schema crate's types: the
+/// same bytes as the tree the `*_params` builders below make (a test compares the two on
+/// arbitrary texts).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Params {
-    /// `initialize` of [`CLIENT_NAME`] at this crate's version; its text is
-    /// built once.
+    /// `initialize` of [`CLIENT_NAME`] at this crate's version.
     Initialize,
     /// `session/new` in `cwd`.
     NewSession {
@@ -275,32 +208,9 @@ impl From<Value> for Params {
     }
 }
 
-/// The text of [`Params::Initialize`], built once: the params are the same for every agent.
-static INITIALIZE_TEXT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    initialize_params(CLIENT_NAME, env!("CARGO_PKG_VERSION")).to_string()
-});
-
-/// `session/new`'s params as the schema writes them (the members in its order).
+/// `session/list`'s params (the schema crate keeps its type behind a feature).
 #[derive(Serialize)]
-struct NewSessionText<'a> {
-    cwd: &'a std::path::Path,
-    #[serde(rename = "mcpServers")]
-    mcp_servers: [(); 0],
-}
-
-/// `session/load`'s params as the schema writes them.
-#[derive(Serialize)]
-struct LoadSessionText<'a> {
-    #[serde(rename = "mcpServers")]
-    mcp_servers: [(); 0],
-    cwd: &'a std::path::Path,
-    #[serde(rename = "sessionId")]
-    session_id: &'a str,
-}
-
-/// `session/list`'s params.
-#[derive(Serialize)]
-struct ListText<'a> {
+struct ListSessionsText<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     cursor: Option<&'a str>,
 }
@@ -315,7 +225,7 @@ impl Params {
         }
     }
 
-    /// The params as a tree, built as the `*_params` builders build them.
+    /// The params as a tree, built by the `*_params` builders.
     #[must_use]
     pub fn to_value(&self) -> Value {
         match self {
@@ -329,148 +239,49 @@ impl Params {
         }
     }
 
-    /// Appends the params' compact JSON text to `line`; `false` (and nothing written) when
-    /// there are none.
-    fn write(&self, line: &mut Vec<u8>) -> bool {
-        let written = match self {
-            Params::Initialize => {
-                line.extend_from_slice(INITIALIZE_TEXT.as_bytes());
-                Ok(())
-            }
-            Params::NewSession { cwd } => serde_json::to_writer(
-                &mut *line,
-                &NewSessionText {
-                    cwd,
-                    mcp_servers: [],
-                },
-            ),
-            Params::LoadSession { session_id, cwd } => serde_json::to_writer(
-                &mut *line,
-                &LoadSessionText {
-                    mcp_servers: [],
-                    cwd,
-                    session_id,
-                },
-            ),
-            Params::ListSessions { cursor } => serde_json::to_writer(
-                &mut *line,
-                &ListText {
-                    cursor: cursor.as_deref(),
-                },
-            ),
-            // The two params of every turn, written by hand as the schema's
-            // `PromptRequest` and `CancelNotification` are written (a proptest compares the
-            // bytes): the prompt's text is escaped a word at a time rather than a byte at a
-            // time.
-            Params::Prompt { session_id, text } => {
-                line.extend_from_slice(br#"{"sessionId":"#);
-                write_str(line, session_id);
-                line.extend_from_slice(br#","prompt":[{"type":"text","text":"#);
-                write_str(line, text);
-                line.extend_from_slice(b"}]}");
-                Ok(())
-            }
-            Params::Cancel { session_id } => {
-                line.extend_from_slice(br#"{"sessionId":"#);
-                write_str(line, session_id);
-                line.push(b'}');
-                Ok(())
-            }
-            Params::Tree(Value::Null) => return false,
-            Params::Tree(value) => serde_json::to_writer(&mut *line, value),
-        };
-        // A path that is not UTF-8 fails here as it fails the schema's serialization.
-        written.expect("params are strings and UTF-8 paths, so they always serialize");
-        true
-    }
-
-    /// About how many bytes [`Params::write`] writes (exactly, when nothing needs
-    /// escaping): what a line reserves for them, so it is written in one allocation.
-    fn size_hint(&self) -> usize {
-        match self {
-            Params::Initialize => INITIALIZE_TEXT.len(),
-            Params::NewSession { cwd } => cwd.as_os_str().len() + 32,
-            Params::LoadSession { session_id, cwd } => {
-                session_id.len() + cwd.as_os_str().len() + 48
-            }
-            Params::ListSessions { cursor } => cursor.as_ref().map_or(0, String::len) + 16,
-            Params::Prompt { session_id, text } => session_id.len() + text.len() + 56,
-            Params::Cancel { session_id } => session_id.len() + 16,
-            Params::Tree(_) => 64,
-        }
-    }
-
     /// The request `id` of `method` with these params, as one line (newline included).
     #[must_use]
     pub fn request_line(&self, id: &RequestId, method: &str) -> String {
-        // The envelope around the params: `{"jsonrpc":"2.0","id":…,"method":"…","params":}`
-        // and the newline, with room for the longest number id.
-        let capacity = 72 + method.len() + self.size_hint();
-        encode_with_capacity(capacity, Some(id), method, |line| self.write(line))
+        encode_message(Some(id), method, self.given())
     }
 
     /// The notification `method` with these params, as one line (newline included).
     #[must_use]
     pub fn notification_line(&self, method: &str) -> String {
-        let capacity = 48 + method.len() + self.size_hint();
-        encode_with_capacity(capacity, None, method, |line| self.write(line))
+        encode_message(None, method, self.given())
+    }
+
+    /// The params to write: none for a tree of `null`.
+    fn given(&self) -> Option<&Params> {
+        (!matches!(self, Params::Tree(Value::Null))).then_some(self)
     }
 }
 
-/// Appends `text` as a JSON string, byte for byte as `serde_json`'s compact writer
-/// escapes it: `"` and `\` with a backslash, `\b \f \n \r \t` by name, every other
-/// control character as `\u00xx` (lower-case hex), everything else (DEL, non-ASCII) as is.
-/// Eight bytes at a time are tested for anything to escape, so a plain run costs a word
-/// test rather than a table look-up per byte.
-fn write_str(line: &mut Vec<u8>, text: &str) {
-    /// A byte of the word is below 0x20, or is `"` or `\` (exact as a yes/no: the
-    /// borrow of the subtraction only ever spills above a byte that matched).
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let bytes = text.as_bytes();
-    line.reserve(bytes.len() + 2);
-    line.push(b'"');
-    // `bytes[run..at]` is plain and not yet written.
-    let mut run = 0;
-    let mut at = 0;
-    while at < bytes.len() {
-        let end = if let Some(word) = bytes.get(at..at + 8) {
-            let word = u64::from_le_bytes(word.try_into().expect("eight bytes"));
-            if crate::jsonscan::stop_bytes(word) == 0 {
-                at += 8;
-                continue;
+impl Serialize for Params {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        // A path that is not UTF-8 fails here, as it fails the schema's serialization.
+        match self {
+            Params::Initialize => {
+                initialize_request(CLIENT_NAME, env!("CARGO_PKG_VERSION")).serialize(serializer)
             }
-            at + 8
-        } else {
-            bytes.len()
-        };
-        for (i, &byte) in bytes.iter().enumerate().take(end).skip(at) {
-            let named = match byte {
-                b'"' => b'"',
-                b'\\' => b'\\',
-                0x08 => b'b',
-                0x0c => b'f',
-                b'\n' => b'n',
-                b'\r' => b'r',
-                b'\t' => b't',
-                0x00..=0x1f => b'u',
-                _ => continue,
-            };
-            line.extend_from_slice(&bytes[run..i]);
-            run = i + 1;
-            line.extend_from_slice(&[b'\\', named]);
-            if named == b'u' {
-                line.extend_from_slice(&[
-                    b'0',
-                    b'0',
-                    HEX[usize::from(byte >> 4)],
-                    HEX[usize::from(byte & 0xf)],
-                ]);
+            Params::NewSession { cwd } => NewSessionRequest::new(cwd.clone()).serialize(serializer),
+            Params::LoadSession { session_id, cwd } => {
+                LoadSessionRequest::new(session_id.clone(), cwd.clone()).serialize(serializer)
             }
+            Params::ListSessions { cursor } => ListSessionsText {
+                cursor: cursor.as_deref(),
+            }
+            .serialize(serializer),
+            Params::Prompt { session_id, text } => {
+                PromptRequest::new(session_id.clone(), vec![text.as_str().into()])
+                    .serialize(serializer)
+            }
+            Params::Cancel { session_id } => {
+                CancelNotification::new(session_id.clone()).serialize(serializer)
+            }
+            Params::Tree(value) => value.serialize(serializer),
         }
-        at = end;
     }
-    line.extend_from_slice(&bytes[run..]);
-    line.push(b'"');
 }
 
 fn to_params(payload: &impl Serialize) -> Value {
@@ -481,10 +292,12 @@ fn to_params(payload: &impl Serialize) -> Value {
 /// `initialize` params: protocol version 1, default client capabilities, our name.
 #[must_use]
 pub fn initialize_params(client_name: &str, client_version: &str) -> Value {
-    to_params(
-        &InitializeRequest::new(ProtocolVersion::V1)
-            .client_info(Implementation::new(client_name, client_version)),
-    )
+    to_params(&initialize_request(client_name, client_version))
+}
+
+fn initialize_request(client_name: &str, client_version: &str) -> InitializeRequest {
+    InitializeRequest::new(ProtocolVersion::V1)
+        .client_info(Implementation::new(client_name, client_version))
 }
 
 /// `session/new` params for a working directory (absolute, per the spec).
@@ -647,51 +460,9 @@ mod tests {
         }
     }
 
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4_000))]
-
-        /// The word-at-a-time string writer writes what `serde_json` writes, for texts
-        /// of every length with what must be escaped at every position of a word.
-        #[test]
-        fn strings_are_written_as_serde_writes_them(
-            text in proptest::prop_oneof![
-                hostile_text(),
-                proptest::strategy::Strategy::prop_map(
-                    proptest::collection::vec(hostile_text(), 0..6),
-                    |parts| parts.concat()
-                ),
-                "[a-z\"\\\\\u{0}-\u{1f}\u{7f}\u{e9}]{0,70}",
-            ],
-        ) {
-            let mut ours = Vec::new();
-            write_str(&mut ours, &text);
-            let theirs = serde_json::to_vec(&text).expect("a string serializes");
-            proptest::prop_assert_eq!(
-                String::from_utf8(ours).expect("UTF-8"),
-                String::from_utf8(theirs).expect("UTF-8")
-            );
-        }
-    }
-
-    #[test]
-    fn every_byte_that_needs_escaping_is_found_at_every_position_of_a_word() {
-        for byte in 0u8..=0x7f {
-            for at in 0..17 {
-                let mut text = "x".repeat(17);
-                text.replace_range(at..=at, &char::from(byte).to_string());
-                let mut ours = Vec::new();
-                write_str(&mut ours, &text);
-                assert_eq!(
-                    ours,
-                    serde_json::to_vec(&text).expect("a string serializes")
-                );
-            }
-        }
-    }
-
-    /// An answer's text from an alphabet that hits every branch of the readers: the
-    /// members they look for and escaped spellings of them, duplicates, every kind of
-    /// value, whitespace; not always valid JSON (the invalid ones are skipped).
+    /// An answer's text from an alphabet of the members the readers look for and escaped
+    /// spellings of them, duplicates, every kind of value, whitespace; not always valid
+    /// JSON (the invalid ones are skipped).
     fn answer_text() -> impl proptest::strategy::Strategy<Value = String> {
         use proptest::prelude::*;
         let names = prop::sample::select(vec![
@@ -739,12 +510,13 @@ mod tests {
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4_000))]
 
-        /// The readers of a raw answer answer as the tree readers do, whatever its shape.
+        /// The readers of a raw answer read what a tree of it holds, whatever its shape.
         #[test]
         fn raw_answers_are_read_as_their_tree(text in answer_text()) {
-            proptest::prop_assume!(serde_json::from_str::<serde::de::IgnoredAny>(&text).is_ok());
-            let raw = RawJson::valid(&text);
-            let tree = raw.to_value();
+            let Ok(raw) = RawJson::from_text(text.as_str()) else {
+                return Ok(());
+            };
+            let tree = raw.parse::<Value>().expect("the generator writes no number a tree refuses");
             proptest::prop_assert_eq!(session_support(&raw), session_support_of_tree(&tree));
             for name in ["sessionId", "stopReason"] {
                 proptest::prop_assert_eq!(
@@ -755,28 +527,8 @@ mod tests {
         }
     }
 
-    /// The property above is not vacuous: the scan answers for most generated answers
-    /// that are objects, and leaves some to the tree.
     #[test]
-    fn the_scan_reads_most_answers_and_not_all() {
-        use proptest::strategy::ValueTree;
-        let mut runner = proptest::test_runner::TestRunner::deterministic();
-        let (mut objects, mut scanned) = (0, 0);
-        for _ in 0..2_000 {
-            let text = answer_text().new_tree(&mut runner).unwrap().current();
-            if text.starts_with('{') && serde_json::from_str::<Value>(&text).is_ok() {
-                objects += 1;
-                scanned += usize::from(scan_session_support(&text).is_some());
-            }
-        }
-        assert!(
-            scanned * 2 > objects && scanned < objects,
-            "{scanned} of {objects} scanned"
-        );
-    }
-
-    #[test]
-    fn the_initialize_line_names_us_once_built() {
+    fn the_initialize_line_names_us() {
         let line = Params::Initialize.request_line(&RequestId::Number(1), INITIALIZE);
         let tree = initialize_params(CLIENT_NAME, env!("CARGO_PKG_VERSION"));
         assert_eq!(

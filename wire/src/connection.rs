@@ -13,10 +13,8 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
 
-use serde_json::Value;
-
 use crate::acp::Params;
-use crate::jsonrpc::{parse_frame, parse_shared, Frame, FrameError, RawJson, RequestId, RpcError};
+use crate::jsonrpc::{parse_frame, Frame, FrameError, RawJson, RequestId, RpcError};
 
 /// Default longest line we accept from an agent. A `session/load` history replay or a
 /// file read can be megabytes in one line; past this the agent is broken (or hostile) and
@@ -221,7 +219,7 @@ pub enum AgentEvent {
         /// The method.
         method: String,
         /// The raw params.
-        params: Value,
+        params: RawJson,
     },
     /// Something unusable; see [`Anomaly`].
     Anomaly(Anomaly),
@@ -352,33 +350,7 @@ impl<T> Wire<T> {
             return Incoming::Nothing;
         };
         let line = &line[..len];
-        self.classify(parse_frame(line), line)
-    }
-
-    /// [`Wire::receive`] of a line the caller gives up (as read from a pipe): checked for
-    /// UTF-8 once, and the frame's params or result share its bytes instead of copying
-    /// them. The same answer as [`Wire::receive`] for every line.
-    pub fn receive_owned(&mut self, line: Vec<u8>) -> Incoming<T> {
-        match String::from_utf8(line) {
-            Ok(text) => self.receive_text(text),
-            // Not UTF-8: serde decides, as for a borrowed line.
-            Err(error) => self.receive(error.as_bytes()),
-        }
-    }
-
-    /// [`Wire::receive_owned`] of a line already known to be UTF-8.
-    pub fn receive_text(&mut self, mut line: String) -> Incoming<T> {
-        let Some(len) = content(line.as_bytes()) else {
-            return Incoming::Nothing;
-        };
-        line.truncate(len);
-        let line = std::sync::Arc::new(line);
-        self.classify(parse_shared(&line), line.as_bytes())
-    }
-
-    /// What the frame (or error) of `line` is to the connection.
-    fn classify(&mut self, frame: Result<Frame, FrameError>, line: &[u8]) -> Incoming<T> {
-        match frame {
+        match parse_frame(line) {
             Ok(Frame::Response { id, outcome }) => {
                 let number = match id {
                     RequestId::Number(number) => Some(number),
@@ -416,12 +388,7 @@ impl<T> Wire<T> {
             }
             Ok(Frame::Request { id, method, params }) => {
                 self.stats.agent_requests += 1;
-                // An agent's request is rare (a permission) and its handler reads a tree.
-                Incoming::Event(AgentEvent::Request {
-                    id,
-                    method,
-                    params: params.to_value(),
-                })
+                Incoming::Event(AgentEvent::Request { id, method, params })
             }
             Err(kind) => {
                 self.stats.garbage_lines += 1;
@@ -487,7 +454,7 @@ pub fn sample(line: &[u8]) -> String {
 mod tests {
     use super::*;
     use crate::jsonrpc::{encode_notification, encode_response, RpcError};
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     #[test]
     fn answers_reach_their_request_by_id_and_late_ones_are_named_late() {
@@ -508,7 +475,7 @@ mod tests {
             }
         );
         assert_eq!(wire.abandon(first), Some("init"));
-        let late = encode_response(
+        let late = encode_response::<Value>(
             &RequestId::Number(first),
             &Err(RpcError::new(-32603, "Internal error")),
         );
@@ -518,35 +485,6 @@ mod tests {
         );
         assert_eq!(wire.stats().late_responses, 1);
         assert_eq!(wire.pending(), 0);
-    }
-
-    #[test]
-    fn a_line_given_up_is_read_as_a_borrowed_one() {
-        let lines: [&[u8]; 8] = [
-            b"{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"s\",\"update\":{\"sessionUpdate\":\"x\"}}}\r",
-            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"stopReason\":\"end_turn\"}}",
-            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\t{}}",
-            b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"m\",\"params\":[1]}",
-            // Not UTF-8, in a member serde skips and in one it reads.
-            b"{\"jsonrpc\":\"2.0\",\"x\":\"\xff\",\"method\":\"m\"}",
-            b"{\"jsonrpc\":\"2.0\",\"method\":\"m\xff\"}",
-            b" \r",
-            b"not json",
-        ];
-        for line in lines {
-            let (mut borrowed, mut owned): (Wire<u8>, Wire<u8>) = (Wire::new(9), Wire::new(9));
-            for wire in [&mut borrowed, &mut owned] {
-                wire.request("session/prompt", &Params::Tree(json!({})), 1)
-                    .unwrap();
-            }
-            let shown = String::from_utf8_lossy(line);
-            assert_eq!(
-                owned.receive_owned(line.to_vec()),
-                borrowed.receive(line),
-                "{shown}"
-            );
-            assert_eq!(owned.stats(), borrowed.stats(), "{shown}");
-        }
     }
 
     #[test]

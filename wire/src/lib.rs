@@ -18,8 +18,6 @@
 pub mod acp;
 pub mod connection;
 pub mod jsonrpc;
-#[doc(hidden)]
-pub mod jsonscan;
 
 pub use connection::{
     AgentEvent, Anomaly, CloseReason, ConnectionStats, Incoming, ProcessExit, RpcFailure, Wire,

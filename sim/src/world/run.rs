@@ -918,13 +918,12 @@ impl World {
                     self.settle();
                     return;
                 }
-                Next::Line(mut line) => {
+                Next::Line(line) => {
                     let ts = self.ts();
                     let Some(p) = self.procs.get_mut(&exec) else {
                         return;
                     };
-                    line.truncate(line.trim_end().len());
-                    match p.wire.receive_text(line) {
+                    match p.wire.receive(line.trim_end().as_bytes()) {
                         Incoming::Reply { tag, result } => {
                             self.engine.get_mut().reply(ts, exec, tag, result);
                         }
@@ -989,11 +988,8 @@ impl World {
         }
         let session = p.session;
         let arms = self.arms.or_default(session);
-        // The line is read once, here, for the arms and for the agent; the frame shares
-        // the line's text instead of copying it (`parse_shared`: the same frame).
-        let mut line = line;
-        line.truncate(line.trim_end().len());
-        let frame = palisade_wire::jsonrpc::parse_shared(&std::sync::Arc::new(line));
+        // The line is read once, here, for the arms and for the agent.
+        let frame = palisade_wire::jsonrpc::parse_frame(line.trim_end().as_bytes());
         let method = match &frame {
             Ok(palisade_wire::jsonrpc::Frame::Request { method, .. }) => method.as_str(),
             _ => "",
@@ -1011,9 +1007,9 @@ impl World {
                     LoadErrorClass::UnknownSession => {
                         // The agent's disk really lost the conversation.
                         if let Ok(palisade_wire::jsonrpc::Frame::Request { params, .. }) = &frame {
-                            let params = params.to_value();
-                            if let Some(id) = params.get("sessionId").and_then(|v| v.as_str()) {
-                                self.store.lose(id);
+                            if let Some(id) = palisade_wire::acp::string_member(params, "sessionId")
+                            {
+                                self.store.lose(&id);
                             }
                         }
                     }

@@ -298,7 +298,7 @@ impl Tracer {
         if self.capture {
             self.head(t, "engine", Some("client"), event.name());
             self.buf.extend_from_slice(b",\"event\":");
-            let _ = serde_json::to_writer(&mut self.buf, &event.to_json());
+            self.buf.extend_from_slice(event.to_json().as_bytes());
             self.buf.push(b'}');
             self.keep();
         }
