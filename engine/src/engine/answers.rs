@@ -44,6 +44,7 @@ impl Engine {
         let session = runtime.session;
         let kind = kind_of(&head);
         drop(head);
+        self.sync_idle(execution);
         if first {
             self.callback(now, execution, RuntimeEvent::PromptAccepted { turn });
         }
@@ -140,7 +141,7 @@ impl Engine {
         execution: ExecutionId,
         cursor: Option<&str>,
     ) {
-        self.actions.push_back(Action::Request {
+        self.act(Action::Request {
             execution,
             op: Op::List,
             method: acp::SESSION_LIST,
@@ -291,6 +292,7 @@ impl Engine {
                 }
             }
         }
+        self.sync_idle(execution);
     }
 
     /// Sends a dispatch's `session/prompt`.
@@ -301,7 +303,7 @@ impl Engine {
         state: PromptState,
         params: acp::Params,
     ) {
-        self.actions.push_back(Action::Request {
+        self.act(Action::Request {
             execution,
             op: Op::Prompt {
                 turn: state.turn,

@@ -139,7 +139,7 @@ impl Engine {
             execution,
             conversation,
         });
-        self.actions.push_back(Action::Request {
+        self.act(Action::Request {
             execution,
             op: Op::Load { token },
             method: acp::SESSION_LOAD,
@@ -166,7 +166,7 @@ impl Engine {
         if let Some(runtime) = self.runtimes.get_mut(&execution) {
             runtime.new_reason = Some(reason);
         }
-        self.actions.push_back(Action::Request {
+        self.act(Action::Request {
             execution,
             op: Op::New { reason },
             method: acp::SESSION_NEW,
@@ -236,6 +236,7 @@ impl Engine {
             return;
         }
         runtime.prompt = Some(state);
+        self.sync_idle(execution);
         self.send_prompt(now, execution, state, params);
     }
 
@@ -259,7 +260,7 @@ impl Engine {
             .filter(|r| r.alive())
             .and_then(|r| r.conversation.clone());
         if let Some(conversation) = conversation {
-            self.actions.push_back(Action::Notify {
+            self.act(Action::Notify {
                 execution,
                 method: acp::SESSION_CANCEL,
                 params: acp::Params::Cancel {
@@ -279,11 +280,13 @@ impl Engine {
         runtime.stop_requested = true;
         runtime.prompt = None;
         runtime.held = None;
-        if !runtime.has_process {
+        let (has_process, reaped) = (runtime.has_process, runtime.reaped.is_some());
+        self.sync_idle(execution);
+        if !has_process {
             self.finish_runtime(now, execution);
-        } else if runtime.reaped.is_none() {
+        } else if !reaped {
             let grace_ms = self.config.stop_grace_ms;
-            self.actions.push_back(Action::Stop {
+            self.act(Action::Stop {
                 execution,
                 deadline,
                 grace_ms,

@@ -81,7 +81,7 @@ impl Engine {
     /// Asks the shell to start a process for `attempt`.
     pub(super) fn spawn(&mut self, session: SessionId, attempt: AttemptId) {
         self.spawning.insert((session, attempt));
-        self.actions.push_back(Action::Spawn { session, attempt });
+        self.act(Action::Spawn { session, attempt });
     }
 
     /// The live attempt of `session` that waits for the process `attempt`'s spawn started,
@@ -174,7 +174,7 @@ impl Engine {
             None => {
                 self.callback(now, execution, RuntimeEvent::BootReady);
                 let deadline = now.plus_millis(self.config.initialize_timeout_ms);
-                self.actions.push_back(Action::Request {
+                self.act(Action::Request {
                     execution,
                     op: Op::Initialize,
                     method: acp::INITIALIZE,
@@ -199,6 +199,7 @@ impl Engine {
         let ours = runtime.stop_requested
             || runtime.kill_requested
             || matches!(reason, CloseReason::Killed(_));
+        self.sync_idle(execution);
         if !ours {
             // Process exit, stdout closed, garbage: the runtime is dead.
             self.report_exit(now, execution, FailureCause::Connection(reason));
@@ -230,6 +231,7 @@ impl Engine {
             runtime.held = None;
             let attempt = runtime.attempt;
             self.turn_causes.insert(runtime.session, cause.clone());
+            self.sync_idle(execution);
             let stamp = self.stamp(attempt, cause);
             self.stats.exits_reported += 1;
             self.callback(now, execution, RuntimeEvent::Exited { stamp });
@@ -269,7 +271,7 @@ impl Engine {
         };
         if runtime.has_process && !runtime.kill_requested && runtime.reaped.is_none() {
             runtime.kill_requested = true;
-            self.actions.push_back(Action::Kill { execution });
+            self.act(Action::Kill { execution });
         }
     }
 
@@ -278,7 +280,8 @@ impl Engine {
         let Some(runtime) = self.runtimes.remove(&execution) else {
             return;
         };
-        self.dirty = true;
+        self.touch();
+        self.sync_idle(execution);
         if let Some(generation) = runtime.generation {
             self.bury(ExecutionRecord {
                 execution,

@@ -2,20 +2,23 @@
 //! embedder (ACP session ids, prompt texts, request bookkeeping, lossless delivery).
 //!
 //! The `Supervisor` (`palisade-embed`) is a thin tokio shell around an `Engine`; the
-//! engine never spawns, awaits, or reads a clock. Call order, as in the core:
+//! engine never spawns, awaits, or reads a clock. The loop, str0m's:
 //!
-//! 1. feed one input: a caller command ([`Engine::prompt`], [`Engine::cancel`], ...), an
-//!    agent's event ([`Engine::agent_event`]), a request's answer ([`Engine::reply`]), a
-//!    process reaped ([`Engine::reaped`]), or a timeout ([`Engine::handle_timeout`] when
-//!    [`Engine::poll_timeout`] is due);
-//! 2. [`Engine::pump_outlets`], then persist [`Engine::encode_state`] if
-//!    [`Engine::take_dirty`] says the state changed;
-//! 3. carry out [`Engine::poll_action`] until `None` (spawn, send a request, stop a
-//!    process, ...); results come back as inputs;
-//! 4. hand [`Engine::pop_event`] to the caller while it has room, calling
-//!    [`Engine::pump_outlets`] again whenever the events run out (output may still wait
-//!    in a delivery queue); read more agent notifications only while
-//!    [`Engine::can_accept`].
+//! 1. feed what happened, one call per kind: a caller command ([`Engine::prompt`],
+//!    [`Engine::cancel`], ...), an agent's event ([`Engine::agent_event`]), a request's
+//!    answer ([`Engine::reply`]), a process reaped ([`Engine::reaped`]), a write made
+//!    durable ([`Engine::persisted`]), or the time ([`Engine::handle_timeout`]);
+//! 2. drain [`Engine::poll_output`] until it says [`Output::Wait`]: [`Output::Persist`]
+//!    (write [`Engine::state_image`], then report it), [`Output::Action`] (spawn, send a
+//!    request, stop a process: results come back as inputs), [`Output::Event`] (hand it to
+//!    the caller, which has room for it: [`Engine::set_caller_room`]);
+//! 3. wait for the next input, or the time `Wait` names; read the agents only while
+//!    `Wait` says so (backpressure), and wake for the caller's room when it is blocked.
+//!
+//! **Group commit.** With [`EngineConfig::persistence`], nothing an input causes (an
+//! action, an event) leaves before a write covering it is durable (write-ahead), and one
+//! write covers every input since the previous one: while a write is under way the engine
+//! goes on taking inputs, and their outputs wait for the next write.
 //!
 //! # How core effects become ACP traffic
 //!
@@ -69,7 +72,7 @@ use palisade_core::classify::{self, LoadFailure, LoadOutcome, SessionListing, Tr
 use palisade_core::delivery::{
     Batch, Coalescer, EventKind, NotificationQueue, Payload, PushError, Seq, StreamEvent,
 };
-use palisade_core::driver::{Driver, Observer, Output, Step};
+use palisade_core::driver::{self, Driver, Observer, Step};
 use palisade_core::{
     AttemptId, Callback, ConversationToken, Core, Effect, Epoch, ErrorStamp, ExecutionId,
     Generation, Input, NewConversationReason, RejectReason, RuntimeEvent, SessionId, Timestamp,
@@ -94,12 +97,15 @@ mod answers;
 mod effects;
 mod lifecycle;
 mod outlet;
+mod output;
 mod persist;
 mod runtime;
 #[cfg(test)]
 mod tests;
 
 use outlet::{Outlet, OutputItem, PendingOutput, Ready};
+use output::Round;
+pub use output::{Output, StateImage};
 use runtime::{PendingListing, PromptState, Runtime};
 
 /// Failure causes remembered for [`SessionEvent::FailureReported`]. A cause is looked up
@@ -296,7 +302,8 @@ pub struct Engine {
     /// Events handed to the caller with [`Engine::hand_event`] and not yet acknowledged:
     /// still undelivered for the state, so a restart hands them out again.
     handed: VecDeque<SessionEvent>,
-    actions: VecDeque<Action>,
+    /// Actions for the shell, each with the state version that asked for it.
+    actions: VecDeque<(u64, Action)>,
     pending_output: Option<PendingOutput>,
     causes: VecDeque<CauseEntry>,
     counters: Counters,
@@ -305,7 +312,20 @@ pub struct Engine {
     stats: EngineStats,
     /// Carrying out effects: inputs raised now wait in the driver's inbox.
     running: bool,
-    dirty: bool,
+    /// The state's version: bumped by every change (see [`Engine::touch`]).
+    version: u64,
+    /// The version the last durable write covered (with persistence).
+    durable: u64,
+    /// A write was asked for ([`Output::Persist`]) and not yet reported.
+    writing: bool,
+    /// Events the caller can take now ([`Engine::set_caller_room`]).
+    caller_room: usize,
+    /// Where [`Engine::poll_output`] is in its round.
+    round: Round,
+    /// Prompt idle deadlines, one per runtime with a prompt in flight.
+    idle: BTreeSet<(Timestamp, ExecutionId)>,
+    /// The deadline each runtime has in `idle`.
+    idle_at: BTreeMap<ExecutionId, Timestamp>,
     gated_since: Option<Timestamp>,
     /// Executions that died with the previous incarnation (reported exited on restore).
     previous_incarnation: BTreeSet<ExecutionId>,
@@ -452,7 +472,13 @@ impl Engine {
             dispatches: 0,
             stats: EngineStats::default(),
             running: false,
-            dirty: true,
+            version: 1,
+            durable: 0,
+            writing: false,
+            caller_room: 0,
+            round: Round::default(),
+            idle: BTreeSet::new(),
+            idle_at: BTreeMap::new(),
             gated_since: None,
             previous_incarnation: BTreeSet::new(),
             turn_causes: BTreeMap::new(),
@@ -569,7 +595,7 @@ impl Engine {
             .expect("the turn counter starts at 1 and only grows");
         // A refused ID is never offered again, so a rejection cannot wedge the counter.
         self.counters.next_turn = self.counters.next_turn.saturating_add(1);
-        self.dirty = true;
+        self.touch();
         let verdict = self.driver.handle(now, Input::Prompt { session, turn });
         if verdict == Verdict::Claimed {
             // The text must be known before the effects run: a ready runtime gets the
@@ -630,7 +656,7 @@ impl Engine {
                 } else {
                     Err(RpcError::new(codes::METHOD_NOT_FOUND, "Method not found"))
                 };
-                self.actions.push_back(Action::Respond {
+                self.act(Action::Respond {
                     execution,
                     id,
                     outcome,
@@ -701,19 +727,16 @@ impl Engine {
         }
     }
 
-    /// When [`Engine::handle_timeout`] must next be called.
-    #[must_use]
-    pub fn poll_timeout(&self) -> Option<Timestamp> {
+    /// When [`Engine::handle_timeout`] must next be called: the core's next deadline, the
+    /// coalescers', and the first prompt idle deadline (none while the engine does not read
+    /// the agents).
+    fn poll_timeout(&self) -> Option<Timestamp> {
         let mut next = self.driver.poll_timeout();
         for outlet in self.outlets.values() {
             next = min_time(next, outlet.coalescer.poll_timeout());
         }
         if self.gated_since.is_none() {
-            for runtime in self.runtimes.values() {
-                if let (Some(prompt), false) = (&runtime.prompt, runtime.exit_reported) {
-                    next = min_time(next, Some(prompt.idle_deadline));
-                }
-            }
+            next = min_time(next, self.idle.first().map(|(at, _)| *at));
         }
         next
     }
@@ -722,37 +745,26 @@ impl Engine {
     /// [`Engine::pump_outlets`]), and the prompt idle timeouts.
     pub fn handle_timeout(&mut self, now: Timestamp) {
         if self.driver.poll_timeout().is_some_and(|due| due <= now) {
-            self.dirty = true;
+            self.touch();
             self.driver.handle_timeout(now);
             self.run(now);
         }
         // While output waits for the caller the engine does not read agents, so their
         // silence proves nothing.
         if self.gated_since.is_none() {
-            let idle: Vec<ExecutionId> = self
-                .runtimes
+            // In execution order, as a walk of the runtimes would find them.
+            let mut idle: Vec<ExecutionId> = self
+                .idle
                 .iter()
-                .filter(|(_, r)| {
-                    !r.exit_reported && r.prompt.is_some_and(|p| p.idle_deadline <= now)
-                })
-                .map(|(e, _)| *e)
+                .take_while(|(at, _)| *at <= now)
+                .map(|(_, execution)| *execution)
                 .collect();
+            idle.sort_unstable();
             let idle_ms = self.config.prompt_idle_timeout_ms;
             for execution in idle {
                 self.report_exit(now, execution, FailureCause::PromptIdle { idle_ms });
             }
         }
-    }
-
-    /// The next thing the shell must do.
-    pub fn poll_action(&mut self) -> Option<Action> {
-        self.actions.pop_front()
-    }
-
-    /// Whether the state may have changed since the last call (then persist
-    /// [`Engine::encode_state`] if its bytes differ from the last written).
-    pub fn take_dirty(&mut self) -> bool {
-        std::mem::take(&mut self.dirty)
     }
 
     /// Feeds one input at the top of a step (the engine is idle between its public calls)
@@ -766,7 +778,7 @@ impl Engine {
     /// follows and returns the verdict), or, raised while carrying out effects, into the
     /// driver's inbox behind them (`None`: its verdict goes to the observers).
     fn submit(&mut self, now: Timestamp, input: Input) -> Option<Verdict> {
-        self.dirty = true;
+        self.touch();
         if self.running || !self.driver.is_idle() {
             if self.driver.enqueue(input).is_err() {
                 self.stats.anomalies += 1;
@@ -787,14 +799,14 @@ impl Engine {
         self.running = true;
         loop {
             match self.driver.poll_output(now) {
-                Output::Effect(effect) => {
-                    self.dirty = true;
+                driver::Output::Effect(effect) => {
+                    self.touch();
                     self.effect(now, effect);
                 }
                 // An input `submit` queued while effects were carried out (it returned
                 // `None` for it): the observers saw its verdict, and nothing here waits for it.
-                Output::Verdict { .. } => {}
-                Output::Timeout(_) | Output::Idle => break,
+                driver::Output::Verdict { .. } => {}
+                driver::Output::Timeout(_) | driver::Output::Idle => break,
             }
         }
         self.running = false;
@@ -850,5 +862,56 @@ impl Engine {
             .find(|c| c.stamp == Some(stamp))
             .or_else(|| self.causes.iter().rev().find(|c| c.attempt == attempt))
             .map_or(FailureCause::CoreDeadline, |c| c.cause.clone())
+    }
+
+    /// The state changed: what is asked from now on waits for a write of this version.
+    fn touch(&mut self) {
+        self.version += 1;
+        self.ready.version = self.version;
+    }
+
+    /// Queues an action for the shell, tagged with the state version that asked for it.
+    fn act(&mut self, action: Action) {
+        self.actions.push_back((self.version, action));
+    }
+
+    /// Whatever entered at `version` may leave: persistence is off, or a write of it is
+    /// durable.
+    fn released(&self, version: u64) -> bool {
+        !self.config.persistence || version <= self.durable
+    }
+
+    /// Keeps `execution`'s entry in the idle timer set equal to its prompt's deadline (or
+    /// absent when it has none, or its exit was already reported).
+    fn sync_idle(&mut self, execution: ExecutionId) {
+        let deadline = self
+            .runtimes
+            .get(&execution)
+            .filter(|r| !r.exit_reported)
+            .and_then(|r| r.prompt.as_ref())
+            .map(|p| p.idle_deadline);
+        match (self.idle_at.get(&execution).copied(), deadline) {
+            (old, new) if old == new => {}
+            (old, new) => {
+                if let Some(old) = old {
+                    self.idle.remove(&(old, execution));
+                    self.idle_at.remove(&execution);
+                }
+                if let Some(new) = new {
+                    self.idle.insert((new, execution));
+                    self.idle_at.insert(execution, new);
+                }
+            }
+        }
+    }
+
+    /// Rebuilds the idle timer set from every runtime (after their deadlines moved).
+    fn rearm_idle(&mut self) {
+        self.idle.clear();
+        self.idle_at.clear();
+        let executions: Vec<ExecutionId> = self.runtimes.keys().copied().collect();
+        for execution in executions {
+            self.sync_idle(execution);
+        }
     }
 }

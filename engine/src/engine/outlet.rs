@@ -38,10 +38,15 @@ pub(super) struct PendingOutput {
 /// engine stops moving output out of the delivery queues when either reaches
 /// [`READY_EVENTS`], so backpressure starts when the caller stops reading, not 64 full
 /// batches later.
+///
+/// Each event carries the state version it entered at: with persistence, it leaves only
+/// once a write covering that version is durable.
 #[derive(Debug, Default)]
 pub(super) struct Ready {
-    pub(super) events: VecDeque<SessionEvent>,
+    pub(super) events: VecDeque<(u64, SessionEvent)>,
     pub(super) outputs: usize,
+    /// The engine's state version now (what an event pushed now is tagged with).
+    pub(super) version: u64,
 }
 
 impl Ready {
@@ -49,11 +54,15 @@ impl Ready {
         if let SessionEvent::Output { events, .. } = &event {
             self.outputs += events.len();
         }
-        self.events.push_back(event);
+        self.events.push_back((self.version, event));
     }
 
-    pub(super) fn pop(&mut self) -> Option<SessionEvent> {
-        let event = self.events.pop_front()?;
+    /// The oldest event, if it entered at or before `durable`.
+    pub(super) fn pop_released(&mut self, durable: u64) -> Option<SessionEvent> {
+        if self.events.front().is_none_or(|(tag, _)| *tag > durable) {
+            return None;
+        }
+        let (_, event) = self.events.pop_front()?;
         if let SessionEvent::Output { events, .. } = &event {
             self.outputs = self.outputs.saturating_sub(events.len());
         }
@@ -63,10 +72,10 @@ impl Ready {
 
 impl Engine {
     /// Moves admitted output towards the caller: queue → coalescer → events, while fewer
-    /// than [`READY_EVENTS`] wait; emits batches that are due. Call before
-    /// [`Engine::poll_timeout`], and again whenever the caller took every waiting event:
-    /// a full delivery queue stops [`Engine::can_accept`], and only this drains it.
-    pub fn pump_outlets(&mut self, now: Timestamp) {
+    /// than [`READY_EVENTS`] wait; emits batches that are due. Runs on every
+    /// [`Engine::poll_output`]: a full delivery queue stops [`Engine::can_accept`], and only
+    /// this drains it.
+    pub(super) fn pump_outlets(&mut self, now: Timestamp) {
         let Engine { outlets, ready, .. } = self;
         let room =
             |ready: &Ready| ready.events.len() < READY_EVENTS && ready.outputs < READY_EVENTS;
@@ -103,6 +112,7 @@ impl Engine {
                     }
                 }
                 self.gated_since = None;
+                self.rearm_idle();
             }
             _ => {}
         }
@@ -123,29 +133,9 @@ impl Engine {
         self.outlets.values().all(|o| !o.queue.is_full())
     }
 
-    /// Whether events wait for the caller.
-    #[must_use]
-    pub fn has_events(&self) -> bool {
-        !self.ready.events.is_empty()
-    }
-
-    /// The next event for the caller, delivered as it is taken: the state no longer lists
-    /// it (for a caller that cannot lose what it took, e.g. one in the same process).
-    pub fn pop_event(&mut self) -> Option<SessionEvent> {
-        self.ready.pop()
-    }
-
-    /// The next event for the caller, kept until [`Engine::acknowledge`] says the caller
-    /// is done with it: until then the state lists it undelivered, so a crash between
-    /// handing it out and the caller writing it somewhere loses nothing (a restart hands
-    /// it out again; at least once).
-    pub fn hand_event(&mut self) -> Option<SessionEvent> {
-        let event = self.ready.pop()?;
-        self.handed.push_back(event.clone());
-        Some(event)
-    }
-
-    /// The caller is done with the oldest `count` events [`Engine::hand_event`] handed out.
+    /// The caller is done with the oldest `count` events [`Output::Event`] handed out: with
+    /// persistence they leave the state at the next write (until then a restart hands them
+    /// out again: at least once, never lost).
     pub fn acknowledge(&mut self, count: u64) {
         for _ in 0..count {
             if self.handed.pop_front().is_none() {

@@ -115,14 +115,14 @@ impl Engine {
                 engine.spawn(session, attempt);
             }
         }
-        engine.dirty = true;
+        engine.touch();
         Ok(engine)
     }
 
     /// The state image to persist: the core's snapshot and the engine's own records.
     /// Bytes from [`state::BODY_OFFSET`](crate::state) on change only when the state does.
     #[must_use]
-    pub fn encode_state(&self, now: Timestamp) -> Vec<u8> {
+    pub(super) fn encode_state(&self, now: Timestamp) -> Vec<u8> {
         let header = Header {
             next_execution: self.counters.next_execution,
             next_turn: self.counters.next_turn,
@@ -153,7 +153,7 @@ impl Engine {
             undelivered: self
                 .handed
                 .iter()
-                .chain(&self.ready.events)
+                .chain(self.ready.events.iter().map(|(_, event)| event))
                 .cloned()
                 .collect(),
             executions: self
