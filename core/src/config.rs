@@ -14,11 +14,18 @@ pub const GENERATIONS_PER_EXECUTION: usize = 8;
 /// Steps of an automatic-recovery schedule. Each step is a full runtime restart; more
 /// than eight makes a user wait minutes for a turn that will not come back.
 pub const MAX_RECOVERY_STEPS: usize = 8;
+/// The longest recovery delay: a day. A runtime restarted later than that recovers a
+/// turn nobody waits for any more; and every time the core computes stays far below 2^53
+/// ms, where a JSON reader in JavaScript would start to misread it.
+pub const MAX_RECOVERY_DELAY_MS: u64 = 24 * 60 * 60 * 1000;
+/// The longest a whole recovery schedule may add up to: a day, for the same reasons.
+pub const MAX_RECOVERY_SCHEDULE_MS: u64 = 24 * 60 * 60 * 1000;
 /// Effects queued between two drains. One input causes at most a handful; a full queue
 /// means the embedder stopped draining, which is its bug, reported as a rejection.
 pub const MAX_PENDING_EFFECTS: usize = 4096;
 
 const _: () = assert!(GENERATIONS_PER_EXECUTION <= TOMBSTONES_PER_SESSION);
+const _: () = assert!(MAX_RECOVERY_DELAY_MS <= MAX_RECOVERY_SCHEDULE_MS);
 const _: () = assert!(
     TOMBSTONES_PER_SESSION <= 16,
     "the ring's outcome mask is a u16"
@@ -64,6 +71,18 @@ pub enum ConfigError {
     TooManyRecoverySteps(usize),
     /// A deadline of zero would fire before anything could happen.
     ZeroDeadline(&'static str),
+    /// A recovery delay (the `step`th, from 1) above [`MAX_RECOVERY_DELAY_MS`].
+    RecoveryDelayTooLong {
+        /// Which delay, from 1.
+        step: usize,
+        /// Its length.
+        ms: u64,
+    },
+    /// Recovery delays adding up past [`MAX_RECOVERY_SCHEDULE_MS`].
+    RecoveryScheduleTooLong {
+        /// Their sum (saturating).
+        total_ms: u64,
+    },
 }
 
 impl std::fmt::Display for ConfigError {
@@ -73,6 +92,14 @@ impl std::fmt::Display for ConfigError {
                 write!(f, "{n} recovery delays; at most {MAX_RECOVERY_STEPS}")
             }
             ConfigError::ZeroDeadline(name) => write!(f, "{name} must be at least 1 ms"),
+            ConfigError::RecoveryDelayTooLong { step, ms } => write!(
+                f,
+                "recovery delay {step} is {ms} ms; at most {MAX_RECOVERY_DELAY_MS} ms"
+            ),
+            ConfigError::RecoveryScheduleTooLong { total_ms } => write!(
+                f,
+                "the recovery delays add up to {total_ms} ms; at most {MAX_RECOVERY_SCHEDULE_MS} ms"
+            ),
         }
     }
 }
@@ -87,6 +114,21 @@ impl Config {
                 self.recovery_delays_ms.len(),
             ));
         }
+        if let Some((i, &ms)) = self
+            .recovery_delays_ms
+            .iter()
+            .enumerate()
+            .find(|(_, &ms)| ms > MAX_RECOVERY_DELAY_MS)
+        {
+            return Err(ConfigError::RecoveryDelayTooLong { step: i + 1, ms });
+        }
+        let total_ms = self
+            .recovery_delays_ms
+            .iter()
+            .fold(0u64, |sum, &ms| sum.saturating_add(ms));
+        if total_ms > MAX_RECOVERY_SCHEDULE_MS {
+            return Err(ConfigError::RecoveryScheduleTooLong { total_ms });
+        }
         for (name, v) in [
             ("join_wait_ms", self.join_wait_ms),
             ("start_deadline_ms", self.start_deadline_ms),
@@ -98,5 +140,45 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 28, item 8: a delay of `u64::MAX` ms was accepted; the turn never ended and
+    /// an `at_ms` past 2^53 was printed.
+    #[test]
+    fn recovery_delays_are_bounded_each_and_in_sum() {
+        let with = |delays: Vec<u64>| {
+            Config {
+                recovery_delays_ms: delays,
+                ..Config::default()
+            }
+            .validate()
+        };
+        assert_eq!(with(vec![MAX_RECOVERY_DELAY_MS]), Ok(()));
+        assert_eq!(
+            with(vec![1, u64::MAX]),
+            Err(ConfigError::RecoveryDelayTooLong {
+                step: 2,
+                ms: u64::MAX
+            })
+        );
+        let half = MAX_RECOVERY_SCHEDULE_MS / 2;
+        assert_eq!(with(vec![half, MAX_RECOVERY_SCHEDULE_MS - half]), Ok(()));
+        assert_eq!(
+            with(vec![half, half + 2]),
+            Err(ConfigError::RecoveryScheduleTooLong {
+                total_ms: half + half + 2
+            })
+        );
+        assert_eq!(
+            with(vec![MAX_RECOVERY_DELAY_MS; MAX_RECOVERY_STEPS]),
+            Err(ConfigError::RecoveryScheduleTooLong {
+                total_ms: MAX_RECOVERY_DELAY_MS * MAX_RECOVERY_STEPS as u64
+            })
+        );
     }
 }

@@ -132,8 +132,8 @@ mod timers;
 mod turn;
 
 pub use crate::config::{
-    Config, ConfigError, GENERATIONS_PER_EXECUTION, MAX_PENDING_EFFECTS, MAX_RECOVERY_STEPS,
-    TOMBSTONES_PER_SESSION,
+    Config, ConfigError, GENERATIONS_PER_EXECUTION, MAX_PENDING_EFFECTS, MAX_RECOVERY_DELAY_MS,
+    MAX_RECOVERY_SCHEDULE_MS, MAX_RECOVERY_STEPS, TOMBSTONES_PER_SESSION,
 };
 pub use crate::core::Core;
 pub use crate::ids::{

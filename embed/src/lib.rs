@@ -93,6 +93,7 @@
 //! # }
 //! ```
 
+pub mod cli;
 pub mod config;
 pub mod logging;
 pub mod platform;
@@ -113,7 +114,7 @@ pub use rpc::{
     AgentConnection, AgentEvent, AgentEvents, Anomaly, CloseReason, ConnectionConfig,
     ConnectionStats, ProcessExit, RpcFailure,
 };
-pub use state_file::{StateError, StateFile, StateFs};
+pub use state_file::{StateError, StateFile, StateFs, StateLock};
 pub use supervisor::{
     Embedding, SessionEvents, StartError, Supervisor, SupervisorError, SupervisorStats,
 };

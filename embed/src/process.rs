@@ -38,6 +38,7 @@
 //! runtime is any worker thread. The watchdog has none of these problems.
 
 use std::collections::BTreeSet;
+use std::ffi::OsString;
 use std::io::{self, BufRead};
 use std::path::Path;
 use std::process::{ExitCode, Stdio};
@@ -45,6 +46,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use clap::builder::NonEmptyStringValueParser;
+use clap::Parser;
 use rustix::process::{kill_process, kill_process_group, test_kill_process_group, Pid, Signal};
 
 use palisade_wire::ProcessExit;
@@ -535,18 +538,34 @@ enum Word {
     Gone,
 }
 
-/// `palisade-watchdog --marker M`: guards one agent tree (see the module docs). Reads
-/// `pgid N` and `done` lines on stdin; on end-of-file, or when its parent changes, it
-/// takes the tree down (SIGTERM, [`TERM_GRACE`], SIGKILL) and exits 0. Exit 2 on bad
-/// usage.
+/// `palisade-watchdog`'s command line.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = WATCHDOG_PROGRAM,
+    about = "Guards one agent's process tree for palisade-embed, which starts it; not meant to be run by hand."
+)]
+struct WatchdogCli {
+    /// The tree's marker: the value of PALISADE_AGENT_TREE in its members' environment
+    #[arg(long, value_name = "MARKER", value_parser = NonEmptyStringValueParser::new())]
+    marker: String,
+}
+
+/// `palisade-watchdog --marker M` (`args` without the program name): guards one agent
+/// tree (see the module docs). Reads `pgid N` and `done` lines on stdin; on end-of-file, or
+/// when its parent changes, it takes the tree down (SIGTERM, [`TERM_GRACE`], SIGKILL) and
+/// exits 0. Exit 2 on bad usage.
 #[must_use]
-pub fn watchdog_main(args: &[String]) -> ExitCode {
-    let marker = match args {
-        [flag, marker] if flag == "--marker" && !marker.is_empty() => marker.clone(),
-        _ => {
-            eprintln!("usage: {WATCHDOG_PROGRAM} --marker MARKER  (started by palisade-embed)");
-            return ExitCode::from(2);
-        }
+pub fn watchdog_main<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let parsed = WatchdogCli::try_parse_from(
+        std::iter::once(OsString::from(WATCHDOG_PROGRAM)).chain(args.into_iter().map(Into::into)),
+    );
+    let marker = match parsed {
+        Ok(cli) => cli.marker,
+        Err(error) => return ExitCode::from(crate::cli::usage_exit(WATCHDOG_PROGRAM, &error)),
     };
     let parent = std::os::unix::process::parent_id();
     let (words_tx, words) = mpsc::channel();

@@ -7,14 +7,23 @@
 //!
 //! Each prompt waits for the previous turn to end. Exit code: 0 when every turn completed,
 //! 1 when one did not (or the supervisor could not run, or an event could not be written
-//! to stdout: the caller is gone, so every agent is stopped at once), 2 on bad usage or an unusable
-//! state file, 130 / 143 after SIGINT / SIGTERM (the agents were stopped first).
+//! to stdout: the caller is gone, so every agent is stopped at once), 2 on bad usage or an
+//! unusable or busy state file, 130 / 143 after SIGINT / SIGTERM (the agents were stopped
+//! first). `--help` ([`parse_args`]) states every bound on what the program is given.
 
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
 
+use clap::builder::{OsStringValueParser, TypedValueParser};
+use clap::{value_parser, Parser};
 use palisade_core::classify::AgentProfile;
 use palisade_core::RejectReason;
-use palisade_core::{SessionId, TurnId, TurnOutcome, MAX_RECOVERY_STEPS};
+use palisade_core::{
+    SessionId, TurnId, TurnOutcome, MAX_RECOVERY_DELAY_MS, MAX_RECOVERY_SCHEDULE_MS,
+    MAX_RECOVERY_STEPS,
+};
+use palisade_engine::config::MAX_PROMPT_BYTES;
 use tokio::sync::mpsc;
 
 use crate::logging::LogFormat;
@@ -24,33 +33,14 @@ use crate::{
     StderrMode, Supervisor, SupervisorConfig, SupervisorError,
 };
 
-/// The program's usage text.
-pub const USAGE: &str = "\
-usage: palisade-supervise --agent-cmd \"<command>\" [options] [--prompt TEXT ...]
+/// The program's name, before every message it prints for the operator.
+pub const PROGRAM: &str = "palisade-supervise";
 
-Runs an ACP agent under Palisade's recovery; prints every session event as one JSON line.
-
-options:
-  --agent-cmd CMD            the agent's command line, split like a shell does (quotes and
-                             backslashes; no variables, globs or pipes)
-  --state FILE               persist the supervisor's state here; restore it on start
-  --prompt TEXT              a prompt, not blank (repeatable; each waits for the previous
-                             turn to end); without any, prompts are read from stdin, one per
-                             line (blank lines are skipped)
-  --session N                the session id (default 1)
-  --cwd DIR                  working directory of the agent's conversations (default: here)
-  --recovery-delays-ms LIST  comma-separated delays, e.g. 1000,2000,4000; empty disables
-                             recovery
-  --agent-profile NAME       generic (default), claude-agent-acp, claude-code-acp,
-                             codex-acp, codex-acp-ts, gemini, goose, opencode
-  --log-format FORMAT        text (default) or json: log lines on stderr, filtered by
-                             RUST_LOG (default info; e.g. RUST_LOG=warn,palisade_embed::agent=off);
-                             each agent's stderr lines are logged in its execution's span
-  --help                     this text
-
-exit: 0 every turn completed, 1 a turn did not (or the agent could not run, or events could
-      not be written to stdout: every agent is stopped then), 2 bad usage,
-      130/143 stopped by SIGINT/SIGTERM (every agent process is stopped first)";
+/// The longest `--initialize-timeout-ms`: the core's default start deadline
+/// (`palisade_core::Config::start_deadline_ms`), which covers `initialize` and the
+/// conversation's `session/new` or `session/load`. A longer one would never be seen to
+/// pass: the start deadline fails the attempt first.
+pub const MAX_INITIALIZE_TIMEOUT_MS: u64 = 60_000;
 
 /// A turn the session was busy with is waited for at most this many times before a
 /// prompt is given up (a restored supervisor may be finishing the previous turn).
@@ -60,14 +50,102 @@ const BUSY_RETRIES: u32 = 3;
 const STDIN_PROMPTS_QUEUED: usize = 16;
 
 /// A prompt whose turn was rolled back (it never reached an agent: the runtime it was
-/// dispatched to died first) is sent again at most this many times.
+/// dispatched to died first, or never started) is sent again at most this many times. So
+/// an agent that never answers `initialize` fails the prompt after `1 +` this many
+/// initialize timeouts (`--help` says so).
 const ROLLED_BACK_RESENDS: u32 = 2;
+
+/// What `--help` prints after the flags: where prompts come from, the bounds on what the
+/// program is given, and the exit codes. Every number is a named constant's (a test
+/// checks them against the constants).
+const AFTER_HELP: &str = "\
+Prompts: each --prompt waits for the previous turn to end. Without any, prompts are read from
+stdin, one per line; a blank line is skipped, and a line that is not UTF-8 or is longer than
+1 MiB is refused with a message (the others still run, and the exit is then 1).
+
+Bounds (every refusal is bad usage, exit 2, before anything runs):
+  a prompt                    1 MiB (1048576 bytes) of UTF-8 text, not blank
+  --recovery-delays-ms        at most 8 delays, each at most 86400000 ms (a day), and
+                              adding up to at most 86400000 ms
+  --initialize-timeout-ms     1 to 60000 ms (the start deadline, which covers initialize)
+  --state                     a regular file of at most 256 MiB, used by one
+                              palisade-supervise at a time (it holds FILE.lock, beside it,
+                              for its whole life)
+  --cwd                       an existing directory
+An agent that never answers initialize fails the prompt after 3 initialize timeouts: a
+prompt that never reached an agent is sent again, twice. An agent whose initialize answer
+names another ACP protocol version than 1 is refused.
+
+Exit: 0 every turn completed; 1 a turn did not (or the agent could not run, or events could
+not be written to stdout: every agent is stopped then); 2 bad usage or an unusable or busy
+state file; 130/143 stopped by SIGINT/SIGTERM (every agent process is stopped first).
+
+Logs go to stderr, filtered by RUST_LOG (default info; e.g.
+RUST_LOG=warn,palisade_embed::agent=off); each agent's stderr lines are logged in its
+execution's span.";
+
+/// The command line, as clap reads it.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = PROGRAM,
+    about = "Runs an ACP agent under Palisade's recovery; prints every session event as one JSON line.",
+    after_help = AFTER_HELP,
+)]
+// Values may start with `-` (`--prompt "-v is broken"`): after a flag that takes one, the
+// next argument is its value, as it always was.
+struct Cli {
+    /// The agent's command line, split into words as a POSIX shell
+    /// splits them (quotes, backslashes, `#` comments); no variables,
+    /// globs, pipes or redirections: no shell runs
+    #[arg(long, value_name = "CMD", allow_hyphen_values = true, verbatim_doc_comment,
+          value_parser = OsStringValueParser::new().try_map(agent_words))]
+    agent_cmd: AgentWords,
+    /// Persist the supervisor's state here; restore it on start
+    #[arg(long, value_name = "FILE", value_parser = value_parser!(PathBuf))]
+    state: Option<PathBuf>,
+    /// A prompt (repeatable; each waits for the previous turn to
+    /// end); without any, prompts are read from stdin, one per line
+    #[arg(long = "prompt", value_name = "TEXT", allow_hyphen_values = true,
+          verbatim_doc_comment, value_parser = OsStringValueParser::new().try_map(prompt_text))]
+    prompts: Vec<String>,
+    /// The session id
+    #[arg(long, value_name = "N", default_value = "1", value_parser = parse_session)]
+    session: SessionId,
+    /// Working directory of the agent's conversations
+    /// [default: this one]
+    #[arg(long, value_name = "DIR", verbatim_doc_comment, value_parser = value_parser!(PathBuf))]
+    cwd: Option<PathBuf>,
+    /// Comma-separated delays before each recovery of a turn whose
+    /// agent died [default: 1000,2000,4000]; empty disables recovery
+    #[arg(long, value_name = "LIST", allow_hyphen_values = true, verbatim_doc_comment,
+          value_parser = parse_delays)]
+    recovery_delays_ms: Option<Delays>,
+    /// generic (default), claude-agent-acp, claude-code-acp,
+    /// codex-acp, codex-acp-ts, gemini, goose, opencode
+    #[arg(long, value_name = "NAME", verbatim_doc_comment, value_parser = parse_profile)]
+    agent_profile: Option<AgentProfile>,
+    /// Log lines on stderr: text or json
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = parse_log_format)]
+    log_format: LogFormat,
+    /// How long an agent may take to answer initialize
+    /// [default: 30000]
+    #[arg(long, value_name = "MS", verbatim_doc_comment, value_parser = parse_initialize_timeout)]
+    initialize_timeout_ms: Option<u64>,
+}
+
+/// `--agent-cmd`'s words.
+#[derive(Debug, Clone)]
+struct AgentWords(Vec<OsString>);
+
+/// `--recovery-delays-ms`'s delays.
+#[derive(Debug, Clone)]
+struct Delays(Vec<u64>);
 
 /// What the command line asked for.
 #[derive(Debug, Clone)]
 pub struct Options {
     /// The agent's command line, split into words.
-    pub agent: Vec<String>,
+    pub agent: Vec<OsString>,
     /// The state file.
     pub state: Option<PathBuf>,
     /// `--prompt` texts; empty: prompts come from stdin.
@@ -82,69 +160,100 @@ pub struct Options {
     pub profile: Option<AgentProfile>,
     /// `--log-format`.
     pub log_format: LogFormat,
+    /// `--initialize-timeout-ms`; `None`: the engine's default.
+    pub initialize_timeout_ms: Option<u64>,
 }
 
-/// Splits a command line like a POSIX shell does for words: whitespace separates, single
-/// quotes keep everything, double quotes keep everything but `\"` and `\\`, a backslash
-/// outside quotes escapes the next character. No expansion of any kind.
-pub fn split_command(line: &str) -> Result<Vec<String>, String> {
-    let mut words = Vec::new();
-    let mut word = String::new();
-    let mut in_word = false;
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' => {
-                in_word = true;
-                loop {
-                    match chars.next() {
-                        Some('\'') => break,
-                        Some(c) => word.push(c),
-                        None => return Err("unterminated ' in --agent-cmd".into()),
-                    }
-                }
-            }
-            '"' => {
-                in_word = true;
-                loop {
-                    match chars.next() {
-                        Some('"') => break,
-                        Some('\\') => match chars.next() {
-                            Some(c @ ('"' | '\\')) => word.push(c),
-                            Some(c) => {
-                                word.push('\\');
-                                word.push(c);
-                            }
-                            None => return Err("unterminated \" in --agent-cmd".into()),
-                        },
-                        Some(c) => word.push(c),
-                        None => return Err("unterminated \" in --agent-cmd".into()),
-                    }
-                }
-            }
-            '\\' => {
-                in_word = true;
-                match chars.next() {
-                    Some(c) => word.push(c),
-                    None => return Err("trailing \\ in --agent-cmd".into()),
-                }
-            }
-            c if c.is_whitespace() => {
-                if in_word {
-                    words.push(std::mem::take(&mut word));
-                    in_word = false;
-                }
-            }
-            c => {
-                in_word = true;
-                word.push(c);
-            }
-        }
+/// Splits a command line into words as a POSIX shell does (`shlex`, on bytes): whitespace
+/// separates, single quotes keep everything, double quotes keep everything but `\"`, `\\`,
+/// `\$` and `` \` ``, a backslash outside quotes escapes the next byte, `#` at the start of
+/// a word comments out the rest. No expansion of any kind. A word need not be UTF-8.
+pub fn split_command(line: &OsStr) -> Result<Vec<OsString>, String> {
+    shlex::bytes::split(line.as_bytes())
+        .map(|words| words.into_iter().map(OsString::from_vec).collect())
+        .ok_or_else(|| "an unterminated quote or a trailing backslash".to_owned())
+}
+
+fn agent_words(line: OsString) -> Result<AgentWords, String> {
+    let words = split_command(&line)?;
+    if words.is_empty() {
+        return Err("no command".into());
     }
-    if in_word {
-        words.push(word);
+    Ok(AgentWords(words))
+}
+
+/// A `--prompt`: sent as a JSON string, so UTF-8; not blank (say an unset shell variable:
+/// a mistake, refused rather than sent to the agent); at most [`MAX_PROMPT_BYTES`] (the
+/// engine keeps and persists the text until its turn ends).
+fn prompt_text(raw: OsString) -> Result<String, String> {
+    let text = raw
+        .into_string()
+        .map_err(|_| "not UTF-8 text (a prompt is sent as a JSON string)".to_owned())?;
+    if text.trim().is_empty() {
+        return Err("the prompt is empty".into());
     }
-    Ok(words)
+    if text.len() > MAX_PROMPT_BYTES {
+        return Err(format!(
+            "{} bytes; a prompt is at most {MAX_PROMPT_BYTES} (1 MiB)",
+            text.len()
+        ));
+    }
+    Ok(text)
+}
+
+fn parse_session(raw: &str) -> Result<SessionId, String> {
+    raw.parse::<u64>()
+        .ok()
+        .and_then(SessionId::new)
+        .ok_or_else(|| "not a positive number".to_owned())
+}
+
+/// Comma-separated delays (blanks around them ignored; empty: no recovery), within the
+/// core's bounds: at most [`MAX_RECOVERY_STEPS`], each at most [`MAX_RECOVERY_DELAY_MS`],
+/// all of them at most [`MAX_RECOVERY_SCHEDULE_MS`].
+fn parse_delays(raw: &str) -> Result<Delays, String> {
+    let delays = raw
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(|d| d.parse::<u64>().map_err(|_| format!("not a number: {d:?}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    if delays.len() > MAX_RECOVERY_STEPS {
+        return Err(format!(
+            "{} delays; at most {MAX_RECOVERY_STEPS}",
+            delays.len()
+        ));
+    }
+    if let Some((step, ms)) = delays
+        .iter()
+        .enumerate()
+        .find(|(_, ms)| **ms > MAX_RECOVERY_DELAY_MS)
+    {
+        return Err(format!(
+            "delay {} is {ms} ms; each is at most {MAX_RECOVERY_DELAY_MS} ms (a day)",
+            step + 1
+        ));
+    }
+    let total = delays.iter().fold(0u64, |sum, ms| sum.saturating_add(*ms));
+    if total > MAX_RECOVERY_SCHEDULE_MS {
+        return Err(format!(
+            "the delays add up to {total} ms; at most {MAX_RECOVERY_SCHEDULE_MS} ms (a day)"
+        ));
+    }
+    Ok(Delays(delays))
+}
+
+fn parse_log_format(raw: &str) -> Result<LogFormat, String> {
+    raw.parse()
+}
+
+fn parse_initialize_timeout(raw: &str) -> Result<u64, String> {
+    raw.parse::<u64>()
+        .ok()
+        .filter(|ms| (1..=MAX_INITIALIZE_TIMEOUT_MS).contains(ms))
+        .ok_or_else(|| {
+            format!("not a number of milliseconds from 1 to {MAX_INITIALIZE_TIMEOUT_MS}")
+        })
 }
 
 /// An `--agent-profile` name.
@@ -158,99 +267,38 @@ pub fn parse_profile(name: &str) -> Result<AgentProfile, String> {
         "gemini" => AgentProfile::GeminiCli,
         "goose" => AgentProfile::Goose,
         "opencode" => AgentProfile::Opencode,
-        other => return Err(format!("--agent-profile: unknown agent {other:?}")),
+        other => return Err(format!("unknown agent {other:?}")),
     })
 }
 
-/// Parses the arguments (without the program name); `Ok(None)` for `--help`.
-pub fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
-    let mut agent = None;
-    let mut options = Options {
-        agent: Vec::new(),
-        state: None,
-        prompts: Vec::new(),
-        session: SessionId::new(1).expect("1 is not zero"),
-        cwd: None,
-        recovery_delays_ms: None,
-        profile: None,
-        log_format: LogFormat::Text,
-    };
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        let Some(flag) = arg.strip_prefix("--") else {
-            return Err(format!("unexpected argument {arg:?}"));
-        };
-        let (name, inline) = match flag.split_once('=') {
-            Some((name, value)) => (name, Some(value.to_owned())),
-            None => (flag, None),
-        };
-        if name == "help" {
-            return Ok(None);
-        }
-        let mut value = || -> Result<String, String> {
-            match &inline {
-                Some(value) => Ok(value.clone()),
-                None => rest
-                    .next()
-                    .cloned()
-                    .ok_or_else(|| format!("--{name} needs a value")),
-            }
-        };
-        match name {
-            "agent-cmd" => agent = Some(value()?),
-            "state" => options.state = Some(PathBuf::from(value()?)),
-            "prompt" => {
-                let text = value()?;
-                // A blank stdin line is no prompt; a blank `--prompt` (say an unset shell
-                // variable) is a mistake, refused rather than sent to the agent.
-                if text.trim().is_empty() {
-                    return Err("--prompt: the prompt is empty".to_string());
-                }
-                options.prompts.push(text);
-            }
-            "session" => {
-                let raw = value()?;
-                options.session = raw
-                    .parse::<u64>()
-                    .ok()
-                    .and_then(SessionId::new)
-                    .ok_or_else(|| format!("--session: not a positive number: {raw:?}"))?;
-            }
-            "cwd" => options.cwd = Some(PathBuf::from(value()?)),
-            "log-format" => {
-                options.log_format = value()?
-                    .parse()
-                    .map_err(|e: String| format!("--log-format: {e}"))?;
-            }
-            "recovery-delays-ms" => {
-                let raw = value()?;
-                let delays = raw
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|d| !d.is_empty())
-                    .map(|d| {
-                        d.parse::<u64>()
-                            .map_err(|_| format!("--recovery-delays-ms: not a number: {d:?}"))
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                if delays.len() > MAX_RECOVERY_STEPS {
-                    return Err(format!(
-                        "--recovery-delays-ms: {} delays; at most {MAX_RECOVERY_STEPS}",
-                        delays.len()
-                    ));
-                }
-                options.recovery_delays_ms = Some(delays);
-            }
-            "agent-profile" => options.profile = Some(parse_profile(&value()?)?),
-            other => return Err(format!("unknown option --{other}")),
-        }
-    }
-    let agent = agent.ok_or("--agent-cmd is required")?;
-    options.agent = split_command(&agent)?;
-    if options.agent.is_empty() {
-        return Err("--agent-cmd is empty".into());
-    }
-    Ok(Some(options))
+/// Parses the arguments (without the program name). `Err` for bad usage, and for `--help`
+/// (whose "error" is the help text): hand it to [`usage_exit`].
+pub fn parse_args<I, T>(args: I) -> Result<Options, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = Cli::try_parse_from(
+        std::iter::once(OsString::from(PROGRAM)).chain(args.into_iter().map(Into::into)),
+    )?;
+    Ok(Options {
+        agent: cli.agent_cmd.0,
+        state: cli.state,
+        prompts: cli.prompts,
+        session: cli.session,
+        cwd: cli.cwd,
+        recovery_delays_ms: cli.recovery_delays_ms.map(|d| d.0),
+        profile: cli.agent_profile,
+        log_format: cli.log_format,
+        initialize_timeout_ms: cli.initialize_timeout_ms,
+    })
+}
+
+/// Prints what [`parse_args`] refused (or the help it was asked for) and returns the exit
+/// code: the help on stdout and 0, or the message on stderr after the program's name and 2.
+#[must_use]
+pub fn usage_exit(error: &clap::Error) -> u8 {
+    crate::cli::usage_exit(PROGRAM, error)
 }
 
 /// What the program prints: session events on stdout (one JSON line each) and messages
@@ -367,8 +415,14 @@ struct Prompts<'a> {
     read: u64,
 }
 
-/// What one line of stdin is: a prompt, nothing (blank), or refused with the reason.
+/// What one line of stdin is: a prompt, nothing (blank), or refused with the reason (not
+/// UTF-8, or longer than [`MAX_PROMPT_BYTES`], blanks around it included).
 fn stdin_prompt(number: u64, line: &[u8]) -> Result<Option<String>, String> {
+    if line.len() > MAX_PROMPT_BYTES {
+        return Err(format!(
+            "stdin line {number} is longer than {MAX_PROMPT_BYTES} bytes (1 MiB); it is not sent"
+        ));
+    }
     match std::str::from_utf8(line) {
         Ok(text) => {
             let text = text.trim();
@@ -377,6 +431,37 @@ fn stdin_prompt(number: u64, line: &[u8]) -> Result<Option<String>, String> {
         Err(error) => Err(format!(
             "stdin line {number} is not UTF-8 text ({error}); it is not sent"
         )),
+    }
+}
+
+/// Reads one line of `input` into `line` (without its `\n`), keeping at most `keep` bytes
+/// of it: the rest is read and dropped, so a line without an end takes no memory past the
+/// bound. The bytes read, the `\n` included; 0 at the end of the input.
+fn read_line_bounded(
+    input: &mut impl std::io::BufRead,
+    line: &mut Vec<u8>,
+    keep: usize,
+) -> std::io::Result<usize> {
+    let mut read = 0;
+    loop {
+        let buf = match input.fill_buf() {
+            Ok(buf) => buf,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(error),
+        };
+        if buf.is_empty() {
+            return Ok(read);
+        }
+        let end = memchr::memchr(b'\n', buf);
+        let chunk = &buf[..end.unwrap_or(buf.len())];
+        let room = keep.saturating_sub(line.len());
+        line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        let used = chunk.len() + usize::from(end.is_some());
+        input.consume(used);
+        read += used;
+        if end.is_some() {
+            return Ok(read);
+        }
     }
 }
 
@@ -428,11 +513,18 @@ async fn next_prompt(
 }
 
 /// The supervisor's configuration for `options`: the defaults, with the working
-/// directory, recovery delays and agent profile asked for (a relative `--cwd` is taken
-/// from the current directory).
+/// directory (which must be an existing directory; a relative one is taken from the
+/// current directory), recovery delays, agent profile and initialize timeout asked for.
 pub fn config_for(options: &Options) -> Result<SupervisorConfig, (u8, String)> {
     let mut config = SupervisorConfig::default();
     if let Some(cwd) = &options.cwd {
+        // Every agent's conversations run there: a mistake is bad usage now, not a
+        // failure of every turn later.
+        match std::fs::metadata(cwd) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => return Err((2, format!("--cwd: {} is not a directory", cwd.display()))),
+            Err(error) => return Err((2, format!("--cwd: {}: {error}", cwd.display()))),
+        }
         config.engine.cwd.clone_from(cwd);
     }
     if !config.engine.cwd.is_absolute() {
@@ -445,6 +537,9 @@ pub fn config_for(options: &Options) -> Result<SupervisorConfig, (u8, String)> {
     }
     if let Some(profile) = options.profile {
         config.engine.core.agent_profile = profile;
+    }
+    if let Some(ms) = options.initialize_timeout_ms {
+        config.engine.initialize_timeout_ms = ms;
     }
     // Agents' stderr lines go to the log, in their execution's span, not raw to ours.
     config.connection.stderr = StderrMode::Log;
@@ -480,11 +575,15 @@ async fn supervise(
     stop: BoxFuture<'static, Option<u8>>,
 ) -> Result<bool, (u8, String)> {
     let mut words = options.agent.iter();
-    let program = words.next().ok_or((2, "--agent-cmd is empty".to_owned()))?;
+    let program = words
+        .next()
+        .ok_or((2, "--agent-cmd: no command".to_owned()))?;
     let agent = AgentCommand::new(program).args(words);
     let (supervisor, mut events) =
         Supervisor::start_on(embedding, config, agent).map_err(|error| match error {
-            StartError::Config(_) | StartError::State(_) => (2, error.to_string()),
+            StartError::Config(_) | StartError::State(_) | StartError::Lock(_) => {
+                (2, error.to_string())
+            }
             StartError::Persist(_) => (1, error.to_string()),
         })?;
 
@@ -657,11 +756,13 @@ async fn send_prompt(
 
 /// The real world: stdout and stderr, a stdin reader thread, SIGINT and SIGTERM.
 pub mod real {
-    use std::io::{BufRead, Write};
+    use std::io::Write;
 
     use tokio::sync::mpsc;
 
-    use super::{Console, Io, Options, StdinLine, STDIN_PROMPTS_QUEUED};
+    use super::{
+        read_line_bounded, Console, Io, Options, StdinLine, MAX_PROMPT_BYTES, STDIN_PROMPTS_QUEUED,
+    };
     use crate::platform::BoxFuture;
     use crate::{Embedding, SessionEvent};
 
@@ -682,13 +783,21 @@ pub mod real {
     }
 
     /// Stdin's lines as bytes (the loop decides what each is), read on a thread of their
-    /// own; a read error is passed on and ends the input.
+    /// own; a read error is passed on and ends the input. Of a line longer than a prompt
+    /// may be, one byte more than that is kept (enough for the loop to refuse it): a line
+    /// without an end takes no memory past the bound.
     #[must_use]
     pub fn stdin_prompts() -> mpsc::Receiver<StdinLine> {
         let (tx, rx) = mpsc::channel(STDIN_PROMPTS_QUEUED);
         std::thread::spawn(move || {
-            for line in std::io::stdin().lock().split(b'\n') {
-                let line = line.map_err(|error| error.to_string());
+            let mut stdin = std::io::stdin().lock();
+            loop {
+                let mut line = Vec::new();
+                let line = match read_line_bounded(&mut stdin, &mut line, MAX_PROMPT_BYTES + 1) {
+                    Ok(0) => break,
+                    Ok(_) => Ok(line),
+                    Err(error) => Err(error.to_string()),
+                };
                 let last = line.is_err();
                 if tx.blocking_send(line).is_err() || last {
                     break;
@@ -731,8 +840,8 @@ pub mod real {
 mod tests {
     use super::*;
 
-    fn args(list: &[&str]) -> Vec<String> {
-        list.iter().map(|s| (*s).to_owned()).collect()
+    fn parse(list: &[&str]) -> Result<Options, clap::Error> {
+        parse_args(list.iter().copied())
     }
 
     #[test]
@@ -746,56 +855,125 @@ mod tests {
         assert_eq!(stdin_prompt(4, "\u{a0}".as_bytes()), Ok(None));
         let refused = stdin_prompt(5, b"one \xff\xfe two").unwrap_err();
         assert!(refused.contains("stdin line 5 is not UTF-8"), "{refused}");
+        let longest = "x".repeat(MAX_PROMPT_BYTES);
+        assert_eq!(
+            stdin_prompt(6, longest.as_bytes()),
+            Ok(Some(longest.clone()))
+        );
+        let refused = stdin_prompt(7, format!("{longest}\r").as_bytes()).unwrap_err();
+        assert!(refused.contains("stdin line 7 is longer than"), "{refused}");
+    }
+
+    /// A line past the bound is read to its end but not kept: a stdin without a newline
+    /// takes no memory past the bound; the lines around it are whole.
+    #[test]
+    fn stdin_lines_are_read_within_a_bound() {
+        let input = [&b"one\n"[..], &[b'x'; 100], b"\n\ntwo\r\nlast"].concat();
+        // A reader that hands out a few bytes at a time, as a pipe does.
+        let mut input = std::io::BufReader::with_capacity(7, &input[..]);
+        let mut lines = Vec::new();
+        loop {
+            let mut line = Vec::new();
+            match read_line_bounded(&mut input, &mut line, 10).unwrap() {
+                0 => break,
+                _ => lines.push(line),
+            }
+        }
+        assert_eq!(
+            lines,
+            [
+                &b"one"[..],
+                &[b'x'; 10][..],
+                &b""[..],
+                &b"two\r"[..],
+                &b"last"[..]
+            ]
+        );
     }
 
     #[test]
     fn commands_split_like_a_shell() {
+        let split = |line: &str| split_command(OsStr::new(line));
         assert_eq!(
-            split_command(r#"npx  "@scope/agent acp" --x='a b' c\ d"#).unwrap(),
+            split(r#"npx  "@scope/agent acp" --x='a b' c\ d"#).unwrap(),
             ["npx", "@scope/agent acp", "--x=a b", "c d"]
         );
-        assert_eq!(split_command(r#"a "q\"x" ''"#).unwrap(), ["a", "q\"x", ""]);
-        assert!(split_command("a 'b").is_err());
-        assert!(split_command("a \"b").is_err());
-        assert!(split_command("a\\").is_err());
-        assert!(split_command("   ").unwrap().is_empty());
+        assert_eq!(split(r#"a "q\"x" ''"#).unwrap(), ["a", "q\"x", ""]);
+        // As a shell: `#` starts a comment only at the start of a word.
+        assert_eq!(split("a b#c # d e").unwrap(), ["a", "b#c"]);
+        assert!(split("a 'b").is_err());
+        assert!(split("a \"b").is_err());
+        assert!(split("a\\").is_err());
+        assert!(split("   ").unwrap().is_empty());
+        // Words are bytes: a path need not be UTF-8.
+        assert_eq!(
+            split_command(OsStr::from_bytes(b"/opt/\xff/agent 'x\xfe'")).unwrap(),
+            [
+                OsStr::from_bytes(b"/opt/\xff/agent"),
+                OsStr::from_bytes(b"x\xfe")
+            ]
+        );
     }
 
     #[test]
     fn arguments_parse_and_bad_usage_is_an_error() {
-        let options = parse_args(&args(&[
+        let options = parse(&[
             "--agent-cmd",
             "agent --stdio",
             "--prompt",
             "one",
             "--prompt=two",
+            "--prompt",
+            "-v is broken",
             "--session",
             "7",
             "--recovery-delays-ms",
             "50, 100",
             "--agent-profile",
             "codex-acp-ts",
-        ]))
-        .unwrap()
+            "--initialize-timeout-ms",
+            "500",
+        ])
         .unwrap();
         assert_eq!(options.agent, ["agent", "--stdio"]);
-        assert_eq!(options.prompts, ["one", "two"]);
+        assert_eq!(options.prompts, ["one", "two", "-v is broken"]);
         assert_eq!(options.session.get(), 7);
         assert_eq!(options.recovery_delays_ms, Some(vec![50, 100]));
         assert_eq!(options.profile, Some(AgentProfile::CodexAcpTs));
-        assert!(parse_args(&args(&["--help"])).unwrap().is_none());
+        assert_eq!(options.initialize_timeout_ms, Some(500));
+        let defaults = parse(&["--agent-cmd", "a", "--recovery-delays-ms", ""]).unwrap();
+        assert_eq!(defaults.session.get(), 1);
+        assert_eq!(defaults.recovery_delays_ms, Some(vec![]));
+        assert_eq!(defaults.initialize_timeout_ms, None);
+        assert_eq!(defaults.log_format, LogFormat::Text);
+        let help = parse(&["--help"]).unwrap_err();
+        assert_eq!(help.kind(), clap::error::ErrorKind::DisplayHelp);
+        let too_long = "x".repeat(MAX_PROMPT_BYTES + 1);
         for bad in [
             &[][..],
             &["--prompt", "x"][..],
             &["--agent-cmd"][..],
             &["--agent-cmd", "  "][..],
+            &["--agent-cmd", "'a"][..],
             &["--agent-cmd", "a", "--session", "0"][..],
             &["--agent-cmd", "a", "--bogus", "1"][..],
             &["--agent-cmd", "a", "stray"][..],
             &["--agent-cmd", "a", "--prompt", ""][..],
             &["--agent-cmd", "a", "--prompt=  "][..],
+            &["--agent-cmd", "a", "--prompt", &too_long][..],
+            &["--agent-cmd", "a", "--state", ""][..],
             &["--agent-cmd", "a", "--recovery-delays-ms", "1,x"][..],
+            &[
+                "--agent-cmd",
+                "a",
+                "--recovery-delays-ms",
+                "18446744073709551615",
+            ][..],
+            &["--agent-cmd", "a", "--recovery-delays-ms", "86400000,1"][..],
             &["--agent-cmd", "a", "--agent-profile", "nope"][..],
+            &["--agent-cmd", "a", "--log-format", "xml"][..],
+            &["--agent-cmd", "a", "--initialize-timeout-ms", "0"][..],
+            &["--agent-cmd", "a", "--initialize-timeout-ms", "60001"][..],
             &[
                 "--agent-cmd",
                 "a",
@@ -803,11 +981,47 @@ mod tests {
                 "1,1,1,1,1,1,1,1,1",
             ][..],
         ] {
-            assert!(parse_args(&args(bad)).is_err(), "{bad:?}");
+            let error = parse(bad).expect_err(&format!("{bad:?}"));
+            assert_eq!(error.exit_code(), 2, "{bad:?}");
         }
+        // Not UTF-8: refused by name, not a panic.
+        let error = parse_args([
+            OsStr::new("--agent-cmd"),
+            OsStr::new("a"),
+            OsStr::new("--prompt"),
+            OsStr::from_bytes(b"\xff"),
+        ])
+        .unwrap_err();
+        assert!(error.to_string().contains("--prompt"), "{error}");
+        assert!(error.to_string().contains("UTF-8"), "{error}");
+    }
+
+    /// The help text's numbers are the constants'.
+    #[test]
+    fn the_help_states_the_bounds_in_force() {
+        let defaults = crate::SupervisorConfig::default();
+        assert_eq!(defaults.engine.initialize_timeout_ms, 30_000);
         assert_eq!(
-            parse_args(&args(&["--recovery-delays-ms", ""])).unwrap_err(),
-            "--agent-cmd is required"
+            defaults.engine.core.start_deadline_ms,
+            MAX_INITIALIZE_TIMEOUT_MS
         );
+        assert_eq!(defaults.engine.core.recovery_delays_ms, [1000, 2000, 4000]);
+        assert_eq!(MAX_PROMPT_BYTES, 1 << 20);
+        assert_eq!(MAX_RECOVERY_STEPS, 8);
+        assert_eq!(MAX_RECOVERY_DELAY_MS, 86_400_000);
+        assert_eq!(MAX_RECOVERY_SCHEDULE_MS, 86_400_000);
+        assert_eq!(ROLLED_BACK_RESENDS, 2);
+        assert_eq!(crate::state_file::MAX_STATE_FILE_BYTES, 256 << 20);
+        let help = parse(&["--help"]).unwrap_err().render().to_string();
+        for wanted in [
+            "1 MiB",
+            "8 delays",
+            "86400000",
+            "1 to 60000",
+            "30000",
+            "3 initialize",
+        ] {
+            assert!(help.contains(wanted), "{wanted:?} missing:\n{help}");
+        }
     }
 }

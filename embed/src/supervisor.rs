@@ -39,7 +39,7 @@ use tokio::time::Instant;
 use crate::config::{SupervisorConfig, SupervisorConfigError};
 use crate::platform::{timeout_at, AgentCommand, Platform, Task};
 use crate::rpc::{AgentConnection, AgentEvent, AgentEvents, ProcessExit, RpcFailure};
-use crate::state_file::StateFile;
+use crate::state_file::{StateFile, StateLock};
 use crate::tokio_platform::TokioPlatform;
 
 /// Inbox messages handled in one step before the state is persisted. Larger steps mean
@@ -73,6 +73,9 @@ pub enum StartError {
     State(StateError),
     /// The restored state (with its new epoch) could not be persisted.
     Persist(io::Error),
+    /// The state file's lock could not be taken: another supervisor holds it (kind
+    /// `WouldBlock`), or the state path is unusable. Nothing was read or written.
+    Lock(io::Error),
 }
 
 impl std::fmt::Display for StartError {
@@ -81,6 +84,10 @@ impl std::fmt::Display for StartError {
             StartError::Config(error) => write!(f, "bad configuration: {error}"),
             StartError::State(error) => write!(f, "cannot restore: {error}"),
             StartError::Persist(error) => write!(f, "cannot write the state file: {error}"),
+            StartError::Lock(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                write!(f, "the state file is busy: {error}")
+            }
+            StartError::Lock(error) => write!(f, "unusable state file: {error}"),
         }
     }
 }
@@ -323,6 +330,12 @@ impl Supervisor {
             setup,
         } = embedding;
         config.validate().map_err(StartError::Config)?;
+        // Held for the supervisor's life: another supervisor on the same file would take
+        // over this one's turns and rename its writes away.
+        let lock = match &state_file {
+            Some(file) => Some(file.lock().map_err(StartError::Lock)?),
+            None => None,
+        };
         let existing = match &state_file {
             Some(file) => file.read().map_err(StartError::State)?,
             None => None,
@@ -352,9 +365,10 @@ impl Supervisor {
         if let Some(setup) = setup {
             setup(&mut engine);
         }
-        let mut store = state_file.map(|file| Store {
+        let mut store = state_file.zip(lock).map(|(file, lock)| Store {
             file,
             last_body: Vec::new(),
+            _lock: lock,
         });
         if let Some(store) = store.as_mut() {
             // The new epoch is durable before any attempt of it exists.
@@ -552,6 +566,8 @@ struct Store {
     file: StateFile,
     /// What was last written, from [`BODY_OFFSET`] on (the write time excluded).
     last_body: Vec<u8>,
+    /// The state file's lock, released with the store.
+    _lock: StateLock,
 }
 
 #[derive(Debug)]
@@ -848,6 +864,10 @@ impl Shell {
             }
             Command::Shutdown { reply } => {
                 self.shutdown().await;
+                // Nothing is written after a shutdown: the state file's lock is released
+                // before the caller hears of it, so a supervisor it starts next on the same
+                // file finds it free.
+                self.store = None;
                 let _ = reply.send(());
                 return Flow::Stop;
             }

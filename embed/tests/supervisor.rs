@@ -1371,7 +1371,7 @@ fn palisade_supervise_logs_agent_stderr_in_the_execution_span() {
         let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
         (output.status.code(), stderr)
     };
-    const SAID: &str = "unknown option --no-such-flag";
+    const SAID: &str = "unexpected argument '--no-such-flag' found";
 
     let (code, stderr) = run("json", None);
     assert_eq!(code, Some(1), "{stderr}");

@@ -9,16 +9,20 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use palisade_core::mutants::Mutant;
+
 use crate::diagram;
 use crate::failure::{self, FailureFile};
 use crate::minimize;
+use crate::oracle::Checks;
+use crate::record::{self, PANIC_INVARIANT};
 use crate::report::{self, Summary};
 use crate::runner;
 use crate::scenario::{self, Resolved};
 use crate::scoreboard;
 use crate::search::{self, Strategy};
-use crate::sweep::{self, hex, SeedRange, Shard, SweepConfig};
-use crate::world::{Checks, Mutant};
+use crate::seeds::{self, SeedRange, Shard};
+use crate::sweep::{self, hex, SweepConfig};
 
 /// Prints a line to stdout; a closed pipe (`palisade scenarios | head`) is not an error.
 macro_rules! say {
@@ -447,10 +451,10 @@ fn check_output(flag: &str, path: &Path) -> Result<(), Fail> {
 }
 
 fn cmd_sweep(args: SweepArgs) -> Result<u8, Fail> {
-    crate::world::set_checks(args.checks);
+    crate::oracle::set_checks(args.checks);
     if args.check_determinism.is_some() {
         // The determinism check names the first differing line, so it needs the lines.
-        crate::world::capture_all_traces(true);
+        crate::runner::capture_all_traces(true);
     }
     // A sharded sweep is uniform unless told otherwise: a guided one cannot be split.
     let strategy = match (args.strategy, args.shard) {
@@ -477,7 +481,7 @@ fn cmd_sweep(args: SweepArgs) -> Result<u8, Fail> {
         })
         .collect();
     let total = ranges.iter().fold(0u64, |acc, r| {
-        acc.saturating_add(sweep::seeds_in(*r, args.shard))
+        acc.saturating_add(seeds::seeds_in(*r, args.shard))
     });
     if total > sweep::MAX_SEEDS_PER_RUN {
         let asked = match (args.seeds, args.seed_range) {
@@ -619,8 +623,8 @@ fn print_tail(out: &mut impl std::io::Write, summary: &Summary, determinism_aske
 }
 
 fn cmd_run(args: RunArgs) -> Result<u8, Fail> {
-    crate::world::capture_all_traces(true);
-    crate::world::set_checks(args.checks);
+    crate::runner::capture_all_traces(true);
+    crate::oracle::set_checks(args.checks);
     let resolved = scenario::resolve_one(&args.scenario).map_err(|e| bad_input(e.to_string()))?;
     if let Some(path) = &args.trace {
         if path.is_dir() {
@@ -632,10 +636,10 @@ fn cmd_run(args: RunArgs) -> Result<u8, Fail> {
         check_output("--trace", path)?;
     }
     let timed = runner::run_isolated(&resolved.scenario, args.seed, None, args.mutant);
-    let (rec, trace) = sweep::record(0, args.seed, timed, true);
+    let (rec, trace) = record::record(0, args.seed, timed, true);
     let trace = trace.unwrap_or_default();
     // What the seed drew besides its faults (swarm over configuration and environment).
-    let plan = crate::world::plan::draw(&resolved.scenario, args.seed);
+    let plan = crate::plan::draw(&resolved.scenario, args.seed);
     if let Some(config) = &plan.config {
         eprintln!(
             "config: {}",
@@ -695,12 +699,12 @@ fn cmd_run(args: RunArgs) -> Result<u8, Fail> {
 /// Loads a failure file; the seeds run from now on run the checks it was recorded with.
 fn load_failure(path: &Path) -> Result<failure::Loaded, Fail> {
     let loaded = failure::load(path).map_err(bad_input)?;
-    crate::world::set_checks(loaded.file.checks);
+    crate::oracle::set_checks(loaded.file.checks);
     Ok(loaded)
 }
 
 fn cmd_replay(path: &Path) -> Result<u8, Fail> {
-    crate::world::capture_all_traces(true);
+    crate::runner::capture_all_traces(true);
     let loaded = load_failure(path)?;
     let file = &loaded.file;
     let timed = runner::run_isolated(
@@ -709,7 +713,7 @@ fn cmd_replay(path: &Path) -> Result<u8, Fail> {
         file.plan.clone(),
         loaded.mutant,
     );
-    let (rec, trace) = sweep::record(0, file.seed, timed, true);
+    let (rec, trace) = record::record(0, file.seed, timed, true);
     let trace = trace.unwrap_or_default();
     let now_hash = hex(rec.trace_hash);
     let what = format!(
@@ -726,7 +730,7 @@ fn cmd_replay(path: &Path) -> Result<u8, Fail> {
         Some(f)
             if f.invariant == file.invariant
                 && now_hash == file.trace_hash
-                && (f.invariant != sweep::PANIC_INVARIANT || f.message == file.message) =>
+                && (f.invariant != PANIC_INVARIANT || f.message == file.message) =>
         {
             say!("{what}: {}: {}", f.invariant, f.message);
             say!("reproduced {now_hash}");
@@ -872,7 +876,7 @@ fn cmd_corpus(args: CorpusArgs) -> Result<u8, Fail> {
 }
 
 fn cmd_mutants(args: MutantsArgs) -> Result<u8, Fail> {
-    crate::world::set_checks(args.checks);
+    crate::oracle::set_checks(args.checks);
     let scenarios = resolve(&args.scenario)?;
     let per_mutant = args.seeds.saturating_mul(scenarios.len() as u64);
     if per_mutant > sweep::MAX_SEEDS_PER_RUN {

@@ -27,10 +27,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::plan::FaultPlan;
 use crate::scenario::{self, Resolved};
 use crate::search::{self, Budget, Guided, Kept, SeedPlan};
-use crate::sweep::{self, SeedRange};
-use crate::world::FaultPlan;
+use crate::seeds::SeedRange;
+use crate::sweep;
 
 /// The corpus file's name, in the scenarios directory.
 pub const CORPUS_FILE: &str = "corpus.json";

@@ -8,9 +8,14 @@
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
+use palisade_core::mutants::Mutant;
+
+use crate::oracle::{CaughtBy, Checks};
+use crate::plan::FaultPlan;
+use crate::record::SeedRecord;
+use crate::runner::SeedStats;
 use crate::scenario::{self, Resolved};
-use crate::sweep::{hex, SeedRecord};
-use crate::world::{CaughtBy, Checks, FaultPlan, Mutant, SeedStats};
+use crate::sweep::hex;
 
 /// The `format` field every failure file carries; anything else is a foreign file.
 pub const FAILURE_FORMAT: &str = "palisade-failure/1";
@@ -19,15 +24,14 @@ pub const FAILURE_FORMAT: &str = "palisade-failure/1";
 /// [`crate::scenario::MAX_EVENTS`] lines of about 220 bytes each, and the text of the
 /// events they deliver, one copy of the trace the memory budget admits
 /// ([`crate::memory::MAX_SEED_MEMORY_BYTES`] over [`crate::memory::TRACE_COPIES`]); and so
-/// does the largest plan ([`crate::world::plan::MAX_PLAN_FAULTS`] faults, under 128 bytes
+/// does the largest plan ([`crate::plan::MAX_PLAN_FAULTS`] faults, under 128 bytes
 /// each as pretty JSON). Before the joint bound a failing seed of 16 KiB events could
 /// write a file past the old 256 MiB, which `replay` then refused.
 pub const MAX_FAILURE_FILE_BYTES: u64 =
     crate::memory::MAX_SEED_MEMORY_BYTES / crate::memory::TRACE_COPIES + (256 << 20);
 
 const _: () = assert!(
-    crate::scenario::MAX_EVENTS * 240 + crate::world::plan::MAX_PLAN_FAULTS as u64 * 128
-        <= 256 << 20
+    crate::scenario::MAX_EVENTS * 240 + crate::plan::MAX_PLAN_FAULTS as u64 * 128 <= 256 << 20
 );
 
 /// How a minimised failure compares with the one it came from.
@@ -121,7 +125,7 @@ pub fn shell_word(word: &str) -> String {
 }
 
 /// `palisade run --scenario S --seed N [--mutant M] [--checks C]`, with the checks this
-/// process runs (see [`crate::world::set_checks`]).
+/// process runs (see [`crate::oracle::set_checks`]).
 pub fn repro_command(scenario_spec: &str, seed: u64, mutant: Option<Mutant>) -> String {
     let mut command = format!(
         "palisade run --scenario {} --seed {seed}",
@@ -131,7 +135,7 @@ pub fn repro_command(scenario_spec: &str, seed: u64, mutant: Option<Mutant>) -> 
         command.push_str(" --mutant ");
         command.push_str(m.name());
     }
-    let checks = crate::world::checks();
+    let checks = crate::oracle::checks();
     if !checks.is_all() {
         command.push_str(" --checks ");
         command.push_str(checks.name());
@@ -173,7 +177,7 @@ impl FailureFile {
             mutant: mutant.map(|m| m.name().to_string()),
             invariant: failure.invariant.clone(),
             caught_by: Some(failure.caught_by),
-            checks: crate::world::checks(),
+            checks: crate::oracle::checks(),
             message: failure.message.clone(),
             events: failure.events.clone(),
             trace_hash: hex(record.trace_hash),

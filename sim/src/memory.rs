@@ -25,8 +25,6 @@
 //!   `limits.max_events` lines delivers at most half as many events.
 //! - **The oracle's records**: a few dozen bytes per event, within the per-event overhead.
 
-use crate::scenario::{MAX_EVENTS, MAX_NOTIFICATIONS_PER_TURN, MAX_SESSIONS};
-
 /// The most memory one seed may hold, by [`SeedMemory::bytes`]: 2 GiB. A sweep runs
 /// `--jobs` seeds at once, so a CI runner of 7 GiB and two cores keeps room to spare;
 /// the shipped scenarios' largest draw (`swarm`'s) is estimated at about 1.45 GB.
@@ -46,14 +44,6 @@ pub const TRACE_LINE_BYTES: u64 = 256;
 
 /// A failing seed's trace is held twice: kept, and written out as its failure file.
 pub const TRACE_COPIES: u64 = 2;
-
-// A draw can always be brought within the budget by its sizes alone: the most sessions
-// streaming the most events of a turn, every event empty, with the longest trace, fit.
-const _: () = assert!(
-    MAX_SESSIONS as u64 * MAX_NOTIFICATIONS_PER_TURN as u64 * EVENT_OVERHEAD_BYTES
-        + TRACE_COPIES * (MAX_EVENTS * TRACE_LINE_BYTES + MAX_EVENTS / 2 * TRACE_LINE_BYTES)
-        <= MAX_SEED_MEMORY_BYTES
-);
 
 /// The factors of a seed's memory: the most of each a run of a scenario (or of one plan)
 /// may have.

@@ -27,12 +27,14 @@
 
 use std::path::Path;
 
+use palisade_core::mutants::Mutant;
+
 use crate::failure::{FailureFile, Loaded, Minimized};
-use crate::runner::{self, SeedRun, Timed};
+use crate::plan::setup::{Environment, RunConfig};
+use crate::plan::{Fault, FaultPlan};
+use crate::record::PANIC_INVARIANT;
+use crate::runner::{self, SeedOutcome, SeedRun, Timed};
 use crate::scenario::Scenario;
-use crate::sweep::PANIC_INVARIANT;
-use crate::world::setup::{Environment, RunConfig};
-use crate::world::{Fault, FaultPlan, Mutant, SeedOutcome};
 
 /// The most seed runs one minimisation may take: a bound on its time, not on its quality
 /// (each round keeps the smallest failing plan found so far).
@@ -492,7 +494,7 @@ pub fn minimize_file(
         max_runs.saturating_sub(1),
     );
     let run = shrunk.run.unwrap_or(baseline.run);
-    let (record, _) = crate::sweep::record(0, file.seed, Timed { run, wall_nanos: 0 }, false);
+    let (record, _) = crate::record::record(0, file.seed, Timed { run, wall_nanos: 0 }, false);
     let mut min = FailureFile::new(&loaded.scenario, &record, loaded.mutant, out, &file.commit);
     min.plan = Some(shrunk.plan);
     min.commit = crate::report::commit().to_string();

@@ -19,7 +19,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use crate::sweep::{self, hex, mix64, SeedRange, Shard, SweepResult, DETERMINISM_INVARIANT};
+use crate::mix::mix64;
+use crate::seeds::{self, SeedRange, Shard};
+use crate::sweep::{self, hex, SweepResult, DETERMINISM_INVARIANT};
 
 /// The `format` field of `summary.json`.
 pub const SUMMARY_FORMAT: &str = "palisade-summary/1";
@@ -472,18 +474,18 @@ pub fn failure_file_of(rel: &str) -> Option<&str> {
 
 /// Checks that a summary is one a sweep (or a shard of one) could have written: at least
 /// one scenario, names that are scenario names, valid seed ranges, a shard index below
-/// its count (at most [`sweep::MAX_SHARDS`]), each scenario's seed count exactly the
+/// its count (at most [`seeds::MAX_SHARDS`]), each scenario's seed count exactly the
 /// seeds of its range in that shard, failures counted and listed alike, every failing
 /// seed in its scenario's range and shard, failure files plain names under
 /// `failures/`, totals that add up without overflow, and finite, non-negative timings.
 /// The error names the JSON path.
 pub fn validate_summary(summary: &Summary) -> Result<(), String> {
     if let Some(shard) = summary.shard {
-        if shard.count == 0 || shard.count > sweep::MAX_SHARDS {
+        if shard.count == 0 || shard.count > seeds::MAX_SHARDS {
             return Err(format!(
                 "shard.count: {} shards is outside 1..={} (MAX_SHARDS)",
                 shard.count,
-                sweep::MAX_SHARDS
+                seeds::MAX_SHARDS
             ));
         }
         if shard.index >= shard.count {
@@ -497,7 +499,7 @@ pub fn validate_summary(summary: &Summary) -> Result<(), String> {
         return Err("scenarios: a summary of no scenarios is not a sweep".into());
     }
     if let Some(m) = &summary.mutant {
-        if crate::world::Mutant::from_name(m).is_none() {
+        if palisade_core::mutants::Mutant::from_name(m).is_none() {
             return Err(format!("mutant: unknown mutant {m:?}"));
         }
     }
@@ -529,7 +531,7 @@ pub fn validate_summary(summary: &Summary) -> Result<(), String> {
                 s.seed_range
             ));
         }
-        let expected = sweep::seeds_in(s.seed_range, summary.shard);
+        let expected = seeds::seeds_in(s.seed_range, summary.shard);
         if s.seeds != expected {
             return Err(format!(
                 "{}: {} seeds, but {} of seed range {} holds {expected}",

@@ -1,5 +1,10 @@
-//! Running seeds: each with its panic caught, many in parallel, on threads that carry
-//! nothing from one seed to the next.
+//! Running seeds: one in its world ([`run_seed`]), each with its panic caught, many in
+//! parallel, on threads that carry nothing from one seed to the next.
+//!
+//! [`run_seed`] draws a seed's plan (or takes the one it is given), runs it in the world its
+//! scenario names (the engine world or the stack world, which stand side by side) inside a
+//! madsim runtime of its own, runs a failing seed again with its trace captured, and turns
+//! what the world's logbook holds into a [`SeedOutcome`].
 //!
 //! A seed runs on a [`parallel_map`] worker itself, one after another, as long as no seed
 //! has panicked on that worker; anywhere else (the main thread of `palisade run`, a worker
@@ -28,13 +33,21 @@
 //! Results come back in item order whatever the number of jobs.
 
 use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Once};
 use std::time::Instant;
 
-use crate::scenario::Scenario;
-use crate::world::{self, FaultPlan, Mutant, SeedOutcome};
+use palisade_core::mutants::Mutant;
+use serde::{Deserialize, Serialize};
+
+use crate::logbook::Finished;
+use crate::oracle::{CaughtBy, Violation};
+use crate::plan::{self, FaultPlan};
+use crate::scenario::{Scenario, WorldKind};
+use crate::{stack, world};
 
 /// The stack of every thread that runs seeds (workers and fresh seed threads). A madsim
 /// runtime with deep async state machines needs more than std's 2 MiB default, and a stack
@@ -67,6 +80,138 @@ pub struct Timed {
     pub run: SeedRun,
     /// Wall-clock nanoseconds, including a fresh thread's start where the seed had one.
     pub wall_nanos: u64,
+}
+
+/// Per-seed figures.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeedStats {
+    /// Trace events.
+    pub events: u64,
+    /// Simulated milliseconds.
+    pub sim_millis: u64,
+    /// Sessions simulated.
+    pub sessions: u32,
+    /// Prompt turns simulated.
+    pub turns: u32,
+}
+
+/// The JSONL trace of one seed and its rolling hash.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Trace {
+    /// One JSON object per line.
+    pub lines: Vec<String>,
+    /// Rolling hash of the lines.
+    pub hash: u64,
+}
+
+/// Everything one seed produced.
+#[derive(Clone, Debug)]
+pub struct SeedOutcome {
+    /// The plan that ran.
+    pub plan: FaultPlan,
+    /// The trace.
+    pub trace: Trace,
+    /// The first violation, if any.
+    pub violation: Option<Violation>,
+    /// Figures.
+    pub stats: SeedStats,
+    /// Coverage marks hit (name → count).
+    pub marks: BTreeMap<String, u64>,
+    /// Edge coverage (buckets of consecutive event-kind pairs hit, ascending): what the
+    /// guided search ([`crate::search`]) steers by. Never hashed or checked.
+    pub edges: Vec<u16>,
+}
+
+/// When set, every seed keeps its trace lines (for `run`, `replay`, determinism checks);
+/// otherwise only failing seeds do, by re-running with capture on.
+static CAPTURE_ALL: AtomicBool = AtomicBool::new(false);
+
+/// Keep the trace lines of every seed from now on (process-wide).
+pub fn capture_all_traces(on: bool) {
+    CAPTURE_ALL.store(on, Ordering::Relaxed);
+}
+
+/// Runs one seed once in its scenario's world: the stack world (`crate::stack`) for
+/// `[world] kind = "stack"`, else the engine world (`crate::world`).
+fn run_once(
+    scenario: &Scenario,
+    seed: u64,
+    plan: &FaultPlan,
+    mutant: Option<Mutant>,
+    capture: bool,
+) -> Finished {
+    let rt = madsim::runtime::Runtime::with_seed_and_config(seed, madsim::Config::default());
+    if scenario.world.kind == WorldKind::Stack {
+        return rt.block_on(stack::run(
+            Rc::new(scenario.clone()),
+            seed,
+            plan.clone(),
+            mutant,
+            capture,
+        ));
+    }
+    rt.block_on(world::run(
+        Rc::new(scenario.clone()),
+        seed,
+        plan.clone(),
+        mutant,
+        capture,
+    ))
+}
+
+/// Runs one seed on the current thread (the caller picks the thread: [`run_isolated`] gives
+/// it one that carries nothing from another seed).
+/// `plan = None` draws the plan from the seed; `Some` replays or shrinks an explicit plan.
+/// A failing seed is run a second time with its trace captured; both runs must hash alike.
+pub fn run_seed(
+    scenario: &Scenario,
+    seed: u64,
+    plan: Option<FaultPlan>,
+    mutant: Option<Mutant>,
+) -> SeedOutcome {
+    let plan = plan.unwrap_or_else(|| plan::draw(scenario, seed));
+    let capture = CAPTURE_ALL.load(Ordering::Relaxed);
+    let mut world = run_once(scenario, seed, &plan, mutant, capture);
+    if world.violation.is_some() && !capture {
+        let again = run_once(scenario, seed, &plan, mutant, true);
+        if again.tracer.hash != world.tracer.hash {
+            let mut again = again;
+            again.violation = Some(Violation {
+                invariant: "determinism".into(),
+                message: format!(
+                    "the same seed and plan gave trace hash {:016x}, then {:016x}",
+                    world.tracer.hash, again.tracer.hash
+                ),
+                events: vec![],
+                by: CaughtBy::World,
+            });
+            world = again;
+        } else {
+            world = again;
+        }
+    }
+    let sim_millis = scenario.limits.fault_window_ms + scenario.limits.quiesce_ms;
+    let sessions = plan
+        .workload
+        .active_sessions(scenario.workload.sessions)
+        .len() as u32;
+    let edges = world.tracer.edge_buckets();
+    SeedOutcome {
+        edges,
+        plan,
+        stats: SeedStats {
+            events: world.tracer.len() as u64,
+            sim_millis,
+            sessions,
+            turns: world.turns,
+        },
+        trace: Trace {
+            hash: world.tracer.hash,
+            lines: world.tracer.lines,
+        },
+        violation: world.violation,
+        marks: world.marks,
+    }
 }
 
 /// What the current thread is to the runner.
@@ -131,7 +276,7 @@ pub fn run_isolated(
 ) -> Timed {
     let started = Instant::now();
     let run = match on_seed_thread(&format!("{}-{seed}", scenario.name), move || {
-        world::run_seed(scenario, seed, plan, mutant)
+        run_seed(scenario, seed, plan, mutant)
     }) {
         Ok(outcome) => SeedRun::Done(outcome),
         Err(message) => SeedRun::Panicked { message },

@@ -90,6 +90,17 @@ pub const STEP_REPEAT_SPACING_MS: u64 = 1_500;
 /// it need not fit in the liveness window, only in simulated time.
 pub const MAX_JOIN_WAIT_MS: u64 = MAX_QUIESCE_MS;
 
+// A draw can always be brought within the memory budget by its sizes alone: the most
+// sessions streaming the most events of a turn, every event empty, with the longest trace,
+// fit (`crate::memory`).
+const _: () = assert!(
+    MAX_SESSIONS as u64 * MAX_NOTIFICATIONS_PER_TURN as u64 * crate::memory::EVENT_OVERHEAD_BYTES
+        + crate::memory::TRACE_COPIES
+            * (MAX_EVENTS * crate::memory::TRACE_LINE_BYTES
+                + MAX_EVENTS / 2 * crate::memory::TRACE_LINE_BYTES)
+        <= crate::memory::MAX_SEED_MEMORY_BYTES
+);
+
 /// Environment variable naming a scenarios directory searched before the built-in ones.
 pub const SCENARIO_DIR_ENV: &str = "PALISADE_SCENARIOS";
 
@@ -551,7 +562,7 @@ pub struct CoreOverrides {
 /// Swarm over configuration (`[config]`): with `swarm = true` each seed draws its own core
 /// and engine configuration from these ranges, log-uniformly (tight values as often as
 /// loose ones); a value pinned in `[core]` is kept. The drawn configuration is part of the
-/// seed's plan (`world::setup`).
+/// seed's plan (`plan::setup`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ConfigSwarm {
@@ -602,7 +613,7 @@ impl Default for ConfigSwarm {
 
 /// Swarm over the environment (`[environment]`): with `swarm = true` each seed draws which
 /// real agent its runtimes are, how they stream, and loads of sessions they have fail with
-/// any answer of the catalogue (`world::setup`).
+/// any answer of the catalogue (`plan::setup`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EnvironmentSwarm {
@@ -1070,7 +1081,7 @@ impl Scenario {
     }
 
     /// The most a seed of this scenario holds in memory, by its own stream (a drawn
-    /// environment is fitted to the budget when it is drawn, `world::setup`).
+    /// environment is fitted to the budget when it is drawn, `plan::setup`).
     pub fn memory(&self) -> crate::memory::SeedMemory {
         self.memory_and_source().0
     }
@@ -1152,7 +1163,9 @@ impl Scenario {
         let config = self.effective_core_config();
         if let Err(e) = config.validate() {
             let field = match &e {
-                ConfigError::TooManyRecoverySteps(_) => "recovery_delays_ms",
+                ConfigError::TooManyRecoverySteps(_)
+                | ConfigError::RecoveryDelayTooLong { .. }
+                | ConfigError::RecoveryScheduleTooLong { .. } => "recovery_delays_ms",
                 ConfigError::ZeroDeadline(name) => name,
             };
             return Err(invalid(
@@ -1304,8 +1317,8 @@ impl Scenario {
     }
 
     /// The core configuration a run of this scenario uses: `[core]` over the core's
-    /// defaults, the start deadline fitted into the liveness window. The world builds the
-    /// same (`world::run::core_config`), plus the agent profile, which `validate` does
+    /// defaults, the start deadline fitted into the liveness window. The worlds run the
+    /// same (`plan::setup::RunConfig::fixed`), plus the agent profile, which `validate` does
     /// not look at.
     pub fn effective_core_config(&self) -> palisade_core::Config {
         let c = &self.core;

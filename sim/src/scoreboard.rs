@@ -10,14 +10,17 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use palisade_core::mutants::Mutant;
+
 use crate::failure::{self, FailureFile, Minimized};
 use crate::minimize;
+use crate::oracle::{CaughtBy, Checks};
+use crate::record::{self, SeedRecord};
 use crate::report;
 use crate::runner;
 use crate::scenario::Resolved;
 use crate::search::{self, Strategy};
-use crate::sweep::{self, Progress, SeedRecord};
-use crate::world::{CaughtBy, Checks, Mutant};
+use crate::sweep::Progress;
 
 /// Seeds per scenario tried before a mutant counts as surviving.
 pub const DEFAULT_SEEDS_PER_SCENARIO: u64 = 200;
@@ -147,7 +150,7 @@ fn search_runs(
                 jobs,
                 |&(s, seed)| {
                     let timed = runner::run_isolated(&scenarios[s].scenario, seed, None, mutant);
-                    sweep::record(s, seed, timed, false).0
+                    record::record(s, seed, timed, false).0
                 },
                 Some(catches),
                 |_, r| bar.tick(r.failure.is_some()),
@@ -203,7 +206,7 @@ fn first_failures(
     // refusing to restore its own state after a crash, a livelock, a panic) is passed over,
     // and the search goes on until behaviour shows the bug. With every checker on, any
     // failure catches it.
-    let by_behaviour = crate::world::checks() == crate::world::Checks::GroundTruth;
+    let by_behaviour = crate::oracle::checks() == Checks::GroundTruth;
     let catches = move |r: &SeedRecord| {
         r.failure
             .as_ref()
@@ -727,7 +730,7 @@ mod tests {
             scenario,
             seed,
             trace_hash: hash,
-            stats: crate::world::SeedStats::default(),
+            stats: crate::runner::SeedStats::default(),
             marks: std::collections::BTreeMap::new(),
             edges: Vec::new(),
             guided_plan: false,

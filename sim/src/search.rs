@@ -5,7 +5,7 @@
 //!   scenario, then seed 1, ….
 //! - [`Strategy::Coverage`]: coverage-guided plans, as a fuzzer does. Runs go in
 //!   generations. Every run reports its coverage — the edge buckets of consecutive trace
-//!   event kinds ([`crate::world::SeedOutcome::edges`]) and the coverage marks bucketed by
+//!   event kinds ([`crate::runner::SeedOutcome::edges`]) and the coverage marks bucketed by
 //!   their count — and a plan that hits a feature its scenario had not seen yet is kept in
 //!   that scenario's corpus. The next generation runs, per slot, either a fresh seed (its
 //!   plan drawn from the seed, as uniform does) or a mutant of a kept plan: a fault moved
@@ -32,10 +32,15 @@ use std::collections::BTreeSet;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use palisade_core::mutants::Mutant;
+
+use crate::logbook::MARKS;
+use crate::mix::mix64;
+use crate::plan::{self, Fault, FaultKind, FaultPlan};
+use crate::record::{self, SeedRecord};
 use crate::runner;
 use crate::scenario::Resolved;
-use crate::sweep::{self, SeedRecord};
-use crate::world::{self, Fault, FaultKind, FaultPlan, Mutant};
+use crate::seeds::SeedRange;
 
 /// A search strategy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,7 +145,7 @@ pub struct Kept {
 pub enum Budget {
     /// Each scenario runs exactly its own number of candidates, with seeds from its range
     /// (a sweep: the summary's seed counts stay what they are under uniform).
-    PerScenario(Vec<sweep::SeedRange>),
+    PerScenario(Vec<SeedRange>),
     /// Up to `total` runs shared among all scenarios, with seeds from 0; scenarios that
     /// keep finding new coverage get more (the scoreboard).
     Shared {
@@ -170,7 +175,7 @@ struct Corpus {
 
 /// Feature ids of marks start here, above every edge bucket.
 const MARK_FEATURES: u32 = 1 << 16;
-const _: () = assert!(crate::world::EDGE_BITS as u32 <= MARK_FEATURES);
+const _: () = assert!(crate::logbook::trace::EDGE_BITS as u32 <= MARK_FEATURES);
 
 /// A coverage-guided search over `scenarios`.
 #[derive(Clone, Debug)]
@@ -382,7 +387,7 @@ impl<'a> Guided<'a> {
             return None;
         }
         let scenario = &self.scenarios[s].scenario;
-        let steps = world::plan::step_faults(scenario);
+        let steps = plan::step_faults(scenario);
         for _ in 0..MUTATION_TRIES {
             let parent = &corpus.plans[rng.gen_range(0..corpus.plans.len())];
             let other = &corpus.plans[rng.gen_range(0..corpus.plans.len())];
@@ -414,7 +419,7 @@ impl<'a> Guided<'a> {
         let plan = candidate
             .plan
             .clone()
-            .unwrap_or_else(|| world::plan::draw(scenario, candidate.seed));
+            .unwrap_or_else(|| plan::draw(scenario, candidate.seed));
         if let Some(kept) = self.kept.as_mut() {
             kept.push(Kept {
                 scenario: candidate.scenario,
@@ -427,7 +432,7 @@ impl<'a> Guided<'a> {
         if corpus.plans.len() < MAX_CORPUS_PER_SCENARIO {
             corpus.plans.push(plan);
         } else {
-            let slot = (sweep::mix64(candidate.seed ^ SEARCH_SALT) as usize) % corpus.plans.len();
+            let slot = (mix64(candidate.seed ^ SEARCH_SALT) as usize) % corpus.plans.len();
             corpus.plans[slot] = plan;
         }
     }
@@ -442,7 +447,7 @@ fn scenario_rng(name: &str, generation: u64) -> ChaCha8Rng {
     let name = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
-    ChaCha8Rng::seed_from_u64(sweep::mix64(SEARCH_SALT ^ name) ^ sweep::mix64(generation))
+    ChaCha8Rng::seed_from_u64(mix64(SEARCH_SALT ^ name) ^ mix64(generation))
 }
 
 /// A run's coverage features, sorted and without repeats: its edge buckets, and each
@@ -450,10 +455,7 @@ fn scenario_rng(name: &str, generation: u64) -> ChaCha8Rng {
 pub fn features(record: &SeedRecord) -> Vec<u32> {
     let mut out: Vec<u32> = record.edges.iter().map(|&e| u32::from(e)).collect();
     for (name, &count) in &record.marks {
-        let id = world::MARKS
-            .iter()
-            .position(|m| m == name)
-            .unwrap_or(world::MARKS.len()) as u32;
+        let id = MARKS.iter().position(|m| m == name).unwrap_or(MARKS.len()) as u32;
         let bucket = (64 - count.leading_zeros()).min(15);
         out.push(MARK_FEATURES + id * 16 + bucket);
     }
@@ -528,7 +530,7 @@ fn mutate(
         }
         // Transplant a fault from another seed's draw (fault kinds the corpus lacks).
         4 => {
-            let donor = world::plan::draw(scenario, rng.gen::<u64>() ^ seed);
+            let donor = plan::draw(scenario, rng.gen::<u64>() ^ seed);
             let pool: Vec<_> = donor.faults.iter().filter(|f| movable(f)).collect();
             if !pool.is_empty() {
                 plan.faults.push(*pool[rng.gen_range(0..pool.len())]);
@@ -550,7 +552,7 @@ fn mutate(
         }
         // Re-draw the configuration and environment (swarm scenarios), keeping the faults.
         _ => {
-            let donor = world::plan::draw(scenario, rng.gen::<u64>() ^ seed);
+            let donor = plan::draw(scenario, rng.gen::<u64>() ^ seed);
             if donor.config.is_some() || donor.environment.is_some() {
                 plan.config = donor.config;
                 plan.environment = donor.environment;
@@ -622,7 +624,7 @@ pub fn run_candidate(
         candidate.plan.clone(),
         mutant,
     );
-    let (mut rec, kept) = sweep::record(candidate.scenario, candidate.seed, timed, keep_trace);
+    let (mut rec, kept) = record::record(candidate.scenario, candidate.seed, timed, keep_trace);
     rec.guided_plan = candidate.plan.is_some();
     (rec, kept)
 }
@@ -645,9 +647,7 @@ mod tests {
         let mut search = Guided::new(&resolved, Budget::Shared { total: 1_000 });
         let scenario = &resolved[0].scenario;
         for seed in 0..8 {
-            search.corpora[0]
-                .plans
-                .push(world::plan::draw(scenario, seed));
+            search.corpora[0].plans.push(plan::draw(scenario, seed));
         }
         let mut rng = ChaCha8Rng::seed_from_u64(7);
         let mut made = 0;
@@ -668,13 +668,11 @@ mod tests {
         for name in ["cancel-during-delayed-resume", "provider-exit-mid-prompt"] {
             let resolved = vec![crate::scenario::resolve_one(name).expect("shipped")];
             let scenario = &resolved[0].scenario;
-            let steps = world::plan::step_faults(scenario);
+            let steps = plan::step_faults(scenario);
             assert!(!steps.is_empty(), "{name} has fixed steps");
             let mut search = Guided::new(&resolved, Budget::Shared { total: 1_000 });
             for seed in 0..8 {
-                search.corpora[0]
-                    .plans
-                    .push(world::plan::draw(scenario, seed));
+                search.corpora[0].plans.push(plan::draw(scenario, seed));
             }
             let mut rng = ChaCha8Rng::seed_from_u64(11);
             for seed in 100..300 {

@@ -4,16 +4,19 @@
 //! shards of a sweep add up to the whole. Passing seeds keep only their hash, figures and
 //! coverage marks; failing seeds keep their plan and trace for the failure file.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
+use std::collections::BTreeSet;
 use std::io::IsTerminal;
-use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::runner::{self, SeedRun, Timed};
+use palisade_core::mutants::Mutant;
+
+use crate::mix::mix64;
+use crate::plan::FaultPlan;
+use crate::record::SeedRecord;
+use crate::runner;
 use crate::scenario::Resolved;
-use crate::world::{CaughtBy, FaultPlan, Mutant, SeedStats};
+use crate::seeds::{SeedRange, Shard};
 
 /// Default seeds per sweep for every other scenario. Together with the swarm's, the
 /// default sweep of all shipped scenarios must finish in about a minute on 2 cores.
@@ -32,12 +35,6 @@ pub const MAX_FAILURE_FILES_PER_SCENARIO: usize = 20;
 /// Larger sweeps are split with `--shard I/N` and joined with `palisade merge`.
 pub const MAX_SEEDS_PER_RUN: u64 = 4_000_000;
 
-/// Shards a sweep may be split into: a CI matrix has tens of jobs, and `merge` reads one
-/// summary per shard.
-pub const MAX_SHARDS: u64 = 4_096;
-
-/// The invariant recorded for a seed that panicked.
-pub const PANIC_INVARIANT: &str = "panic";
 /// The invariant recorded for a seed whose re-run gave another trace.
 pub const DETERMINISM_INVARIANT: &str = "determinism";
 
@@ -45,117 +42,6 @@ pub const DETERMINISM_INVARIANT: &str = "determinism";
 /// `[limits] default_seeds`, else [`DEFAULT_SEEDS`].
 pub fn default_seeds(scenario: &crate::scenario::Scenario) -> u64 {
     scenario.limits.default_seeds.unwrap_or(DEFAULT_SEEDS)
-}
-
-/// A half-open range of seeds, `start..end`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct SeedRange {
-    /// The first seed.
-    pub start: u64,
-    /// One past the last seed.
-    pub end: u64,
-}
-
-impl SeedRange {
-    /// Seeds `0..count`.
-    pub const fn first(count: u64) -> Self {
-        SeedRange {
-            start: 0,
-            end: count,
-        }
-    }
-
-    /// How many seeds.
-    pub const fn len(self) -> u64 {
-        self.end - self.start
-    }
-
-    /// Whether the range is empty (never, once parsed).
-    pub const fn is_empty(self) -> bool {
-        self.end == self.start
-    }
-}
-
-impl fmt::Display for SeedRange {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}..{}", self.start, self.end)
-    }
-}
-
-impl FromStr for SeedRange {
-    type Err = String;
-
-    /// `A..B` (B excluded) or `A..=B` (B included); A < B.
-    fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("bad seed range {s:?}: expected A..B (B excluded) or A..=B");
-        let (a, b, inclusive) = if let Some((a, b)) = s.split_once("..=") {
-            (a, b, true)
-        } else if let Some((a, b)) = s.split_once("..") {
-            (a, b, false)
-        } else {
-            return Err(bad());
-        };
-        let start: u64 = a.trim().parse().map_err(|_| bad())?;
-        let last: u64 = b.trim().parse().map_err(|_| bad())?;
-        let end = if inclusive {
-            last.checked_add(1).ok_or_else(bad)?
-        } else {
-            last
-        };
-        if end <= start {
-            return Err(format!(
-                "bad seed range {s:?}: it holds no seed (the end must be past the start)"
-            ));
-        }
-        Ok(SeedRange { start, end })
-    }
-}
-
-/// Shard `index` of `count`: the seeds at positions `p` with `p % count == index`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Shard {
-    /// This shard, from 0.
-    pub index: u64,
-    /// How many shards.
-    pub count: u64,
-}
-
-impl Shard {
-    /// Whether the seed at `position` in its range belongs to this shard.
-    pub const fn holds(self, position: u64) -> bool {
-        position % self.count == self.index
-    }
-}
-
-/// How many seeds of `range` a sweep runs with `shard` (all of them without one).
-pub const fn seeds_in(range: SeedRange, shard: Option<Shard>) -> u64 {
-    let len = range.len();
-    match shard {
-        None => len,
-        Some(s) if s.index >= len => 0,
-        Some(s) => (len - 1 - s.index) / s.count + 1,
-    }
-}
-
-impl fmt::Display for Shard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.index, self.count)
-    }
-}
-
-impl FromStr for Shard {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("bad shard {s:?}: expected I/N with 0 <= I < N <= {MAX_SHARDS}");
-        let (i, n) = s.split_once('/').ok_or_else(bad)?;
-        let index: u64 = i.trim().parse().map_err(|_| bad())?;
-        let count: u64 = n.trim().parse().map_err(|_| bad())?;
-        if count == 0 || index >= count || count > MAX_SHARDS {
-            return Err(bad());
-        }
-        Ok(Shard { index, count })
-    }
 }
 
 /// Parses `--check-determinism F`: a fraction in (0, 1].
@@ -189,59 +75,6 @@ pub struct SweepConfig {
     pub strategy: crate::search::Strategy,
     /// The plans a warm guided search runs first (`--strategy corpus`; empty otherwise).
     pub seed_plans: Vec<crate::search::SeedPlan>,
-}
-
-/// Why a seed failed, with what it takes to write its failure file.
-#[derive(Clone, Debug)]
-pub struct SeedFailure {
-    /// The rule that broke (`panic` and `determinism` are the sweep's own).
-    pub invariant: String,
-    /// What happened.
-    pub message: String,
-    /// Indices of the trace events involved.
-    pub events: Vec<u64>,
-    /// The plan the seed ran (absent when it panicked before reporting one).
-    pub plan: Option<FaultPlan>,
-    /// The whole trace (empty when it panicked).
-    pub trace: Vec<String>,
-    /// The plan and trace were dropped (past [`MAX_FAILURE_FILES_PER_SCENARIO`]): no
-    /// failure file is written for this seed.
-    pub detail_dropped: bool,
-    /// The checker that found it.
-    pub caught_by: CaughtBy,
-}
-
-impl SeedFailure {
-    fn drop_detail(&mut self) {
-        self.plan = None;
-        self.trace = Vec::new();
-        self.detail_dropped = true;
-    }
-}
-
-/// One seed's result.
-#[derive(Clone, Debug)]
-pub struct SeedRecord {
-    /// Index into [`SweepConfig::scenarios`].
-    pub scenario: usize,
-    /// The seed.
-    pub seed: u64,
-    /// The trace's rolling hash (absent when it panicked).
-    pub trace_hash: Option<u64>,
-    /// Figures.
-    pub stats: SeedStats,
-    /// Coverage marks hit.
-    pub marks: BTreeMap<String, u64>,
-    /// Edge coverage (see [`crate::world::SeedOutcome::edges`]); kept only by a guided
-    /// search, which steers by it.
-    pub edges: Vec<u16>,
-    /// The plan was made by the guided search (mutated or spliced), not drawn from the
-    /// seed: only its failure file reproduces it, not `palisade run --seed`.
-    pub guided_plan: bool,
-    /// Wall-clock time of the seed's thread.
-    pub wall_nanos: u64,
-    /// Why it failed, if it did.
-    pub failure: Option<SeedFailure>,
 }
 
 /// A seed whose re-run did not give the same trace.
@@ -293,73 +126,6 @@ struct Job {
     keep_trace: bool,
     /// The plan a guided search made; `None`: drawn from the seed.
     plan: Option<FaultPlan>,
-}
-
-/// Converts a run into a record; returns the trace separately when it is to be kept.
-pub fn record(
-    scenario: usize,
-    seed: u64,
-    timed: Timed,
-    keep_trace: bool,
-) -> (SeedRecord, Option<Vec<String>>) {
-    match timed.run {
-        SeedRun::Done(outcome) => {
-            let failure = outcome.violation.map(|v| SeedFailure {
-                invariant: v.invariant,
-                message: v.message,
-                events: v.events,
-                plan: Some(outcome.plan),
-                trace: outcome.trace.lines.clone(),
-                detail_dropped: false,
-                caught_by: v.by,
-            });
-            let kept = keep_trace.then_some(outcome.trace.lines);
-            (
-                SeedRecord {
-                    scenario,
-                    seed,
-                    trace_hash: Some(outcome.trace.hash),
-                    stats: outcome.stats,
-                    marks: outcome.marks,
-                    edges: outcome.edges,
-                    guided_plan: false,
-                    wall_nanos: timed.wall_nanos,
-                    failure,
-                },
-                kept,
-            )
-        }
-        SeedRun::Panicked { message } => (
-            SeedRecord {
-                scenario,
-                seed,
-                trace_hash: None,
-                stats: SeedStats::default(),
-                marks: BTreeMap::new(),
-                edges: Vec::new(),
-                guided_plan: false,
-                wall_nanos: timed.wall_nanos,
-                failure: Some(SeedFailure {
-                    invariant: PANIC_INVARIANT.into(),
-                    message,
-                    events: Vec::new(),
-                    plan: None,
-                    trace: Vec::new(),
-                    detail_dropped: false,
-                    caught_by: CaughtBy::World,
-                }),
-            },
-            None,
-        ),
-    }
-}
-
-/// A well-mixed 64-bit hash (splitmix64's finaliser).
-pub const fn mix64(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
 }
 
 fn name_hash(name: &str) -> u64 {
@@ -673,39 +439,6 @@ impl Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn seed_ranges_parse() {
-        assert_eq!("3..7".parse(), Ok(SeedRange { start: 3, end: 7 }));
-        assert_eq!("3..=7".parse(), Ok(SeedRange { start: 3, end: 8 }));
-        assert!("7..3".parse::<SeedRange>().is_err());
-        assert!("5..5".parse::<SeedRange>().is_err());
-        assert!("a..b".parse::<SeedRange>().is_err());
-        assert!("12".parse::<SeedRange>().is_err());
-    }
-
-    #[test]
-    fn shards_parse_and_partition() {
-        assert_eq!("1/3".parse(), Ok(Shard { index: 1, count: 3 }));
-        for bad in ["3/3", "0/0", "x/2", "1", "-1/2", "0/4097"] {
-            assert!(bad.parse::<Shard>().is_err(), "{bad}");
-        }
-        let shards: Vec<Shard> = (0..3).map(|i| Shard { index: i, count: 3 }).collect();
-        for p in 0..30 {
-            assert_eq!(shards.iter().filter(|s| s.holds(p)).count(), 1);
-        }
-        for len in 1..12u64 {
-            let range = SeedRange {
-                start: 5,
-                end: 5 + len,
-            };
-            for s in &shards {
-                let held = (0..len).filter(|&p| s.holds(p)).count() as u64;
-                assert_eq!(seeds_in(range, Some(*s)), held, "{len} {s}");
-            }
-            assert_eq!(seeds_in(range, None), len);
-        }
-    }
 
     #[test]
     fn determinism_sample_has_about_the_asked_size() {

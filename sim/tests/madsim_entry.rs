@@ -6,12 +6,12 @@
 //! seed from the wall clock; this entry runs the fixed [`DEFAULT_SEED`] instead, so a
 //! plain `cargo test` is reproducible.
 //!
-//! [`world::run_seed`] builds its own madsim `Runtime` for the seed. madsim lets a runtime
+//! [`runner::run_seed`] builds its own madsim `Runtime` for the seed. madsim lets a runtime
 //! be entered from inside another on the same thread (the outer one stays idle while the
 //! inner one runs), so the seed's trace is exactly the one a sweep gets; the second test
 //! checks that.
 
-use palisade_sim::{runner, scenario, world};
+use palisade_sim::{runner, scenario};
 
 /// The seed run when `MADSIM_TEST_SEED` is not set.
 const DEFAULT_SEED: u64 = 1;
@@ -29,7 +29,7 @@ async fn swarm_holds_for_the_madsim_seed() {
     } else {
         DEFAULT_SEED
     };
-    let outcome = world::run_seed(&swarm(), seed, None, None);
+    let outcome = runner::run_seed(&swarm(), seed, None, None);
     if let Some(v) = outcome.violation {
         panic!(
             "swarm seed {seed}: {}: {}\nrepro: palisade run --scenario swarm --seed {seed}",
@@ -45,7 +45,7 @@ fn a_seed_run_inside_a_madsim_runtime_matches_the_sweep() {
     let nested = outer.block_on({
         let scenario = scenario.clone();
         async move {
-            world::run_seed(&scenario, DEFAULT_SEED, None, None)
+            runner::run_seed(&scenario, DEFAULT_SEED, None, None)
                 .trace
                 .hash
         }

@@ -21,10 +21,10 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use palisade_core::mutants::Mutant;
 use palisade_sim::failure::FailureFile;
 use palisade_sim::report;
 use palisade_sim::scoreboard::unreachable_reason;
-use palisade_sim::world::Mutant;
 use serde_json::Value;
 
 use common::{describe, read_json, Scratch, BIN};

@@ -12,10 +12,11 @@ mod common;
 
 use std::path::Path;
 
+use palisade_core::mutants::Mutant;
 use palisade_sim::failure;
+use palisade_sim::plan::FaultPlan;
 use palisade_sim::runner::{self, SeedRun};
 use palisade_sim::scenario::{self, Resolved};
-use palisade_sim::world::{FaultPlan, Mutant};
 
 /// Seeds run per shipped scenario.
 const SEEDS: u64 = 12;

@@ -829,6 +829,9 @@ pub struct Script {
     pub exit_after_prompts: Option<u64>,
     /// How a prompt ends once its chunks are written.
     pub prompt_end: PromptEnd,
+    /// The `protocolVersion` `initialize` answers with, in place of
+    /// [`palisade_wire::acp::PROTOCOL_VERSION`] (an agent that speaks another version).
+    pub protocol_version: Option<u16>,
 }
 
 /// A [`ConversationStore`] for an agent a test drives: `session/new` creates
@@ -1110,6 +1113,9 @@ impl AgentModel {
             "initialize" => {
                 self.seen.push(Seen::Initialize);
                 let result = initialize_result(
+                    self.script
+                        .protocol_version
+                        .unwrap_or(palisade_wire::acp::PROTOCOL_VERSION),
                     self.behaviour.load_capability,
                     self.behaviour.lists_sessions,
                     self.script.malformed_load_capability,
@@ -1580,7 +1586,12 @@ fn load_answer_line(id: &RequestId, answer: &Result<(), RpcError>) -> String {
 /// `initialize`'s result. `agentCapabilities` keeps the order its members are written in:
 /// `loadSession` first when the behaviour has one (a malformed capability replaces its
 /// value in place), else last.
-fn initialize_result(load: LoadCapability, lists_sessions: bool, malformed: bool) -> Value {
+fn initialize_result(
+    version: u16,
+    load: LoadCapability,
+    lists_sessions: bool,
+    malformed: bool,
+) -> Value {
     let mut caps = serde_json::Map::new();
     match load {
         LoadCapability::True => {
@@ -1598,7 +1609,7 @@ fn initialize_result(load: LoadCapability, lists_sessions: bool, malformed: bool
         caps.insert("loadSession".into(), json!("yes"));
     }
     json!({
-        "protocolVersion": palisade_wire::acp::PROTOCOL_VERSION,
+        "protocolVersion": version,
         "agentCapabilities": caps,
         "authMethods": [],
     })
@@ -1670,7 +1681,9 @@ mod tests {
     #[test]
     fn initialize_answers_keep_the_capabilities_order() {
         let caps = |load, lists, malformed| {
-            initialize_result(load, lists, malformed)["agentCapabilities"].to_string()
+            initialize_result(palisade_wire::acp::PROTOCOL_VERSION, load, lists, malformed)
+                ["agentCapabilities"]
+                .to_string()
         };
         assert_eq!(
             caps(LoadCapability::True, true, true),

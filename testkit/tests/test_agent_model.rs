@@ -446,6 +446,22 @@ fn a_load_with_history_agrees() {
     exchange.check();
 }
 
+/// An agent that speaks another protocol version says so in its initialize answer.
+#[test]
+fn an_initialize_answer_with_another_protocol_version_agrees() {
+    let mut other = Exchange::new(
+        &["--protocol-version", "999"],
+        vec![initialize(), Step::Read(1)],
+    );
+    other.script.protocol_version = Some(999);
+    let wire = other.check();
+    assert!(
+        wire.lines[0].contains(r#""protocolVersion":999"#),
+        "{:?}",
+        wire.lines
+    );
+}
+
 #[test]
 fn prompts_with_chunks_cancels_and_errors_agree() {
     let opened = || vec![initialize(), Step::Read(1), new_session(2), Step::Read(1)];

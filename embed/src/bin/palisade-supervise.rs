@@ -8,8 +8,9 @@
 //!
 //! Each prompt waits for the previous turn to end. Without `--prompt`, prompts are read
 //! from stdin, one per line. Exit code: 0 when every turn completed, 1 when one did not (or
-//! the supervisor could not run), 2 on bad usage or an unusable state file, 130 / 143
-//! after SIGINT / SIGTERM (the agents were stopped first).
+//! the supervisor could not run), 2 on bad usage or an unusable or busy state file, 130 /
+//! 143 after SIGINT / SIGTERM (the agents were stopped first). `--help` lists the flags,
+//! the bounds on what the program is given, and the exit codes.
 //!
 //! Every agent runs in its own process group with a watchdog (`palisade-watchdog`, looked
 //! for beside this program): when this program exits, however it exits, no process of
@@ -24,17 +25,11 @@ use std::process::ExitCode;
 use palisade_embed::supervise::{self, real};
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let options = match supervise::parse_args(&args) {
-        Ok(Some(options)) => options,
-        Ok(None) => {
-            println!("{}", supervise::USAGE);
-            return ExitCode::SUCCESS;
-        }
-        Err(message) => {
-            eprintln!("palisade-supervise: {message}\n\n{}", supervise::USAGE);
-            return ExitCode::from(2);
-        }
+    // `args_os`: an argument need not be UTF-8 (a file name); the parser says which one
+    // must be and is not.
+    let options = match supervise::parse_args(std::env::args_os().skip(1)) {
+        Ok(options) => options,
+        Err(error) => return ExitCode::from(supervise::usage_exit(&error)),
     };
     if let Err(message) = palisade_embed::logging::init(options.log_format) {
         eprintln!("palisade-supervise: {message}");

@@ -5,6 +5,5 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    palisade_embed::process::watchdog_main(&args)
+    palisade_embed::process::watchdog_main(std::env::args_os().skip(1))
 }

@@ -406,6 +406,20 @@ fn is_transport(failure: &RpcFailure) -> bool {
     )
 }
 
+/// The `protocolVersion` of an `initialize` answer, as JSON text, when it is not the one
+/// this client speaks ([`acp::PROTOCOL_VERSION`]). An answer without one (the schema
+/// requires it; test doubles omit it) is taken as ours: its absence names no other
+/// version.
+fn unsupported_protocol(answer: &RawJson) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Version {
+        #[serde(rename = "protocolVersion")]
+        version: Option<Value>,
+    }
+    let version = answer.parse::<Version>().ok()?.version?;
+    (version != acp::PROTOCOL_VERSION).then(|| version.to_string())
+}
+
 /// The agent's `loadSession` as the core wants it: `None` when absent. A malformed value
 /// proves nothing, so it is read as "try": the load's own answer then decides (rule 6).
 fn load_capability(support: acp::SessionSupport) -> Option<bool> {
@@ -683,6 +697,20 @@ impl Engine {
         match op {
             Op::Initialize => match result {
                 Ok(answer) => {
+                    if let Some(version) = unsupported_protocol(&answer) {
+                        // ACP: a client that does not support the version the agent
+                        // answers with closes the connection and tells the user.
+                        // (`FailureCause` has no variant of its own for it yet: the
+                        // message says what it is.)
+                        let why = format!(
+                            "it answered initialize with ACP protocol version {version}; \
+                             this client speaks version {} only",
+                            acp::PROTOCOL_VERSION
+                        );
+                        let stamp = self.stamp(attempt, FailureCause::Spawn(why));
+                        self.callback(now, execution, RuntimeEvent::StartFailed { stamp });
+                        return;
+                    }
                     let support = acp::session_support(&answer);
                     let capability = load_capability(support);
                     if let Some(runtime) = self.runtimes.get_mut(&execution) {

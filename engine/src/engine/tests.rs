@@ -1006,3 +1006,68 @@ fn a_cancelled_retry_does_not_take_the_process_over() {
         engine.audit_violations()
     );
 }
+
+/// Issue 28, item 12: an agent answering `initialize` with `protocolVersion: 999` was
+/// accepted. ACP v1: a client that does not support the version the agent answers
+/// with closes the connection and tells the user. The start fails, saying so, and
+/// the runtime goes; an answer with version 1 (or, as old test doubles write it,
+/// none) is accepted.
+#[test]
+fn an_agent_answering_another_protocol_version_fails_its_start() {
+    let now = Timestamp::from_millis(1_000);
+    for (version, refused) in [
+        (json!(999), true),
+        (json!(0), true),
+        (json!("1"), true),
+        (json!(1.5), true),
+        (json!(1), false),
+        (Value::Null, false),
+    ] {
+        let mut engine = Engine::new(config()).unwrap();
+        engine.prompt(now, session(1), "hello".into()).unwrap();
+        let (s, attempt) = spawn_action(&mut engine);
+        let execution = engine.spawned(now, s, attempt, Ok(Some(7)));
+        let mut answer_json = json!({"agentCapabilities": {"loadSession": true}});
+        if !version.is_null() {
+            answer_json["protocolVersion"] = version.clone();
+        }
+        answer(&mut engine, now, execution, acp::INITIALIZE, answer_json);
+        let events = events(&mut engine);
+        let failure = events.iter().find_map(|e| match e {
+            SessionEvent::FailureReported { cause, .. } => Some(cause.to_string()),
+            _ => None,
+        });
+        if refused {
+            let failure = failure.unwrap_or_else(|| panic!("{version}: {events:?}"));
+            assert!(
+                failure.contains(&format!("ACP protocol version {version}")),
+                "{failure}"
+            );
+            let actions: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
+            assert!(
+                actions.iter().any(|a| matches!(a,
+                    Action::Kill { execution: e } | Action::Stop { execution: e, .. }
+                        if *e == execution)),
+                "{version}: {actions:?}"
+            );
+            assert!(
+                !actions.iter().any(|a| matches!(a, Action::Request { .. })),
+                "{version}: {actions:?}"
+            );
+        } else {
+            assert_eq!(failure, None, "{version}");
+            assert!(
+                matches!(
+                    engine.poll_action(),
+                    Some(Action::Request { method, .. }) if method == acp::SESSION_NEW
+                ),
+                "{version}"
+            );
+        }
+        assert!(
+            engine.audit_violations().is_empty(),
+            "{:?}",
+            engine.audit_violations()
+        );
+    }
+}

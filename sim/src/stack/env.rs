@@ -14,14 +14,14 @@ use palisade_embed::platform::{
     AgentCommand, AgentTree, BlockingJob, BoxFuture, Platform, SpawnError, SpawnedAgent,
     StderrMode, Task, TreeSignal, WatchdogProgram,
 };
-use palisade_embed::state_file::StateFs;
+use palisade_embed::state_file::{StateFs, StateLock};
 use palisade_embed::watch;
 use palisade_testkit::agent_model::{AgentModel, Behaviour, MemoryStore, Out, Seen};
 use palisade_wire::ProcessExit;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::time::Instant;
 
-use crate::world::plan::DiskFaultClass;
+use crate::plan::DiskFaultClass;
 
 /// The Unix time the simulated wall clock starts at (2026-01-01T00:00:00Z): any fixed
 /// value works; deadlines only take differences.
@@ -124,6 +124,10 @@ pub(crate) struct EnvState {
     /// Kill switches of live agents.
     pub(crate) kills: BTreeMap<u32, watch::Sender<bool>>,
     pub(crate) incarnation: u32,
+    /// State files' locks ([`StateFs::lock`]) and the incarnation (the supervisor process)
+    /// that holds each. A lock held by an earlier incarnation is free: the process died,
+    /// and the OS released its lock.
+    pub(crate) state_locks: BTreeMap<PathBuf, u32>,
     /// When the environment last hurt the stack: an agent killed, a disk fault armed, a
     /// crash. After it, every prompt the caller sends must complete.
     pub(crate) last_disruption_ms: u64,
@@ -293,7 +297,7 @@ impl Platform for SimPlatform {
         let model = AgentModel::new(
             format!("p{pid}"),
             behaviour,
-            crate::world::plan::mix(self.seed, u64::from(pid), 0x57ac, 0),
+            crate::mix::mix(self.seed, u64::from(pid), 0x57ac, 0),
             now_ms(self.start),
         );
         // An agent process is not the supervisor's task: a crash does not abort it.
@@ -391,11 +395,8 @@ async fn agent_process(
                 // SIGKILLed right after its answer: it reads nothing more, and its death
                 // (stdout EOF, the reaped status) shows a few milliseconds later, as a
                 // real kill does.
-                let dying = crate::world::plan::pick(
-                    crate::world::plan::mix(u64::from(pid), now, 0xd1e, 0),
-                    1,
-                    DYING_MS,
-                );
+                let dying =
+                    crate::mix::pick(crate::mix::mix(u64::from(pid), now, 0xd1e, 0), 1, DYING_MS);
                 madsim::time::sleep(Duration::from_millis(dying)).await;
                 break 'life ProcessExit::Signal(9);
             }
@@ -532,17 +533,56 @@ impl AgentTree for SimTree {
 #[derive(Debug)]
 pub(crate) struct SimDisk {
     pub(crate) env: Env,
-    /// Checkpointed at every completed write (see `Watch::checkpoint`).
-    pub(crate) watch: Arc<Mutex<crate::world::run::Watch>>,
+    /// Checkpointed at every completed write (see `Logbook::checkpoint`).
+    pub(crate) logbook: Arc<Mutex<crate::logbook::Logbook>>,
+}
+
+/// A state file's lock on the simulated disk, held by one incarnation; released when
+/// dropped (or, as the OS does, when its incarnation is gone: [`EnvState::state_locks`]).
+#[derive(Debug)]
+struct SimLock {
+    env: Env,
+    path: PathBuf,
+    incarnation: u32,
+}
+
+impl Drop for SimLock {
+    fn drop(&mut self) {
+        let mut env = lock(&self.env);
+        if env.state_locks.get(&self.path) == Some(&self.incarnation) {
+            env.state_locks.remove(&self.path);
+        }
+    }
 }
 
 impl StateFs for SimDisk {
-    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
-        lock(&self.env)
+    fn read(&self, path: &Path, max_bytes: u64) -> io::Result<Vec<u8>> {
+        let env = lock(&self.env);
+        let bytes = env
             .files
             .get(path)
-            .cloned()
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        if bytes.len() as u64 > max_bytes {
+            return Err(io::Error::from(io::ErrorKind::FileTooLarge));
+        }
+        Ok(bytes.clone())
+    }
+
+    fn lock(&self, path: &Path) -> io::Result<StateLock> {
+        let mut env = lock(&self.env);
+        let incarnation = env.incarnation;
+        if env.state_locks.get(path) == Some(&incarnation) {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!("{} is in use by another supervisor", path.display()),
+            ));
+        }
+        env.state_locks.insert(path.to_owned(), incarnation);
+        Ok(StateLock::new(SimLock {
+            env: self.env.clone(),
+            path: path.to_owned(),
+            incarnation,
+        }))
     }
 
     fn write_synced(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
@@ -582,11 +622,47 @@ impl StateFs for SimDisk {
             .remove(from)
             .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
         env.files.insert(to.to_owned(), bytes);
-        crate::world::run::lock(&self.watch).checkpoint();
+        crate::logbook::lock(&self.logbook).checkpoint();
         Ok(())
     }
 
     fn sync_dir(&self, _dir: &Path) -> io::Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The simulated disk's lock is the real one's: one holder per live supervisor
+    /// process; released when dropped, and when its process (incarnation) dies.
+    #[test]
+    fn the_simulated_disk_locks_a_state_file_for_one_live_supervisor() {
+        let env: Env = Arc::new(Mutex::new(EnvState {
+            incarnation: 1,
+            ..EnvState::default()
+        }));
+        let config = palisade_engine::EngineConfig::default();
+        let disk = SimDisk {
+            env: env.clone(),
+            logbook: crate::logbook::Logbook::shared(&config, false),
+        };
+        let path = Path::new("/state");
+        let held = disk.lock(path).expect("a free state file locks");
+        let busy = disk.lock(path).expect_err("a second process is refused");
+        assert_eq!(busy.kind(), io::ErrorKind::WouldBlock);
+        assert!(disk.lock(Path::new("/other")).is_ok());
+        drop(held);
+        let again = disk.lock(path).expect("released when dropped");
+        // The holder crashes: the next incarnation finds the lock free.
+        lock(&env).incarnation = 2;
+        let next = disk.lock(path).expect("released when its process died");
+        assert!(disk.lock(path).is_err());
+        // The dead process's guard going away later frees nothing of the new holder's.
+        drop(again);
+        assert!(disk.lock(path).is_err());
+        drop(next);
+        assert!(disk.lock(path).is_ok());
     }
 }

@@ -42,9 +42,10 @@ use palisade_embed::{Embedding, SessionEvent, StateFile};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::time::Instant;
 
+use crate::logbook::{lock as lock_logbook, Finished, Logbook, Observe};
+use crate::mix::{mix, pick};
+use crate::plan::{Fault, FaultKind, FaultPlan};
 use crate::scenario::Scenario;
-use crate::world::plan::{mix, pick, Fault, FaultKind, FaultPlan};
-use crate::world::run::{lock as lock_watch, Finished, Observe, Watch};
 use env::{lock, Env, EnvState, SimDisk, SimPlatform};
 use oracle::CallerLog;
 
@@ -55,17 +56,17 @@ const RESTART_AFTER_MS: u64 = 50;
 /// Incarnations a run may have: each crash-restart fault or crashing disk fault is one.
 const MAX_INCARNATIONS: u32 = 64;
 
-/// The engine's observer in the stack world: stamps simulated time, then the engine
-/// world's observer (trace and checker).
+/// The engine's observer in the stack world: stamps simulated time, then the observer both
+/// worlds share (the logbook's trace and checker).
 struct StackObserve {
-    watch: Arc<Mutex<Watch>>,
+    logbook: Arc<Mutex<Logbook>>,
     start: Duration,
 }
 
 impl Observer for StackObserve {
     fn observe(&mut self, now: Timestamp, core: &Core, step: Step<'_>, effects: &[Effect]) {
-        lock_watch(&self.watch).now_ms = env::now_ms(self.start);
-        Observe(self.watch.clone()).observe(now, core, step, effects);
+        lock_logbook(&self.logbook).now_ms = env::now_ms(self.start);
+        Observe(self.logbook.clone()).observe(now, core, step, effects);
     }
 }
 
@@ -73,7 +74,7 @@ impl Observer for StackObserve {
 struct SimConsole {
     log: Arc<Mutex<CallerLog>>,
     env: Env,
-    watch: Arc<Mutex<Watch>>,
+    logbook: Arc<Mutex<Logbook>>,
     incarnation: u32,
     start: Duration,
 }
@@ -84,7 +85,7 @@ impl Console for SimConsole {
             let now = env::now_ms(self.start);
             if oracle::lock(&self.log).gone_at.is_some() {
                 // Nobody reads the other end of stdout any more: EPIPE.
-                let line = lock_watch(&self.watch).tracer.note(
+                let line = lock_logbook(&self.logbook).tracer.note(
                     now,
                     "caller",
                     "write_failed",
@@ -102,7 +103,7 @@ impl Console for SimConsole {
             }
             let now = env::now_ms(self.start);
             let agent_prompts = lock(&self.env).prompts.len();
-            let line = lock_watch(&self.watch).tracer.client(now, event);
+            let line = lock_logbook(&self.logbook).tracer.client(now, event);
             let mut log = oracle::lock(&self.log);
             if let SessionEvent::TurnEnded { turn, .. } = event {
                 log.ended_at.entry(*turn).or_insert(now);
@@ -114,7 +115,7 @@ impl Console for SimConsole {
 
     fn message(&mut self, text: &str) {
         let now = env::now_ms(self.start);
-        lock_watch(&self.watch)
+        lock_logbook(&self.logbook)
             .tracer
             .line(now, "supervise", "message", &[("text", text)]);
         oracle::lock(&self.log)
@@ -124,7 +125,7 @@ impl Console for SimConsole {
 
     fn prompt_claimed(&mut self, _session: SessionId, turn: TurnId, text: &str) {
         let now = env::now_ms(self.start);
-        let line = lock_watch(&self.watch).tracer.note(
+        let line = lock_logbook(&self.logbook).tracer.note(
             now,
             "caller",
             "claimed",
@@ -151,15 +152,15 @@ pub(crate) async fn run(
     capture: bool,
 ) -> Finished {
     let config = plan.run_config(&scenario).engine();
-    let watch = Watch::shared(&config, capture);
+    let logbook = Logbook::shared(&config, capture);
     let start = madsim::time::TimeHandle::current().elapsed();
     let base = Instant::now();
     let env: Env = Arc::new(Mutex::new(EnvState::default()));
     let log = Arc::new(Mutex::new(CallerLog::default()));
-    let shared = Arc::new((*scenario).clone());
+    let (workload, expect) = (scenario.workload.clone(), scenario.expect.clone());
     let drawn = plan.environment.clone();
     let behaviour: env::BehaviourTable = Arc::new(move |process| {
-        crate::world::agents::behaviour(&shared, drawn.as_ref(), seed, process)
+        crate::plan::agents::behaviour(&workload, &expect, drawn.as_ref(), seed, process)
     });
     let window = scenario.limits.fault_window_ms;
     let end = window + scenario.limits.quiesce_ms;
@@ -190,9 +191,9 @@ pub(crate) async fn run(
         });
         let now = env::now_ms(start);
         if incarnation > 1 {
-            lock_watch(&watch).rewind_to_durable(&config);
+            lock_logbook(&logbook).rewind_to_durable(&config);
         }
-        lock_watch(&watch).tracer.note(
+        lock_logbook(&logbook).tracer.note(
             now,
             "world",
             "supervisor_started",
@@ -203,12 +204,12 @@ pub(crate) async fn run(
             state: Some(StateFile {
                 fs: Arc::new(SimDisk {
                     env: env.clone(),
-                    watch: watch.clone(),
+                    logbook: logbook.clone(),
                 }),
                 path: PathBuf::from(STATE_PATH),
             }),
             observer: Some(Box::new(StackObserve {
-                watch: watch.clone(),
+                logbook: logbook.clone(),
                 start,
             })),
             setup: Some(Box::new(move |engine| engine.set_mutant(mutant))),
@@ -222,6 +223,7 @@ pub(crate) async fn run(
             recovery_delays_ms: None,
             profile: None,
             log_format: Default::default(),
+            initialize_timeout_ms: None,
         };
         // The caller pipes in every prompt no incarnation claimed, then closes stdin.
         let (stdin_tx, stdin_rx) = mpsc::channel(16);
@@ -255,7 +257,7 @@ pub(crate) async fn run(
             console: Box::new(SimConsole {
                 log: log.clone(),
                 env: env.clone(),
-                watch: watch.clone(),
+                logbook: logbook.clone(),
                 incarnation,
                 start,
             }),
@@ -287,7 +289,7 @@ pub(crate) async fn run(
                     }
                     let code = code.unwrap_or(255);
                     let now = env::now_ms(start);
-                    let line = lock_watch(&watch).tracer.note(
+                    let line = lock_logbook(&logbook).tracer.note(
                         now,
                         "world",
                         "supervisor_exited",
@@ -313,7 +315,7 @@ pub(crate) async fn run(
                     }
                     while faults.front().is_some_and(|f| f.at_ms <= now) {
                         let f = faults.pop_front().expect("peeked");
-                        lock_watch(&watch).tracer.fault(now, &f);
+                        lock_logbook(&logbook).tracer.fault(now, &f);
                         if apply(&env, &log, &f, now) {
                             // The remaining due faults hit the next incarnation.
                             break;
@@ -349,7 +351,7 @@ pub(crate) async fn run(
             }
         }
         let now = env::now_ms(start);
-        lock_watch(&watch).tracer.note(
+        lock_logbook(&logbook).tracer.note(
             now,
             "world",
             "supervisor_crashed",
@@ -358,13 +360,15 @@ pub(crate) async fn run(
         madsim::time::sleep(Duration::from_millis(RESTART_AFTER_MS)).await;
     }
 
-    let found = lock_watch(&watch).found.take();
+    let found = lock_logbook(&logbook).found.take();
     if let Some(v) = found {
         violation = Some(v);
     }
     if violation.is_none() {
         let now = env::now_ms(start);
-        let idx = lock_watch(&watch).tracer.note(now, "oracle", "judge", &[]);
+        let idx = lock_logbook(&logbook)
+            .tracer
+            .note(now, "oracle", "judge", &[]);
         let e = lock(&env);
         let l = oracle::lock(&log);
         let schedule = config.core.recovery_delays_ms.len();
@@ -372,7 +376,7 @@ pub(crate) async fn run(
     }
     if let Some(v) = &violation {
         let now = env::now_ms(start);
-        lock_watch(&watch).tracer.line(
+        lock_logbook(&logbook).tracer.line(
             now,
             "oracle",
             "violation",
@@ -380,7 +384,7 @@ pub(crate) async fn run(
         );
     }
     let turns = oracle::lock(&log).claimed.len() as u32;
-    let mut w = lock_watch(&watch);
+    let mut w = lock_logbook(&logbook);
     Finished {
         tracer: std::mem::take(&mut w.tracer),
         marks: std::mem::take(&mut w.marks),
@@ -441,8 +445,8 @@ fn apply(env: &Env, log: &Arc<Mutex<CallerLog>>, f: &Fault, now: u64) -> bool {
 mod tests {
     use std::path::Path;
 
+    use crate::runner::run_seed;
     use crate::scenario::Scenario;
-    use crate::world::run_seed;
 
     /// Seeds of `stack-basic` tried: about one in five ends with a launcher whose agent
     /// ignores stdin EOF.

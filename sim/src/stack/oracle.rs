@@ -42,8 +42,7 @@ use palisade_core::{ExecutionId, TurnId, TurnOutcome};
 use palisade_embed::SessionEvent;
 
 use super::env::{EnvState, ProcTruth};
-use crate::world::oracle::{blames_agent_exit, strip_blocks};
-use crate::world::{CaughtBy, Violation};
+use crate::oracle::{blames_agent_exit, strip_blocks, CaughtBy, Violation};
 
 /// What the caller of `palisade-supervise` got, over every incarnation.
 #[derive(Debug, Default)]

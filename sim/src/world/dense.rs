@@ -1,7 +1,8 @@
-//! [`IdMap`]: the world's tables keyed by small ids (execution ids, session numbers), as
+//! [`DenseMap`]: the world's tables keyed by small ids (execution ids, session numbers), as
 //! vectors indexed by id instead of B-trees. Within a seed the engine numbers executions
 //! 1, 2, 3, … and the scenario numbers sessions 1..=n, so a lookup is an index; iteration
-//! is in ascending key order, as the `BTreeMap`s these replace iterated.
+//! is in ascending key order, as the `BTreeMap`s these replace iterated. (The core's
+//! `palisade_core::idmap::IdMap` is another thing: a hash map with a fixed hasher.)
 
 use std::collections::BTreeMap;
 
@@ -11,40 +12,40 @@ use palisade_core::ExecutionId;
 /// the engine's to choose, and a far one must not make the world allocate for it.
 const DENSE_LIMIT: u64 = 1 << 16;
 
-/// A key of an [`IdMap`]: a copyable id with a position.
-pub(crate) trait Id: Copy + Ord {
+/// A key of a [`DenseMap`]: a copyable id with a position.
+pub(crate) trait DenseKey: Copy + Ord {
     /// The id's position (its number).
     fn index(self) -> u64;
 }
 
-impl Id for ExecutionId {
+impl DenseKey for ExecutionId {
     fn index(self) -> u64 {
         self.get()
     }
 }
 
-impl Id for u32 {
+impl DenseKey for u32 {
     fn index(self) -> u64 {
         u64::from(self)
     }
 }
 
 /// A map from ids to values, dense below [`DENSE_LIMIT`].
-pub(crate) struct IdMap<K, V> {
+pub(crate) struct DenseMap<K, V> {
     slots: Vec<Option<(K, V)>>,
     far: BTreeMap<K, V>,
 }
 
-impl<K: Id, V> Default for IdMap<K, V> {
+impl<K: DenseKey, V> Default for DenseMap<K, V> {
     fn default() -> Self {
-        IdMap {
+        DenseMap {
             slots: Vec::new(),
             far: BTreeMap::new(),
         }
     }
 }
 
-impl<K: Id, V> IdMap<K, V> {
+impl<K: DenseKey, V> DenseMap<K, V> {
     fn slot(key: K) -> Option<usize> {
         let i = key.index();
         (i < DENSE_LIMIT).then_some(i as usize)
@@ -122,11 +123,11 @@ mod tests {
         ExecutionId::new(n).expect("a nonzero id")
     }
 
-    /// The same operations on an `IdMap` and a `BTreeMap` give the same lookups and the
+    /// The same operations on a `DenseMap` and a `BTreeMap` give the same lookups and the
     /// same iteration order, near ids and far ones alike.
     #[test]
     fn behaves_as_an_ordered_map() {
-        let mut dense: IdMap<ExecutionId, u64> = IdMap::default();
+        let mut dense: DenseMap<ExecutionId, u64> = DenseMap::default();
         let mut tree: BTreeMap<ExecutionId, u64> = BTreeMap::new();
         let ids = [5, 1, DENSE_LIMIT + 3, 2, 5, DENSE_LIMIT, 9, u64::MAX, 1];
         for (n, id) in ids.into_iter().enumerate() {

@@ -5,7 +5,7 @@
 //! really got. It never reads the core's or the engine's view of themselves.
 //!
 //! Beside it, the engine's driver runs the shared [`palisade_core::audit::Checker`] (the
-//! reference model and the core's own invariants) after every core step; see `run.rs`.
+//! reference model and the core's own invariants) after every core step; see `crate::logbook`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
@@ -14,27 +14,13 @@ use memchr::memmem;
 use palisade_core::classify::AgentProfile;
 use palisade_core::{AttemptId, AttemptOutcome, ExecutionId, TurnId, TurnOutcome};
 use palisade_engine::replay::REPLAY_BLOCK_TAG;
-use palisade_engine::{EngineConfig, FailureCause, OutputEvent, SessionEvent};
+use palisade_engine::{EngineConfig, OutputEvent, SessionEvent};
 use palisade_reference::rule6;
 use palisade_testkit::agent_model::{Behaviour, LoadCapability, Seen, StreamEvent};
 use palisade_wire::jsonrpc::RpcError;
-use palisade_wire::{CloseReason, RpcFailure};
 
-use super::Violation;
-use crate::scenario::Scenario;
-
-/// Every coverage mark the world can record (rare interleavings worth seeing).
-pub const MARKS: &[&str] = &[
-    "cancel-after-provider-exit",
-    "queue-full-during-recovery",
-    "stale-callback-after-tombstone-eviction",
-    "lease-expired",
-    "restart-with-attempt-in-flight",
-    "duplicate-terminal-suppressed",
-    "kill-between-turns",
-    "late-answer-after-teardown",
-    "backpressure",
-];
+use crate::oracle::{blames_agent_exit, strip_blocks, Violation};
+use crate::scenario::Expect;
 
 /// Slack for a deadline judged by the environment: the core acts on a deadline when the
 /// embedder next wakes it, and the environment's messages take a few milliseconds.
@@ -45,7 +31,7 @@ pub(crate) fn v(invariant: &str, message: String, idx: u64) -> Violation {
         invariant: invariant.to_owned(),
         message,
         events: vec![idx],
-        by: super::CaughtBy::GroundTruth,
+        by: crate::oracle::CaughtBy::GroundTruth,
     }
 }
 
@@ -165,7 +151,7 @@ pub(crate) struct Oracle {
 }
 
 impl Oracle {
-    pub(crate) fn new(config: &EngineConfig, scenario: &Scenario) -> Oracle {
+    pub(crate) fn new(config: &EngineConfig, expect: &Expect) -> Oracle {
         Oracle {
             enabled: std::env::var_os("PALISADE_ORACLE").is_none_or(|v| v != "off"),
             procs: BTreeMap::new(),
@@ -182,8 +168,8 @@ impl Oracle {
             join_wait_ms: config.core.join_wait_ms,
             coalesce_events: config.coalescer.max_events,
             coalesce_bytes: config.coalescer.max_bytes,
-            fallback_allowed: scenario.expect.fallback_allowed,
-            responses_per_session: scenario.expect.responses_per_session,
+            fallback_allowed: expect.fallback_allowed,
+            responses_per_session: expect.responses_per_session,
             responses: BTreeMap::new(),
         }
     }
@@ -1089,28 +1075,6 @@ fn p_alive(procs: &BTreeMap<ExecutionId, ProcTruth>, exec: ExecutionId) -> bool 
     procs.get(&exec).is_some_and(|p| p.alive)
 }
 
-/// Whether a failure's cause says the agent's side of the connection ended: its process
-/// exited or its stdout closed while a request (or nothing) was in flight.
-pub(crate) fn blames_agent_exit(cause: &FailureCause) -> bool {
-    let ended = |f: &RpcFailure| {
-        matches!(
-            f,
-            RpcFailure::TransportClosed | RpcFailure::ProcessExited { .. }
-        )
-    };
-    match cause {
-        FailureCause::Initialize(f)
-        | FailureCause::NewSession(f)
-        | FailureCause::Load(f)
-        | FailureCause::Prompt(f) => ended(f),
-        FailureCause::Connection(r) => matches!(
-            r,
-            CloseReason::ProcessExited(_) | CloseReason::StdoutClosed | CloseReason::ReadFailed(_)
-        ),
-        _ => false,
-    }
-}
-
 /// Whether a turn's end names its cause.
 fn cause_given(event: &SessionEvent) -> bool {
     matches!(event, SessionEvent::TurnEnded { cause: Some(_), .. })
@@ -1123,18 +1087,6 @@ fn replay_delivered_through(text: &str) -> Option<u64> {
     let at = block.find(KEY)? + KEY.len();
     let rest = &block[at..];
     rest[..rest.find('"')?].parse().ok()
-}
-
-/// The text after every leading replay block.
-pub(crate) fn strip_blocks(text: &str) -> &str {
-    let mut rest = text;
-    while rest.starts_with(REPLAY_BLOCK_TAG) {
-        match rest.find("</palisade-resume>\n\n") {
-            Some(end) => rest = &rest[end + "</palisade-resume>\n\n".len()..],
-            None => break,
-        }
-    }
-    rest
 }
 
 /// The marker an agent put at the start of an event (its prompt's tag and index), read
@@ -1213,8 +1165,9 @@ mod tests {
     use super::*;
     use palisade_core::delivery::EventKind;
     use palisade_core::SessionId;
-    use palisade_engine::ConversationOrigin;
+    use palisade_engine::{ConversationOrigin, FailureCause};
     use palisade_wire::jsonrpc::RawJson;
+    use palisade_wire::RpcFailure;
 
     /// Every sequence of up to five of these pieces (keys, their fragments, quotes,
     /// escapes, markers, filler), about 100,000 inputs: the one-scan search finds the
@@ -1331,8 +1284,8 @@ mod tests {
         let scenario = crate::scenario::resolve_one("swarm")
             .expect("shipped")
             .scenario;
-        let config = super::super::setup::RunConfig::fixed(&scenario).engine();
-        let mut o = Oracle::new(&config, &scenario);
+        let config = crate::plan::setup::RunConfig::fixed(&scenario).engine();
+        let mut o = Oracle::new(&config, &scenario.expect);
         o.enabled = true;
         o.client_sent(7, turn(), TEXT, 1);
         o

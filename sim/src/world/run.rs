@@ -19,12 +19,10 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use palisade_core::audit::Checker;
-use palisade_core::driver::{Observer, Step};
+use palisade_core::driver::Observer;
 use palisade_core::mutants::Mutant;
 use palisade_core::{
-    AttemptId, Core, Effect, ExecutionId, RejectReason, SessionId, Timestamp, TurnId, TurnOutcome,
-    Verdict,
+    AttemptId, ExecutionId, RejectReason, SessionId, Timestamp, TurnId, TurnOutcome, Verdict,
 };
 use palisade_engine::{Action, Engine, EngineConfig, Op, Output, PromptError, SessionEvent};
 use palisade_testkit::agent_model::{
@@ -35,13 +33,15 @@ use palisade_wire::jsonrpc::encode_response;
 use palisade_wire::{AgentEvent, CloseReason, ProcessExit, RpcFailure};
 
 use super::agenda::Agenda;
-use super::agents::behaviour;
-use super::dense::IdMap;
+use super::dense::DenseMap;
 use super::oracle::Oracle;
-use super::plan::{chance, mix, pick, Fault, FaultKind, FaultPlan, LoadErrorClass, WorkloadCut};
-use super::setup::Environment;
-use super::trace::Tracer;
-use super::{CaughtBy, Checks, Violation};
+use crate::logbook::trace::Tracer;
+use crate::logbook::{lock, Finished, Logbook, Observe};
+use crate::mix::{chance, mix, pick};
+use crate::oracle::{CaughtBy, Violation};
+use crate::plan::agents::behaviour;
+use crate::plan::setup::Environment;
+use crate::plan::{Fault, FaultKind, FaultPlan, LoadErrorClass, WorkloadCut};
 use crate::scenario::Scenario;
 
 /// Prompts a client resends after a roll-back or failure.
@@ -193,128 +193,6 @@ struct Arms {
     late: Option<u64>,
 }
 
-/// What the engine's observer shares with the world: the trace, the shared checker (the
-/// core's reference model and its invariants: the core-belief checks, off under
-/// [`Checks::GroundTruth`]) and the coverage marks.
-#[derive(Debug)]
-pub(crate) struct Watch {
-    pub(crate) tracer: Tracer,
-    checker: Option<Checker>,
-    pub(crate) marks: BTreeMap<String, u64>,
-    pub(crate) now_ms: u64,
-    pub(crate) found: Option<Violation>,
-    /// The checker as it was when the state file was last written (the stack world).
-    durable: Option<Checker>,
-}
-
-impl Watch {
-    /// A watch for an engine configured with `config` (the stack world shares it).
-    pub(crate) fn shared(config: &EngineConfig, capture: bool) -> Arc<Mutex<Watch>> {
-        Arc::new(Mutex::new(Watch {
-            tracer: Tracer::new(capture),
-            checker: new_checker(config),
-            marks: BTreeMap::new(),
-            now_ms: 0,
-            found: None,
-            durable: None,
-        }))
-    }
-
-    /// The state file now holds the core as the checker last saw it.
-    pub(crate) fn checkpoint(&mut self) {
-        self.durable = self.checker.clone();
-    }
-
-    /// The engine restarts from the state file: the checker goes back to what it had seen
-    /// when that was written (the stack world's disk can lag behind the core: steps never
-    /// written never left the process, and are legitimately forgotten).
-    pub(crate) fn rewind_to_durable(&mut self, config: &EngineConfig) {
-        self.checker = self.durable.clone().or_else(|| new_checker(config));
-    }
-
-    pub(crate) fn mark(&mut self, name: &str) {
-        *self.marks.entry(name.to_owned()).or_insert(0) += 1;
-    }
-}
-
-/// The core's reference checker, unless the checks are ground truth only.
-fn new_checker(config: &EngineConfig) -> Option<Checker> {
-    (super::checks() == Checks::All).then(|| {
-        Checker::new(&config.core)
-            .enabled(std::env::var_os("PALISADE_ORACLE").is_none_or(|v| v != "off"))
-    })
-}
-
-/// The engine's observer: every core step goes into the trace and through the checker.
-pub(crate) struct Observe(pub(crate) Arc<Mutex<Watch>>);
-
-pub(crate) fn lock(watch: &Arc<Mutex<Watch>>) -> MutexGuard<'_, Watch> {
-    watch
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-impl Observer for Observe {
-    fn observe(&mut self, now: Timestamp, core: &Core, step: Step<'_>, effects: &[Effect]) {
-        let mut w = lock(&self.0);
-        let t = w.now_ms;
-        let idx = match step {
-            Step::Input { input, verdict, .. } => {
-                match verdict {
-                    Verdict::Reject(RejectReason::AttemptEvicted) => {
-                        w.mark("stale-callback-after-tombstone-eviction")
-                    }
-                    Verdict::Reject(RejectReason::LeaseExpired) => w.mark("lease-expired"),
-                    Verdict::Reject(RejectReason::WrongTurn)
-                        if matches!(
-                            input,
-                            palisade_core::Input::Callback(cb) if matches!(
-                                cb.event,
-                                palisade_core::RuntimeEvent::PromptCompleted { .. }
-                                    | palisade_core::RuntimeEvent::PromptFailed { .. }
-                            )
-                        ) =>
-                    {
-                        w.mark("duplicate-terminal-suppressed")
-                    }
-                    _ => {}
-                }
-                w.tracer.input(t, "engine", input, verdict)
-            }
-            Step::Timeout { .. } if effects.is_empty() => {
-                if let Some(checker) = w.checker.as_mut() {
-                    checker.observe(now, core, step, effects);
-                }
-                return;
-            }
-            Step::Timeout { .. } => w.tracer.line(t, "core", "timeout", &[]),
-            Step::Restored => w.tracer.line(t, "core", "restored", &[]),
-        };
-        for e in effects {
-            w.tracer.effect(t, e);
-        }
-        let Some(checker) = w.checker.as_mut() else {
-            return;
-        };
-        checker.observe(now, core, step, effects);
-        if let Some(found) = checker.take_found() {
-            if w.found.is_none() {
-                let by = if found.violation.detail.starts_with("core invariant:") {
-                    CaughtBy::CoreInvariant
-                } else {
-                    CaughtBy::CoreModel
-                };
-                w.found = Some(Violation {
-                    invariant: found.violation.rule.to_owned(),
-                    message: format!("{} (after {})", found.violation.detail, found.after),
-                    events: vec![idx],
-                    by,
-                });
-            }
-        }
-    }
-}
-
 /// The world of one seed.
 pub(crate) struct World {
     scenario: std::rc::Rc<Scenario>,
@@ -327,7 +205,7 @@ pub(crate) struct World {
     now: u64,
     config: EngineConfig,
     engine: Held,
-    watch: Arc<Mutex<Watch>>,
+    logbook: Arc<Mutex<Logbook>>,
     skew_ms: i64,
     /// The latest engine time so far.
     mono: Timestamp,
@@ -335,11 +213,11 @@ pub(crate) struct World {
     /// What an agent received, between its model and the oracle (kept to reuse its room).
     received: Vec<Seen>,
     /// Boxed: a process is large, and the table grows by doubling.
-    procs: IdMap<ExecutionId, Box<Proc>>,
+    procs: DenseMap<ExecutionId, Box<Proc>>,
     store: MemoryStore,
     oracle: Oracle,
-    clients: IdMap<u32, Client>,
-    arms: IdMap<u32, Arms>,
+    clients: DenseMap<u32, Client>,
+    arms: DenseMap<u32, Arms>,
     /// Agents whose stdout waits for the engine to take more.
     blocked: BTreeSet<ExecutionId>,
     /// The caller takes no events before this (a caller that stops reading).
@@ -412,20 +290,20 @@ impl World {
         mix(self.seed, a, b, c)
     }
 
-    fn watch(&self) -> MutexGuard<'_, Watch> {
-        let mut w = lock(&self.watch);
+    fn logbook(&self) -> MutexGuard<'_, Logbook> {
+        let mut w = lock(&self.logbook);
         w.now_ms = self.now;
         w
     }
 
     fn note(&self, actor: &str, kind: &str, fields: &[(&'static str, u64)]) -> u64 {
-        self.watch().tracer.note(self.now, actor, kind, fields)
+        self.logbook().tracer.note(self.now, actor, kind, fields)
     }
 
     fn violate(&mut self, v: Violation) {
         if self.violation.is_none() {
             let now = self.now;
-            self.watch().tracer.line(
+            self.logbook().tracer.line(
                 now,
                 "oracle",
                 "violation",
@@ -503,7 +381,7 @@ impl World {
                 self.post(self.now, Ev::Readable { exec });
             }
         }
-        let found = lock(&self.watch).found.take();
+        let found = lock(&self.logbook).found.take();
         if let Some(v) = found {
             self.violate(v);
         }
@@ -516,7 +394,13 @@ impl World {
         self.next_pid += 1;
         let pid = self.next_pid;
         let s = session.get() as u32;
-        let behaviour = behaviour(&self.scenario, self.env.as_ref(), self.seed, u64::from(pid));
+        let behaviour = behaviour(
+            &self.scenario.workload,
+            &self.scenario.expect,
+            self.env.as_ref(),
+            self.seed,
+            u64::from(pid),
+        );
         let execution = self
             .engine
             .get_mut()
@@ -621,7 +505,7 @@ impl World {
                             let text = params.prompt_text().unwrap_or_default();
                             // The engine writes it as it performs the dispatch: the
                             // trace's last line is that `perform`.
-                            let idx = (lock(&self.watch).tracer.len() as u64).saturating_sub(1);
+                            let idx = (lock(&self.logbook).tracer.len() as u64).saturating_sub(1);
                             if let Err(v) = self.oracle.prompt_sent(text, idx) {
                                 self.violation.get_or_insert(v);
                             }
@@ -792,7 +676,7 @@ impl World {
             };
             let exit_after_answer = p.exit_after_answer;
             if dies_now && exit_after_answer {
-                lock(&self.watch).mark("kill-between-turns");
+                lock(&self.logbook).mark("kill-between-turns");
             }
             if let Some(note) = note {
                 // A stream event shows in the trace as the core's stream input; an answer
@@ -916,14 +800,14 @@ impl World {
                 }
                 Next::Blocked(session) => {
                     self.blocked.insert(exec);
-                    lock(&self.watch).mark("backpressure");
+                    lock(&self.logbook).mark("backpressure");
                     let recovering = self
                         .oracle
                         .turns
                         .values()
                         .any(|t| t.session == session && t.recoveries > 0 && t.ended.is_none());
                     if recovering {
-                        lock(&self.watch).mark("queue-full-during-recovery");
+                        lock(&self.logbook).mark("queue-full-during-recovery");
                     }
                     return;
                 }
@@ -947,7 +831,7 @@ impl World {
                                 event,
                                 AgentEvent::Anomaly(palisade_embed::Anomaly::LateResponse { .. })
                             ) {
-                                lock(&self.watch).mark("late-answer-after-teardown");
+                                lock(&self.logbook).mark("late-answer-after-teardown");
                             }
                             self.engine.get_mut().agent_event(ts, exec, event);
                             if let Some(reason) = closes {
@@ -1051,7 +935,7 @@ impl World {
 
     fn client_event(&mut self, event: SessionEvent) {
         let now = self.now;
-        let idx = self.watch().tracer.client(now, &event);
+        let idx = self.logbook().tracer.client(now, &event);
         let r = self.oracle.client_got(&event, idx);
         self.checked(r);
         if let SessionEvent::TurnEnded {
@@ -1116,7 +1000,7 @@ impl World {
         let sid = SessionId::new(u64::from(session)).expect("sessions start at 1");
         let ts = self.ts();
         // The prompt's first trace line is the core's `prompt` input.
-        let line = self.watch().tracer.len() as u64;
+        let line = self.logbook().tracer.len() as u64;
         match self.engine.get_mut().prompt(ts, sid, text.clone()) {
             Ok(turn) => {
                 if let Some(c) = self.clients.get_mut(&session) {
@@ -1147,7 +1031,7 @@ impl World {
         };
         let text = format!("s{session}.step{n}: run the tests");
         let ts = self.ts();
-        let line = self.watch().tracer.len() as u64;
+        let line = self.logbook().tracer.len() as u64;
         match self.engine.get_mut().prompt(ts, sid, text.clone()) {
             Ok(turn) => self.oracle.client_sent(session, turn, &text, line),
             Err(PromptError::Rejected(RejectReason::SessionBusy))
@@ -1200,7 +1084,7 @@ impl World {
     fn fault(&mut self, f: Fault) {
         let now = self.now;
         let s = f.session;
-        self.watch().tracer.fault(now, &f);
+        self.logbook().tracer.fault(now, &f);
         match f.kind {
             FaultKind::Prompt => self.extra_prompt(s, f),
             FaultKind::Resume | FaultKind::Retry => self.resume(s),
@@ -1212,7 +1096,7 @@ impl World {
                     .values()
                     .any(|t| t.session == s && t.ended.is_none() && t.recoveries > 0)
                 {
-                    lock(&self.watch).mark("cancel-after-provider-exit");
+                    lock(&self.logbook).mark("cancel-after-provider-exit");
                 }
                 self.oracle.client_cancelled(s);
                 let ts = self.ts();
@@ -1282,7 +1166,7 @@ impl World {
             .values()
             .any(|p| p.alive && !p.orphaned && p.model.prompting());
         if in_flight {
-            lock(&self.watch).mark("restart-with-attempt-in-flight");
+            lock(&self.logbook).mark("restart-with-attempt-in-flight");
         }
         let execs: Vec<ExecutionId> = self.procs.keys().collect();
         for exec in execs {
@@ -1303,7 +1187,7 @@ impl World {
         }
         self.blocked.clear();
         let restart = self.note("env", "crash_restart", &[]);
-        let observer: Box<dyn Observer + Send> = Box::new(Observe(self.watch.clone()));
+        let observer: Box<dyn Observer + Send> = Box::new(Observe(self.logbook.clone()));
         match Engine::restore_observed(self.config.clone(), &bytes, ts, Some(observer)) {
             Ok(mut engine) => {
                 engine.set_mutant(self.mutant);
@@ -1419,14 +1303,6 @@ impl World {
     }
 }
 
-/// What a finished seed leaves behind.
-pub(crate) struct Finished {
-    pub(crate) tracer: Tracer,
-    pub(crate) marks: BTreeMap<String, u64>,
-    pub(crate) turns: u32,
-    pub(crate) violation: Option<Violation>,
-}
-
 /// Runs one seed inside the current madsim runtime.
 pub(crate) async fn run(
     scenario: std::rc::Rc<Scenario>,
@@ -1437,7 +1313,7 @@ pub(crate) async fn run(
 ) -> Finished {
     // The seed's own configuration (swarm over configuration), else the scenario's.
     let config = plan.run_config(&scenario).engine();
-    let watch = Watch::shared(&config, capture);
+    let logbook = Logbook::shared(&config, capture);
     let mut engine = match Engine::new(config.clone()) {
         Ok(engine) => engine,
         Err(e) => {
@@ -1458,13 +1334,13 @@ pub(crate) async fn run(
         }
     };
     engine.set_mutant(mutant);
-    engine.set_observer(Box::new(Observe(watch.clone())));
+    engine.set_observer(Box::new(Observe(logbook.clone())));
     let window = scenario.limits.fault_window_ms;
     let end = window + scenario.limits.quiesce_ms;
     let clock = madsim::time::TimeHandle::current();
     let start_elapsed = clock.elapsed();
     let start = madsim::time::Instant::now();
-    let oracle = Oracle::new(&config, &scenario);
+    let oracle = Oracle::new(&config, &scenario.expect);
     let mut world = World {
         scenario: scenario.clone(),
         seed,
@@ -1475,16 +1351,16 @@ pub(crate) async fn run(
         now: 0,
         config,
         engine: Held::new(engine),
-        watch: watch.clone(),
+        logbook: logbook.clone(),
         skew_ms: 0,
         mono: Timestamp::ZERO,
         agenda: Agenda::new(),
         received: Vec::new(),
-        procs: IdMap::default(),
+        procs: DenseMap::default(),
         store: MemoryStore::default(),
         oracle,
-        clients: IdMap::default(),
-        arms: IdMap::default(),
+        clients: DenseMap::default(),
+        arms: DenseMap::default(),
         blocked: BTreeSet::new(),
         caller_stall_until: 0,
         next_pid: 1000,
@@ -1501,7 +1377,7 @@ pub(crate) async fn run(
         // What the seed drew besides its faults, at the head of its trace.
         let config = serde_json::to_string(&plan.config).unwrap_or_default();
         let env = serde_json::to_string(&plan.environment).unwrap_or_default();
-        lock(&watch).tracer.line(
+        lock(&logbook).tracer.line(
             0,
             "world",
             "setup",
@@ -1554,7 +1430,7 @@ pub(crate) async fn run(
             }
             engine_at = world.engine.poll_timeout().flatten();
         }
-        let events = lock(&watch).tracer.len() as u64;
+        let events = lock(&logbook).tracer.len() as u64;
         if events > max_events {
             world.violate(Violation {
                 invariant: "livelock".into(),
@@ -1598,7 +1474,7 @@ pub(crate) async fn run(
     let turns = world.oracle.turns_claimed;
     let violation = world.violation.take();
     drop(world);
-    let mut w = lock(&watch);
+    let mut w = lock(&logbook);
     Finished {
         tracer: std::mem::take(&mut w.tracer),
         marks: std::mem::take(&mut w.marks),

@@ -44,6 +44,7 @@
 //! | `exit-code` | code (3) | `Script::exit_code`; shell | exit code for `exit-after-chunks` and `misbehave exit` |
 //! | `exit-after-prompts` | count (never) | `Script::exit_after_prompts` | exit with code 0 right after answering this many prompts (an agent that goes away between turns) |
 //! | `prompt-mode` | `answer` `hang` `hold` (`answer`) | `Script::prompt_end` | after the chunks: answer `end_turn`; never answer (cancel ignored); or wait for `session/cancel` |
+//! | `protocol-version` | 0..=65535 (1) | `Script::protocol_version` | the `protocolVersion` of the `initialize` answer (an agent that speaks another ACP version) |
 //! | `misbehave` | `none` `garbage` `close-stdout` `unknown-ids` `never-answer` `exit` (`none`) | shell | instead of answering a request: write a garbage line; close stdout and stay alive; answer with an id we never got; stay silent; exit (the model never sees the request) |
 //! | `misbehave-on` | method or `*` (`*`) | shell | which requests `misbehave` applies to |
 //! | `log` | path (none) | shell | append one JSON line per received message, per answered prompt and per exit, for ground truth |
@@ -75,9 +76,11 @@
 //! [`UnknownSession`]: palisade_testkit::agent_model::UnknownSession
 //! [`UnknownSession::error`]: palisade_testkit::agent_model::UnknownSession::error
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
@@ -113,6 +116,7 @@ const OPTIONS: &[&str] = &[
     "exit-code",
     "exit-after-prompts",
     "prompt-mode",
+    "protocol-version",
     "misbehave",
     "misbehave-on",
     "log",
@@ -161,7 +165,7 @@ struct Options {
     exit_code: u8,
     misbehave: Misbehave,
     misbehave_on: String,
-    log: Option<String>,
+    log: Option<PathBuf>,
     launcher: Launcher,
     ignore_sigterm: bool,
     /// Internal (set by a `setsid` launcher): call `setsid` first.
@@ -178,40 +182,70 @@ fn base_behaviour() -> Behaviour {
     }
 }
 
-fn parse_options(args: &[String]) -> Result<Options, String> {
-    let mut values: HashMap<&str, String> = HashMap::new();
-    for name in OPTIONS {
-        let key = format!(
-            "PALISADE_TEST_AGENT_{}",
-            name.to_uppercase().replace('-', "_")
-        );
-        if let Ok(value) = std::env::var(&key) {
-            values.insert(name, value);
-        }
-    }
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        let Some(flag) = arg.strip_prefix("--") else {
-            return Err(format!("unexpected argument {arg:?}"));
-        };
-        let (name, inline_value) = match flag.split_once('=') {
-            Some((name, value)) => (name, Some(value.to_owned())),
-            None => (flag, None),
-        };
-        let name = OPTIONS
-            .iter()
-            .find(|known| **known == name)
-            .ok_or_else(|| format!("unknown option --{name}"))?;
-        let value = match inline_value {
-            Some(value) => value,
-            None => rest
-                .next()
-                .cloned()
-                .ok_or_else(|| format!("--{name} needs a value"))?,
-        };
-        values.insert(name, value);
-    }
+/// The program's name, before every message it prints.
+const PROGRAM: &str = "palisade-test-agent";
 
+/// The command line: every option of [`OPTIONS`] takes a value, from the argument or
+/// from its variable (`PALISADE_TEST_AGENT_<NAME>`); a repeated option's last value wins
+/// (a launcher appends `--launcher none` to its own arguments).
+fn command() -> clap::Command {
+    let mut command = clap::Command::new(PROGRAM)
+        .about("A real ACP v1 agent over stdio, scripted by its options (see its crate docs).")
+        .args_override_self(true);
+    for name in OPTIONS {
+        let arg = clap::Arg::new(*name)
+            .long(*name)
+            .value_name("VALUE")
+            .allow_hyphen_values(true)
+            .env(format!(
+                "PALISADE_TEST_AGENT_{}",
+                name.to_uppercase().replace('-', "_")
+            ));
+        // A path need not be UTF-8; every other value is text.
+        command = command.arg(if *name == "log" {
+            arg.value_parser(clap::value_parser!(PathBuf))
+        } else {
+            arg.value_parser(clap::value_parser!(String))
+        });
+    }
+    command
+}
+
+/// Parses the arguments (without the program name); `Err` is clap's, for [`usage_exit`].
+fn parse_options(args: &[OsString]) -> Result<Options, clap::Error> {
+    let matches = command().try_get_matches_from(
+        std::iter::once(OsString::from(PROGRAM)).chain(args.iter().cloned()),
+    )?;
+    let values: BTreeMap<&str, String> = OPTIONS
+        .iter()
+        .filter(|name| **name != "log")
+        .filter_map(|name| Some((*name, matches.get_one::<String>(name)?.clone())))
+        .collect();
+    let log = matches.get_one::<PathBuf>("log").cloned();
+    script_options(&values, log)
+        .map_err(|message| command().error(clap::error::ErrorKind::ValueValidation, message))
+}
+
+/// Prints what clap refused (or the help it was asked for); the exit code: 0 for the help
+/// (on stdout), 2 for bad usage (on stderr, after the program's name).
+fn usage_exit(error: &clap::Error) -> ExitCode {
+    let text = error.render().to_string();
+    if error.kind() == clap::error::ErrorKind::DisplayHelp {
+        print!("{text}");
+        return ExitCode::SUCCESS;
+    }
+    eprint!(
+        "{PROGRAM}: {}",
+        text.strip_prefix("error: ").unwrap_or(&text)
+    );
+    ExitCode::from(2)
+}
+
+/// The options `values` (by name) and `log` stand for.
+fn script_options(
+    values: &BTreeMap<&str, String>,
+    log: Option<PathBuf>,
+) -> Result<Options, String> {
     let number = |name: &str, default: u64| -> Result<u64, String> {
         values.get(name).map_or(Ok(default), |v| {
             v.parse()
@@ -297,6 +331,9 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
         .transpose()?;
     script.exit_code = i32::from(exit_code);
     script.exit_after_prompts = optional("exit-after-prompts")?;
+    script.protocol_version = optional("protocol-version")?
+        .map(|v| u16::try_from(v).map_err(|_| "--protocol-version: must be 0..=65535".to_owned()))
+        .transpose()?;
     script.prompt_end = match text("prompt-mode").as_deref() {
         None | Some("answer") => PromptEnd::Answer,
         Some("hang") => PromptEnd::Hang,
@@ -320,7 +357,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
             Some(other) => return Err(format!("--misbehave: unknown value {other:?}")),
         },
         misbehave_on: text("misbehave-on").unwrap_or_else(|| "*".to_owned()),
-        log: text("log"),
+        log,
         launcher: match text("launcher").as_deref() {
             None | Some("none") => Launcher::None,
             Some("spawn") => Launcher::Spawn,
@@ -343,7 +380,7 @@ fn flag(value: Option<String>, name: &str) -> Result<bool, String> {
 
 /// Appends one line to the log, if there is one (best effort: a test fails on what is
 /// missing).
-fn log_line(path: Option<&str>, entry: &Value) {
+fn log_line(path: Option<&Path>, entry: &Value) {
     if let Some(path) = path {
         if let Ok(mut file) = OpenOptions::new().create(true).append(true).open(path) {
             let _ = file.write_all(format!("{entry}\n").as_bytes());
@@ -353,7 +390,7 @@ fn log_line(path: Option<&str>, entry: &Value) {
 
 /// Runs as a launcher: starts the agent (this program, `--launcher none`) with this
 /// process's stdio, as a child it waits for, or through an intermediate that exits at once.
-fn launch(script: &Options, args: &[String]) -> ExitCode {
+fn launch(script: &Options, args: &[OsString]) -> ExitCode {
     log_line(
         script.log.as_deref(),
         &json!({"event": "start", "role": "launcher", "pid": std::process::id()}),
@@ -361,7 +398,7 @@ fn launch(script: &Options, args: &[String]) -> ExitCode {
     let Ok(exe) = std::env::current_exe() else {
         return ExitCode::from(4);
     };
-    let mut agent_args: Vec<String> = args.to_vec();
+    let mut agent_args: Vec<OsString> = args.to_vec();
     agent_args.extend(["--launcher".into(), "none".into()]);
     if script.launcher == Launcher::Setsid {
         agent_args.extend(["--setsid".into(), "true".into()]);
@@ -392,7 +429,7 @@ fn launch(script: &Options, args: &[String]) -> ExitCode {
 }
 
 /// The intermediate of a double fork: starts the agent and exits at once.
-fn fork_mode(args: &[String]) -> ExitCode {
+fn fork_mode(args: &[OsString]) -> ExitCode {
     let log = parse_options(args).ok().and_then(|options| options.log);
     log_line(
         log.as_deref(),
@@ -408,7 +445,7 @@ fn fork_mode(args: &[String]) -> ExitCode {
 }
 
 /// Catches SIGTERM for the rest of the process's life: only SIGKILL ends it.
-fn ignore_sigterm(log: Option<String>) {
+fn ignore_sigterm(log: Option<PathBuf>) {
     let (ready_tx, ready) = mpsc::channel();
     thread::spawn(move || {
         let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
@@ -655,19 +692,17 @@ fn read_stdin(lines: &mpsc::SyncSender<Input>) {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some(SLEEP_MODE) {
+    // `args_os`: an argument that is not UTF-8 is refused by the parser, by name.
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    if args.first().is_some_and(|a| a == SLEEP_MODE) {
         return stdout_closed_mode();
     }
-    if args.first().map(String::as_str) == Some(FORK_MODE) {
+    if args.first().is_some_and(|a| a == FORK_MODE) {
         return fork_mode(&args[1..]);
     }
     let options = match parse_options(&args) {
         Ok(options) => options,
-        Err(message) => {
-            eprintln!("palisade-test-agent: {message}");
-            return ExitCode::from(2);
-        }
+        Err(error) => return usage_exit(&error),
     };
     if options.setsid {
         // Leaves the launcher's process group and session, as a daemon does.
@@ -684,7 +719,7 @@ fn main() -> ExitCode {
         Some(path) => match OpenOptions::new().create(true).append(true).open(path) {
             Ok(file) => Some(file),
             Err(error) => {
-                eprintln!("palisade-test-agent: cannot open log {path}: {error}");
+                eprintln!("{PROGRAM}: cannot open log {}: {error}", path.display());
                 return ExitCode::from(2);
             }
         },

@@ -1,27 +1,13 @@
 //! Which real agent a scenario's runtimes imitate: the behaviour each simulated agent
 //! process gets (from `palisade_testkit::agent_model`, the model `palisade-test-agent`
-//! runs on real stdio), and the core profile a service would configure for it.
+//! runs on real stdio). The core profile a service would configure for it is part of the
+//! configuration (`setup::profile`).
 
-use palisade_core::classify::AgentProfile;
 use palisade_testkit::agent_model::{Behaviour, LoadCapability, UnknownSession};
 
-use super::plan::{chance, mix, pick};
 use super::setup::Environment;
-use crate::scenario::{Agent, Scenario};
-
-/// The core profile a service would configure for `agent`.
-pub(crate) fn profile(agent: Agent) -> AgentProfile {
-    match agent {
-        Agent::ClaudeAgentAcp => AgentProfile::ClaudeAgentAcp,
-        Agent::ClaudeCodeAcp => AgentProfile::ClaudeCodeAcp,
-        Agent::CodexAcp => AgentProfile::CodexAcpRust,
-        Agent::CodexAcpTs => AgentProfile::CodexAcpTs,
-        Agent::GeminiCli => AgentProfile::GeminiCli,
-        Agent::Goose => AgentProfile::Goose,
-        Agent::Opencode => AgentProfile::Opencode,
-        Agent::NoLoad => AgentProfile::Generic,
-    }
-}
+use crate::mix::{chance, mix, pick};
+use crate::scenario::{Agent, Expect, Workload};
 
 /// How the real `agent` answers `session/load` of a session it does not have.
 pub(crate) fn unknown_session(agent: Agent) -> UnknownSession {
@@ -37,16 +23,18 @@ pub(crate) fn unknown_session(agent: Agent) -> UnknownSession {
     }
 }
 
-/// The behaviour of one agent process of a scenario, keyed by the seed and the process
-/// (so removing a fault does not change another process's behaviour); `env` is the
-/// seed's drawn environment (swarm over the environment), if it drew one.
+/// The behaviour of one agent process of a scenario (its `workload` and `expect`), keyed by
+/// the seed and the process (so removing a fault does not change another process's
+/// behaviour); `env` is the seed's drawn environment (swarm over the environment), if it
+/// drew one.
 pub(crate) fn behaviour(
-    scenario: &Scenario,
+    workload: &Workload,
+    expect: &Expect,
     env: Option<&Environment>,
     seed: u64,
     process: u64,
 ) -> Behaviour {
-    let w = &scenario.workload;
+    let w = workload;
     let key = |salt: u64| mix(seed, process, salt, 0x0a6e);
     let agent = env.map_or(w.agent, |e| e.agent);
     // What every real agent of the table does: none exits on stdin EOF; the rest is drawn
@@ -66,7 +54,7 @@ pub(crate) fn behaviour(
         // subprocess closes before the first answer (issue 13). Only where a fallback is
         // allowed: elsewhere every load of an existing session must succeed.
         resume_flake_per_mille: if agent == Agent::ClaudeAgentAcp
-            && scenario.expect.fallback_allowed
+            && expect.fallback_allowed
             && chance(key(10), 0.5)
         {
             250

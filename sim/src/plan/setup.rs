@@ -19,6 +19,8 @@
 //! minimisation moves them back toward the scenario's own ([`RunConfig::fixed`],
 //! [`Environment::fixed`]) one field at a time. A plan without them (every plan of a
 //! scenario that does not opt in, and every older failure file) runs the scenario's own.
+//! The bursts, load failures and tombstone storms are the plan's faults, fitted to what was
+//! drawn here when the plan is drawn ([`super::draw`]).
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -31,16 +33,14 @@ use palisade_core::delivery::{
 };
 use palisade_core::Config;
 use palisade_engine::EngineConfig;
-use palisade_testkit::agent_model::LoadAnswer;
 
-use super::agents::profile;
-use super::plan::{mix, Fault, FaultKind, FaultPlan, LoadErrorClass, PlanError};
+use super::error::PlanError;
 use crate::scenario::{Agent, Bounds, Scenario};
 
 /// Salt of the setup stream, apart from the fault plan's.
 const SETUP_SALT: u64 = 0x5e70_c0f1_6000_0001;
 /// Salt of the per-burst and per-load keys.
-const FIT_SALT: u64 = 0x5e70_c0f1_6000_0002;
+pub(crate) const FIT_SALT: u64 = 0x5e70_c0f1_6000_0002;
 /// Salt of the runtime-reuse draw (its own stream: every other draw stays as it was).
 const REUSE_SALT: u64 = 0x5e70_c0f1_6000_0003;
 
@@ -53,11 +53,6 @@ const DRAWN_SPAWN_DELAY_MS: Bounds<u64> = Bounds::new(1, 400);
 pub(crate) const ENGINE_REQUEST_TIMEOUT_MS: u64 = 5_000;
 /// The grace a stopping agent gets to exit after its stdin closes.
 pub(crate) const STOP_GRACE_MS: u64 = 500;
-
-/// Attempts a tombstone storm starts on one session: past the 16-tombstone ring
-/// (`palisade_core::TOMBSTONES_PER_SESSION`), so the first ones are evicted.
-const TOMBSTONE_STORM: Bounds<u32> = Bounds::new(17, 24);
-const _: () = assert!(TOMBSTONE_STORM.lo as usize > palisade_core::TOMBSTONES_PER_SESSION);
 
 /// The configuration one run uses: the core's `Config` and the engine's delivery knobs.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -158,7 +153,11 @@ impl RunConfig {
         };
         if let Err(e) = self.core().validate() {
             let field = match e {
-                palisade_core::ConfigError::TooManyRecoverySteps(_) => "recovery_delays_ms",
+                palisade_core::ConfigError::TooManyRecoverySteps(_)
+                | palisade_core::ConfigError::RecoveryDelayTooLong { .. }
+                | palisade_core::ConfigError::RecoveryScheduleTooLong { .. } => {
+                    "recovery_delays_ms"
+                }
                 palisade_core::ConfigError::ZeroDeadline(name) => name,
             };
             return bad(field, format!("the core refuses it: {e}"));
@@ -386,6 +385,20 @@ impl Environment {
     }
 }
 
+/// The core profile a service would configure for `agent`.
+pub(crate) fn profile(agent: Agent) -> AgentProfile {
+    match agent {
+        Agent::ClaudeAgentAcp => AgentProfile::ClaudeAgentAcp,
+        Agent::ClaudeCodeAcp => AgentProfile::ClaudeCodeAcp,
+        Agent::CodexAcp => AgentProfile::CodexAcpRust,
+        Agent::CodexAcpTs => AgentProfile::CodexAcpTs,
+        Agent::GeminiCli => AgentProfile::GeminiCli,
+        Agent::Goose => AgentProfile::Goose,
+        Agent::Opencode => AgentProfile::Opencode,
+        Agent::NoLoad => AgentProfile::Generic,
+    }
+}
+
 /// A value of `b`, log-uniform (a power-of-two band first, then a value in it), so tight
 /// values are drawn as often as loose ones; integers only, so the draw is the same on
 /// every platform.
@@ -467,7 +480,7 @@ pub fn draw_config(scenario: &Scenario, seed: u64, agent: Agent) -> RunConfig {
 }
 
 /// The agent `seed`'s runtimes are (the scenario opted in with `[environment] swarm`).
-fn draw_agent(seed: u64) -> Agent {
+pub(crate) fn draw_agent(seed: u64) -> Agent {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ SETUP_SALT ^ FIT_SALT);
     Agent::ALL[rng.gen_range(0..Agent::ALL.len())]
 }
@@ -546,121 +559,6 @@ pub fn draw_environment(scenario: &Scenario, seed: u64, config: &RunConfig) -> E
     }
 }
 
-/// The configuration and environment `seed` runs with, put into its plan, and the plan's
-/// faults fitted to them: bursts sized at the drawn queue's and coalescer's caps, loads of
-/// a session the agent has failed with any answer of the catalogue, and (one seed in four)
-/// a tombstone storm on one session.
-pub fn draw_into(scenario: &Scenario, seed: u64, plan: &mut FaultPlan) {
-    if !scenario.config.swarm && !scenario.environment.swarm {
-        return;
-    }
-    let agent = if scenario.environment.swarm {
-        draw_agent(seed)
-    } else {
-        scenario.workload.agent
-    };
-    let config = if scenario.config.swarm {
-        draw_config(scenario, seed, agent)
-    } else {
-        RunConfig::fixed(scenario)
-    };
-    if scenario.environment.swarm {
-        let env = draw_environment(scenario, seed, &config);
-        fit_faults(scenario, seed, &config, plan);
-        plan.environment = Some(env);
-        fit_memory(scenario, plan);
-    }
-    if scenario.config.swarm {
-        plan.config = Some(config);
-    }
-}
-
-/// Brings a drawn plan within the memory budget ([`crate::memory`]), should its drawn
-/// stream and bursts hold more together than a seed may: bursts first come down to the
-/// most events a prompt of the scenario or of the drawn stream writes (the scenario's own
-/// were checked with its own sizes), then the drawn events' size to the largest that fits.
-/// Deterministic, and nothing changes for a plan that fits (every `swarm` plan does:
-/// `swarm_draws_fit_the_memory_budget_as_drawn`).
-fn fit_memory(scenario: &Scenario, plan: &mut FaultPlan) {
-    if plan.memory(scenario).0.fits() {
-        return;
-    }
-    let stream = plan
-        .environment
-        .as_ref()
-        .map_or(0, |e| u64::from(e.events_per_prompt.hi));
-    let most = scenario.memory().events_per_prompt.max(stream);
-    for f in &mut plan.faults {
-        if let FaultKind::Burst { count } = &mut f.kind {
-            *count = (*count).min(u32::try_from(most).unwrap_or(u32::MAX));
-        }
-    }
-    let (memory, _, _) = plan.memory(scenario);
-    let fitting = memory
-        .largest_fitting_event_bytes()
-        .expect("the scenario's own counts fit with empty events, and so do the drawn ones");
-    let fitting = u32::try_from(fitting).unwrap_or(u32::MAX);
-    let capped = |b: Bounds<u32>| Bounds::new(b.lo.min(fitting), b.hi.min(fitting));
-    if let Some(env) = plan.environment.as_mut() {
-        env.event_bytes = capped(env.event_bytes);
-        env.wire_bytes = env.wire_bytes.map(capped);
-    }
-    debug_assert!(plan.memory(scenario).0.fits(), "{plan:?}");
-}
-
-fn fit_faults(scenario: &Scenario, seed: u64, config: &RunConfig, plan: &mut FaultPlan) {
-    let queue = config.queue_capacity;
-    let events = config.coalesce_events;
-    let existing: Vec<LoadAnswer> = LoadAnswer::for_existing_session().collect();
-    for (k, f) in plan.faults.iter_mut().enumerate() {
-        let key = mix(seed, k as u64, FIT_SALT, 1);
-        match &mut f.kind {
-            FaultKind::Burst { count } => {
-                let choices = [
-                    queue.saturating_sub(1),
-                    queue,
-                    queue + 1,
-                    events.saturating_sub(1),
-                    events,
-                    events + 1,
-                    *count,
-                ];
-                *count = choices[(key % choices.len() as u64) as usize]
-                    .clamp(1, crate::scenario::MAX_BURST);
-            }
-            FaultKind::LoadError { class } if *class != LoadErrorClass::UnknownSession => {
-                *class = LoadErrorClass::Answer(existing[(key % existing.len() as u64) as usize]);
-            }
-            _ => {}
-        }
-    }
-    // Tombstone pressure: one session cancels and retries past the tombstone ring.
-    let key = mix(seed, 0, FIT_SALT, 2);
-    if scenario.faults.cancel.hi > 0.0 && key.is_multiple_of(4) {
-        let session =
-            1 + (mix(seed, 1, FIT_SALT, 2) % u64::from(scenario.workload.sessions)) as u32;
-        let n = u64::from(TOMBSTONE_STORM.lo)
-            + mix(seed, 2, FIT_SALT, 2) % u64::from(TOMBSTONE_STORM.hi - TOMBSTONE_STORM.lo + 1);
-        let window = scenario.limits.fault_window_ms.max(1);
-        let start = mix(seed, 3, FIT_SALT, 2) % (window / 2).max(1);
-        let step = ((window - start) / (2 * n + 1)).max(1);
-        for i in 0..n {
-            let at = start + 2 * i * step;
-            plan.faults.push(Fault {
-                at_ms: at.min(window - 1),
-                session,
-                kind: FaultKind::Cancel,
-            });
-            plan.faults.push(Fault {
-                at_ms: (at + step).min(window - 1),
-                session,
-                kind: FaultKind::Retry,
-            });
-        }
-        plan.faults.sort_by_key(|f| f.at_ms);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -676,193 +574,5 @@ mod tests {
         let zero = Bounds::new(0, 100);
         assert!((0..400).any(|_| log_uniform(&mut rng, zero) == 0));
         assert_eq!(log_uniform(&mut rng, Bounds::exactly(5)), 5);
-    }
-
-    /// Swarm's seeds reach the corners of the configuration and environment space, every
-    /// drawn configuration is one the core accepts, and a seed draws the same every time.
-    #[test]
-    fn swarm_seeds_draw_valid_configurations_that_reach_every_corner() {
-        let swarm = crate::scenario::resolve_one("swarm")
-            .expect("shipped")
-            .scenario;
-        assert!(swarm.config.swarm && swarm.environment.swarm);
-        let mut profiles = std::collections::BTreeSet::new();
-        let mut agents = std::collections::BTreeSet::new();
-        let mut answers = std::collections::BTreeSet::new();
-        let (mut empty, mut single, mut queue_one, mut wire, mut storms) = (0, 0, 0, 0, 0);
-        for seed in 0..400 {
-            let plan = super::super::plan::draw(&swarm, seed);
-            assert_eq!(plan, super::super::plan::draw(&swarm, seed), "seed {seed}");
-            assert_eq!(plan.validate(&swarm), Ok(()), "seed {seed}");
-            let config = plan.config.clone().expect("swarm draws its configuration");
-            assert!(config.core().validate().is_ok(), "seed {seed}");
-            let env = plan
-                .environment
-                .clone()
-                .expect("swarm draws its environment");
-            profiles.insert(format!("{:?}", config.agent_profile));
-            agents.insert(env.agent);
-            empty += usize::from(config.recovery_delays_ms.is_empty());
-            single += usize::from(config.recovery_delays_ms.len() == 1);
-            queue_one += usize::from(config.queue_capacity == 1);
-            wire += usize::from(env.wire_bytes.is_some());
-            let cancels = plan
-                .faults
-                .iter()
-                .filter(|f| matches!(f.kind, FaultKind::Cancel))
-                .count();
-            storms += usize::from(cancels > TOMBSTONE_STORM.lo as usize);
-            for f in &plan.faults {
-                if let FaultKind::LoadError {
-                    class: LoadErrorClass::Answer(a),
-                } = f.kind
-                {
-                    assert!(a.near_miss() || a.transient(), "{a:?}");
-                    answers.insert(a);
-                }
-            }
-        }
-        assert_eq!(profiles.len(), AgentProfile::ALL.len(), "{profiles:?}");
-        assert_eq!(agents.len(), Agent::ALL.len(), "{agents:?}");
-        assert!(
-            empty > 20 && single > 20 && queue_one > 50,
-            "{empty} {single} {queue_one}"
-        );
-        assert!(wire > 20 && storms > 20, "{wire} {storms}");
-        let existing = LoadAnswer::for_existing_session().count();
-        assert_eq!(answers.len(), existing, "{answers:?}");
-    }
-
-    /// The largest stream a seed of `scenario` may draw before [`fit_memory`]: the most
-    /// events a prompt writes (its drawn stream's, or a burst sized at the drawn queue's or
-    /// coalescer's caps, or the scenario's own) and the largest event (the scenario's own,
-    /// a large payload, or a line sized at the coalescer's byte cap, give or take a byte).
-    fn largest_draw(scenario: &Scenario) -> crate::memory::SeedMemory {
-        let c = &scenario.config;
-        let late = scenario.limits.quiesce_ms / crate::scenario::LATE_SHARE_OF_QUIESCE;
-        let most = u64::from(crate::scenario::MAX_NOTIFICATIONS_PER_TURN).min(late);
-        let own = scenario.memory();
-        let stream = [
-            own.events_per_prompt,
-            (2 * 8 + 1u64).min(most),
-            (2 * u64::from(c.coalesce_events.hi)).min(most),
-            6,
-        ];
-        let bursts = [
-            u64::from(c.queue_capacity.hi) + 1,
-            u64::from(c.coalesce_events.hi) + 1,
-        ];
-        let event_bytes = [
-            own.event_bytes,
-            16 * 1024,
-            c.coalesce_bytes
-                .hi
-                .min(u64::from(crate::scenario::MAX_NOTIFICATION_BYTES))
-                + 1,
-        ];
-        crate::memory::SeedMemory {
-            events_per_prompt: stream
-                .into_iter()
-                .chain(bursts)
-                .max()
-                .expect("not empty")
-                .min(u64::from(crate::scenario::MAX_BURST)),
-            event_bytes: event_bytes.into_iter().max().expect("not empty"),
-            ..own
-        }
-    }
-
-    /// Every draw of the shipped scenarios fits the memory budget as drawn, so bounding the
-    /// draw ([`fit_memory`]) changes no plan of theirs (and no digest of the main job).
-    #[test]
-    fn swarm_draws_fit_the_memory_budget_as_drawn() {
-        let all = crate::scenario::resolve("all").expect("shipped");
-        let drawing: Vec<_> = all
-            .iter()
-            .filter(|r| r.scenario.environment.swarm)
-            .collect();
-        assert!(!drawing.is_empty());
-        for r in drawing {
-            let largest = largest_draw(&r.scenario);
-            assert!(
-                largest.fits(),
-                "{}: {largest:?}: {}",
-                r.scenario.name,
-                largest.explain("count", "bytes", "events")
-            );
-            for seed in 0..400 {
-                let plan = super::super::plan::draw(&r.scenario, seed);
-                let (drawn, _, _) = plan.memory(&r.scenario);
-                assert!(
-                    drawn.events_per_prompt <= largest.events_per_prompt
-                        && drawn.event_bytes <= largest.event_bytes,
-                    "{} seed {seed}: {drawn:?} past {largest:?}",
-                    r.scenario.name
-                );
-            }
-        }
-    }
-
-    /// A scenario whose draws could hold more than a seed may gets them brought within the
-    /// budget: bursts down to the scenario's own most, then the events' size.
-    #[test]
-    fn a_draw_past_the_memory_budget_is_brought_within_it() {
-        let mut big = crate::scenario::resolve_one("swarm")
-            .expect("shipped")
-            .scenario;
-        big.workload.sessions = 64;
-        big.config.queue_capacity = Bounds::new(1, 65_536);
-        big.config.coalesce_bytes = Bounds::new(1, MAX_COALESCE_BYTES);
-        big.faults.burst = Bounds::new(0.2, 0.4);
-        let own = big.memory();
-        assert!(own.fits(), "the scenario's own stream fits");
-        assert!(!largest_draw(&big).fits(), "its draws need not");
-        for seed in 0..200 {
-            let plan = super::super::plan::draw(&big, seed);
-            assert_eq!(plan.validate(&big), Ok(()), "seed {seed}");
-        }
-        // The largest of them: events of a mebibyte, and a burst at the largest queue.
-        let mut plan = super::super::plan::draw(&big, 0);
-        plan.environment.as_mut().expect("drawn").wire_bytes =
-            Some(Bounds::exactly(crate::scenario::MAX_NOTIFICATION_BYTES));
-        plan.faults.push(Fault {
-            at_ms: 10,
-            session: 1,
-            kind: FaultKind::Burst {
-                count: crate::scenario::MAX_BURST,
-            },
-        });
-        assert!(!plan.memory(&big).0.fits());
-        fit_memory(&big, &mut plan);
-        assert_eq!(plan.validate(&big), Ok(()));
-        let (fitted, _, _) = plan.memory(&big);
-        assert_eq!(fitted.events_per_prompt, own.events_per_prompt);
-        assert!(fitted.event_bytes < u64::from(crate::scenario::MAX_NOTIFICATION_BYTES));
-        assert!(
-            !crate::memory::SeedMemory {
-                event_bytes: fitted.event_bytes + 1,
-                ..fitted
-            }
-            .fits(),
-            "the largest size that fits: {fitted:?}"
-        );
-    }
-
-    /// A scenario that does not opt in draws nothing besides its faults.
-    #[test]
-    fn a_scenario_without_swarm_sections_runs_its_own_configuration() {
-        let storm = crate::scenario::resolve_one("cancel-storm")
-            .expect("shipped")
-            .scenario;
-        let plan = super::super::plan::draw(&storm, 3);
-        assert_eq!(plan.config, None);
-        assert_eq!(plan.environment, None);
-        assert_eq!(
-            plan.run_config(&storm).core(),
-            Config {
-                agent_profile: profile(storm.workload.agent),
-                ..storm.effective_core_config()
-            }
-        );
     }
 }

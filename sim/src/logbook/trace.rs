@@ -198,7 +198,7 @@ impl Tracer {
 
     /// A planned fault fires (the world's own line; hashed by value, written as JSON only
     /// when capturing).
-    pub(crate) fn fault(&mut self, t: u64, fault: &crate::world::Fault) -> u64 {
+    pub(crate) fn fault(&mut self, t: u64, fault: &crate::plan::Fault) -> u64 {
         if self.capture {
             self.head(t, "world", None, "fault");
             self.buf.extend_from_slice(b",\"fault\":");

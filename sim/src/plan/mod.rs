@@ -1,15 +1,31 @@
+//! What a seed runs with, in either world (the engine world, `world/`, and the stack
+//! world, `stack/`): its plan.
+//!
 //! Seed → fault plan. A seed first draws its own fault probabilities from the scenario's
 //! ranges (swarm testing), then an explicit, serializable list of faults, from a ChaCha
 //! stream separate from madsim's scheduler. Replay runs `(seed, plan)`; minimisation
 //! removes faults from the list. Each fault names its session and time, so removing one
 //! does not move another.
+//!
+//! - [`setup`]: what a seed draws besides its faults (its configuration and environment),
+//!   carried in its plan.
+//! - `agents`: which real agent each of its agent processes imitates.
+
+pub(crate) mod agents;
+mod error;
+pub mod setup;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+use palisade_testkit::agent_model::LoadAnswer;
+
+use crate::mix::mix;
 use crate::scenario::{Action, Bounds, Scenario};
+pub use error::PlanError;
+use setup::{draw_agent, draw_config, draw_environment, RunConfig, FIT_SALT};
 
 /// Salt that separates the plan stream from every other use of the seed.
 const PLAN_SALT: u64 = 0x9a1a_5ade_f417_0001;
@@ -43,6 +59,11 @@ const _: () = assert!(crate::scenario::MIN_QUIESCE_MS > SLOT_MS);
 /// Consecutive state-file writes one disk fault may fail: a full disk stays full for a
 /// while, but a run must be able to end.
 pub const MAX_DISK_FAULT_WRITES: u32 = 64;
+
+/// Attempts a tombstone storm starts on one session: past the 16-tombstone ring
+/// (`palisade_core::TOMBSTONES_PER_SESSION`), so the first ones are evicted.
+const TOMBSTONE_STORM: Bounds<u32> = Bounds::new(17, 24);
+const _: () = assert!(TOMBSTONE_STORM.lo as usize > palisade_core::TOMBSTONES_PER_SESSION);
 
 /// How a `session/load` is made to fail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -293,18 +314,18 @@ pub struct FaultPlan {
     pub workload: WorkloadCut,
     /// The configuration this seed drew (`[config] swarm`); absent: the scenario's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub config: Option<super::setup::RunConfig>,
+    pub config: Option<RunConfig>,
     /// The environment this seed drew (`[environment] swarm`); absent: the scenario's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub environment: Option<super::setup::Environment>,
+    pub environment: Option<setup::Environment>,
 }
 
 impl FaultPlan {
     /// The configuration the run uses: the plan's, else the scenario's own.
-    pub fn run_config(&self, scenario: &Scenario) -> super::setup::RunConfig {
+    pub fn run_config(&self, scenario: &Scenario) -> RunConfig {
         self.config
             .clone()
-            .unwrap_or_else(|| super::setup::RunConfig::fixed(scenario))
+            .unwrap_or_else(|| RunConfig::fixed(scenario))
     }
 
     /// The most notifications a prompt of this plan's environment streams.
@@ -314,22 +335,6 @@ impl FaultPlan {
             .map_or(scenario.workload.notifications_per_turn.hi, |e| {
                 e.events_per_prompt.hi
             })
-    }
-}
-
-/// Why a plan cannot run against its scenario: the JSON path of the offending value in
-/// the failure file (`plan.faults[3].session`) and what is wrong, with the bound.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PlanError {
-    /// Where, as a JSON path from the failure file's root.
-    pub path: String,
-    /// What, with the bound.
-    pub message: String,
-}
-
-impl std::fmt::Display for PlanError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.path, self.message)
     }
 }
 
@@ -839,39 +844,134 @@ pub fn draw(scenario: &Scenario, seed: u64) -> FaultPlan {
         config: None,
         environment: None,
     };
-    super::setup::draw_into(scenario, seed, &mut plan);
+    draw_into(scenario, seed, &mut plan);
     plan
 }
 
-/// A cheap deterministic mix (splitmix64) for workload and per-message decisions: keyed by
-/// what they concern, so removing a fault does not shift them.
-pub fn mix(seed: u64, a: u64, b: u64, c: u64) -> u64 {
-    let mut z = seed
-        ^ a.wrapping_mul(0x9e37_79b9_7f4a_7c15)
-        ^ b.wrapping_mul(0xc2b2_ae3d_27d4_eb4f)
-        ^ c.wrapping_mul(0x1656_67b1_9e37_79f9);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// A value in `b` from a mixed key.
-pub fn pick(key: u64, lo: u64, hi: u64) -> u64 {
-    if hi <= lo {
-        lo
+/// The configuration and environment `seed` runs with, put into its plan, and the plan's
+/// faults fitted to them: bursts sized at the drawn queue's and coalescer's caps, loads of
+/// a session the agent has failed with any answer of the catalogue, and (one seed in four)
+/// a tombstone storm on one session.
+fn draw_into(scenario: &Scenario, seed: u64, plan: &mut FaultPlan) {
+    if !scenario.config.swarm && !scenario.environment.swarm {
+        return;
+    }
+    let agent = if scenario.environment.swarm {
+        draw_agent(seed)
     } else {
-        lo + key % (hi - lo + 1)
+        scenario.workload.agent
+    };
+    let config = if scenario.config.swarm {
+        draw_config(scenario, seed, agent)
+    } else {
+        RunConfig::fixed(scenario)
+    };
+    if scenario.environment.swarm {
+        let env = draw_environment(scenario, seed, &config);
+        fit_faults(scenario, seed, &config, plan);
+        plan.environment = Some(env);
+        fit_memory(scenario, plan);
+    }
+    if scenario.config.swarm {
+        plan.config = Some(config);
     }
 }
 
-/// A probability test from a mixed key.
-pub fn chance(key: u64, p: f64) -> bool {
-    ((key >> 11) as f64 / (1u64 << 53) as f64) < p
+/// Brings a drawn plan within the memory budget ([`crate::memory`]), should its drawn
+/// stream and bursts hold more together than a seed may: bursts first come down to the
+/// most events a prompt of the scenario or of the drawn stream writes (the scenario's own
+/// were checked with its own sizes), then the drawn events' size to the largest that fits.
+/// Deterministic, and nothing changes for a plan that fits (every `swarm` plan does:
+/// `swarm_draws_fit_the_memory_budget_as_drawn`).
+fn fit_memory(scenario: &Scenario, plan: &mut FaultPlan) {
+    if plan.memory(scenario).0.fits() {
+        return;
+    }
+    let stream = plan
+        .environment
+        .as_ref()
+        .map_or(0, |e| u64::from(e.events_per_prompt.hi));
+    let most = scenario.memory().events_per_prompt.max(stream);
+    for f in &mut plan.faults {
+        if let FaultKind::Burst { count } = &mut f.kind {
+            *count = (*count).min(u32::try_from(most).unwrap_or(u32::MAX));
+        }
+    }
+    let (memory, _, _) = plan.memory(scenario);
+    let fitting = memory
+        .largest_fitting_event_bytes()
+        .expect("the scenario's own counts fit with empty events, and so do the drawn ones");
+    let fitting = u32::try_from(fitting).unwrap_or(u32::MAX);
+    let capped = |b: Bounds<u32>| Bounds::new(b.lo.min(fitting), b.hi.min(fitting));
+    if let Some(env) = plan.environment.as_mut() {
+        env.event_bytes = capped(env.event_bytes);
+        env.wire_bytes = env.wire_bytes.map(capped);
+    }
+    debug_assert!(plan.memory(scenario).0.fits(), "{plan:?}");
+}
+
+fn fit_faults(scenario: &Scenario, seed: u64, config: &RunConfig, plan: &mut FaultPlan) {
+    let queue = config.queue_capacity;
+    let events = config.coalesce_events;
+    let existing: Vec<LoadAnswer> = LoadAnswer::for_existing_session().collect();
+    for (k, f) in plan.faults.iter_mut().enumerate() {
+        let key = mix(seed, k as u64, FIT_SALT, 1);
+        match &mut f.kind {
+            FaultKind::Burst { count } => {
+                let choices = [
+                    queue.saturating_sub(1),
+                    queue,
+                    queue + 1,
+                    events.saturating_sub(1),
+                    events,
+                    events + 1,
+                    *count,
+                ];
+                *count = choices[(key % choices.len() as u64) as usize]
+                    .clamp(1, crate::scenario::MAX_BURST);
+            }
+            FaultKind::LoadError { class } if *class != LoadErrorClass::UnknownSession => {
+                *class = LoadErrorClass::Answer(existing[(key % existing.len() as u64) as usize]);
+            }
+            _ => {}
+        }
+    }
+    // Tombstone pressure: one session cancels and retries past the tombstone ring.
+    let key = mix(seed, 0, FIT_SALT, 2);
+    if scenario.faults.cancel.hi > 0.0 && key.is_multiple_of(4) {
+        let session =
+            1 + (mix(seed, 1, FIT_SALT, 2) % u64::from(scenario.workload.sessions)) as u32;
+        let n = u64::from(TOMBSTONE_STORM.lo)
+            + mix(seed, 2, FIT_SALT, 2) % u64::from(TOMBSTONE_STORM.hi - TOMBSTONE_STORM.lo + 1);
+        let window = scenario.limits.fault_window_ms.max(1);
+        let start = mix(seed, 3, FIT_SALT, 2) % (window / 2).max(1);
+        let step = ((window - start) / (2 * n + 1)).max(1);
+        for i in 0..n {
+            let at = start + 2 * i * step;
+            plan.faults.push(Fault {
+                at_ms: at.min(window - 1),
+                session,
+                kind: FaultKind::Cancel,
+            });
+            plan.faults.push(Fault {
+                at_ms: (at + step).min(window - 1),
+                session,
+                kind: FaultKind::Retry,
+            });
+        }
+        plan.faults.sort_by_key(|f| f.at_ms);
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use palisade_core::classify::AgentProfile;
+    use palisade_core::delivery::MAX_COALESCE_BYTES;
+    use palisade_core::Config;
+
+    use super::setup::profile;
     use super::*;
+    use crate::scenario::Agent;
 
     /// A failure file carries the plan as JSON; replay must read back the very same plan,
     /// down to the last bit of every probability (swarm seed 28 once replayed a jitter
@@ -1004,5 +1104,193 @@ mod tests {
         assert!(at(FaultKind::CrashRestart).is_global());
         assert!(at(FaultKind::ClockJump { ms: 5 }).is_global());
         assert!(!at(FaultKind::Cancel).is_global());
+    }
+
+    /// Swarm's seeds reach the corners of the configuration and environment space, every
+    /// drawn configuration is one the core accepts, and a seed draws the same every time.
+    #[test]
+    fn swarm_seeds_draw_valid_configurations_that_reach_every_corner() {
+        let swarm = crate::scenario::resolve_one("swarm")
+            .expect("shipped")
+            .scenario;
+        assert!(swarm.config.swarm && swarm.environment.swarm);
+        let mut profiles = std::collections::BTreeSet::new();
+        let mut agents = std::collections::BTreeSet::new();
+        let mut answers = std::collections::BTreeSet::new();
+        let (mut empty, mut single, mut queue_one, mut wire, mut storms) = (0, 0, 0, 0, 0);
+        for seed in 0..400 {
+            let plan = draw(&swarm, seed);
+            assert_eq!(plan, draw(&swarm, seed), "seed {seed}");
+            assert_eq!(plan.validate(&swarm), Ok(()), "seed {seed}");
+            let config = plan.config.clone().expect("swarm draws its configuration");
+            assert!(config.core().validate().is_ok(), "seed {seed}");
+            let env = plan
+                .environment
+                .clone()
+                .expect("swarm draws its environment");
+            profiles.insert(format!("{:?}", config.agent_profile));
+            agents.insert(env.agent);
+            empty += usize::from(config.recovery_delays_ms.is_empty());
+            single += usize::from(config.recovery_delays_ms.len() == 1);
+            queue_one += usize::from(config.queue_capacity == 1);
+            wire += usize::from(env.wire_bytes.is_some());
+            let cancels = plan
+                .faults
+                .iter()
+                .filter(|f| matches!(f.kind, FaultKind::Cancel))
+                .count();
+            storms += usize::from(cancels > TOMBSTONE_STORM.lo as usize);
+            for f in &plan.faults {
+                if let FaultKind::LoadError {
+                    class: LoadErrorClass::Answer(a),
+                } = f.kind
+                {
+                    assert!(a.near_miss() || a.transient(), "{a:?}");
+                    answers.insert(a);
+                }
+            }
+        }
+        assert_eq!(profiles.len(), AgentProfile::ALL.len(), "{profiles:?}");
+        assert_eq!(agents.len(), Agent::ALL.len(), "{agents:?}");
+        assert!(
+            empty > 20 && single > 20 && queue_one > 50,
+            "{empty} {single} {queue_one}"
+        );
+        assert!(wire > 20 && storms > 20, "{wire} {storms}");
+        let existing = LoadAnswer::for_existing_session().count();
+        assert_eq!(answers.len(), existing, "{answers:?}");
+    }
+
+    /// The largest stream a seed of `scenario` may draw before [`fit_memory`]: the most
+    /// events a prompt writes (its drawn stream's, or a burst sized at the drawn queue's or
+    /// coalescer's caps, or the scenario's own) and the largest event (the scenario's own,
+    /// a large payload, or a line sized at the coalescer's byte cap, give or take a byte).
+    fn largest_draw(scenario: &Scenario) -> crate::memory::SeedMemory {
+        let c = &scenario.config;
+        let late = scenario.limits.quiesce_ms / crate::scenario::LATE_SHARE_OF_QUIESCE;
+        let most = u64::from(crate::scenario::MAX_NOTIFICATIONS_PER_TURN).min(late);
+        let own = scenario.memory();
+        let stream = [
+            own.events_per_prompt,
+            (2 * 8 + 1u64).min(most),
+            (2 * u64::from(c.coalesce_events.hi)).min(most),
+            6,
+        ];
+        let bursts = [
+            u64::from(c.queue_capacity.hi) + 1,
+            u64::from(c.coalesce_events.hi) + 1,
+        ];
+        let event_bytes = [
+            own.event_bytes,
+            16 * 1024,
+            c.coalesce_bytes
+                .hi
+                .min(u64::from(crate::scenario::MAX_NOTIFICATION_BYTES))
+                + 1,
+        ];
+        crate::memory::SeedMemory {
+            events_per_prompt: stream
+                .into_iter()
+                .chain(bursts)
+                .max()
+                .expect("not empty")
+                .min(u64::from(crate::scenario::MAX_BURST)),
+            event_bytes: event_bytes.into_iter().max().expect("not empty"),
+            ..own
+        }
+    }
+
+    /// Every draw of the shipped scenarios fits the memory budget as drawn, so bounding the
+    /// draw ([`fit_memory`]) changes no plan of theirs (and no digest of the main job).
+    #[test]
+    fn swarm_draws_fit_the_memory_budget_as_drawn() {
+        let all = crate::scenario::resolve("all").expect("shipped");
+        let drawing: Vec<_> = all
+            .iter()
+            .filter(|r| r.scenario.environment.swarm)
+            .collect();
+        assert!(!drawing.is_empty());
+        for r in drawing {
+            let largest = largest_draw(&r.scenario);
+            assert!(
+                largest.fits(),
+                "{}: {largest:?}: {}",
+                r.scenario.name,
+                largest.explain("count", "bytes", "events")
+            );
+            for seed in 0..400 {
+                let plan = draw(&r.scenario, seed);
+                let (drawn, _, _) = plan.memory(&r.scenario);
+                assert!(
+                    drawn.events_per_prompt <= largest.events_per_prompt
+                        && drawn.event_bytes <= largest.event_bytes,
+                    "{} seed {seed}: {drawn:?} past {largest:?}",
+                    r.scenario.name
+                );
+            }
+        }
+    }
+
+    /// A scenario whose draws could hold more than a seed may gets them brought within the
+    /// budget: bursts down to the scenario's own most, then the events' size.
+    #[test]
+    fn a_draw_past_the_memory_budget_is_brought_within_it() {
+        let mut big = crate::scenario::resolve_one("swarm")
+            .expect("shipped")
+            .scenario;
+        big.workload.sessions = 64;
+        big.config.queue_capacity = Bounds::new(1, 65_536);
+        big.config.coalesce_bytes = Bounds::new(1, MAX_COALESCE_BYTES);
+        big.faults.burst = Bounds::new(0.2, 0.4);
+        let own = big.memory();
+        assert!(own.fits(), "the scenario's own stream fits");
+        assert!(!largest_draw(&big).fits(), "its draws need not");
+        for seed in 0..200 {
+            let plan = draw(&big, seed);
+            assert_eq!(plan.validate(&big), Ok(()), "seed {seed}");
+        }
+        // The largest of them: events of a mebibyte, and a burst at the largest queue.
+        let mut plan = draw(&big, 0);
+        plan.environment.as_mut().expect("drawn").wire_bytes =
+            Some(Bounds::exactly(crate::scenario::MAX_NOTIFICATION_BYTES));
+        plan.faults.push(Fault {
+            at_ms: 10,
+            session: 1,
+            kind: FaultKind::Burst {
+                count: crate::scenario::MAX_BURST,
+            },
+        });
+        assert!(!plan.memory(&big).0.fits());
+        fit_memory(&big, &mut plan);
+        assert_eq!(plan.validate(&big), Ok(()));
+        let (fitted, _, _) = plan.memory(&big);
+        assert_eq!(fitted.events_per_prompt, own.events_per_prompt);
+        assert!(fitted.event_bytes < u64::from(crate::scenario::MAX_NOTIFICATION_BYTES));
+        assert!(
+            !crate::memory::SeedMemory {
+                event_bytes: fitted.event_bytes + 1,
+                ..fitted
+            }
+            .fits(),
+            "the largest size that fits: {fitted:?}"
+        );
+    }
+
+    /// A scenario that does not opt in draws nothing besides its faults.
+    #[test]
+    fn a_scenario_without_swarm_sections_runs_its_own_configuration() {
+        let storm = crate::scenario::resolve_one("cancel-storm")
+            .expect("shipped")
+            .scenario;
+        let plan = draw(&storm, 3);
+        assert_eq!(plan.config, None);
+        assert_eq!(plan.environment, None);
+        assert_eq!(
+            plan.run_config(&storm).core(),
+            Config {
+                agent_profile: profile(storm.workload.agent),
+                ..storm.effective_core_config()
+            }
+        );
     }
 }
