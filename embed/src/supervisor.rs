@@ -2,18 +2,19 @@
 //! connections, the clock, the state file and the caller's channels, and carries out what
 //! the engine decides.
 //!
-//! One driver task owns the engine. Each agent process has a *pump* task that owns its
-//! event stream and its in-flight requests, and forwards both into the driver's bounded
-//! inbox in wire order: an answer is forwarded only after every notification the agent
-//! wrote before it (so a turn's last output is never taken for the next turn's, nor
-//! dropped after its end).
+//! One shell task owns the engine and drains its one output ([`Output`]): it carries out
+//! actions, hands events to the caller while its channel has room, and writes the state
+//! when asked. Each agent process has a *pump* task that owns its event stream and its
+//! in-flight requests, and forwards both into the shell's bounded inbox in wire order: an
+//! answer is forwarded only after every notification the agent wrote before it (so a
+//! turn's last output is never taken for the next turn's, nor dropped after its end).
 //!
-//! A step of the driver: take one command, or up to [`STEP_MESSAGES`] inbox messages, or
-//! a timeout; then persist the state if it changed (write-ahead: before any action or event
-//! of that step leaves the process); then carry out the actions; then hand events to the
-//! caller. The state file is written with temp + fsync + rename + fsync-dir, on a blocking
-//! thread while the pumps keep reading; messages that arrive meanwhile form the next step,
-//! so a burst of notifications costs one write per step, not one per notification.
+//! **Group commit.** A write of the state runs on a blocking thread while the shell goes on
+//! taking commands and agent messages (up to [`STEP_MESSAGES`] at a time); nothing they
+//! cause leaves the process before a write covering it is durable (write-ahead), and the
+//! next write covers all of them. A burst of notifications costs one write per fsync's
+//! worth of time, not one per notification. The state file is written with temp + fsync +
+//! rename + fsync-dir.
 //!
 //! Backpressure, end to end: a caller that does not drain [`SessionEvents`] fills the
 //! per-session delivery queues; then the driver stops reading its inbox, the pumps stop
@@ -42,8 +43,7 @@ use crate::rpc::{AgentConnection, AgentEvent, AgentEvents, ProcessExit, RpcFailu
 use crate::state_file::{StateFile, StateLock};
 use crate::tokio_platform::TokioPlatform;
 
-/// Inbox messages handled in one step before the state is persisted. Larger steps mean
-/// fewer fsyncs in a burst; smaller ones mean earlier persistence.
+/// Inbox messages taken in one go before the shell looks at its engine's output again.
 pub const STEP_MESSAGES: usize = 64;
 /// Capacity of the driver's inbox (all pumps share it). A full inbox blocks the pumps,
 /// which then stop reading their agents: backpressure.

@@ -299,7 +299,7 @@ pub struct Engine {
     graveyard: VecDeque<ExecutionRecord>,
     outlets: SortedMap<SessionId, Outlet>,
     ready: Ready,
-    /// Events handed to the caller with [`Engine::hand_event`] and not yet acknowledged:
+    /// Events handed to the caller ([`Output::Event`], with persistence) and not yet acknowledged:
     /// still undelivered for the state, so a restart hands them out again.
     handed: VecDeque<SessionEvent>,
     /// Actions for the shell, each with the state version that asked for it.
@@ -770,7 +770,7 @@ impl Engine {
     }
 
     /// Acts on every deadline due at `now`: the core's, the coalescers' (on the next
-    /// [`Engine::pump_outlets`]), and the prompt idle timeouts.
+    /// next [`Engine::poll_output`]), and the prompt idle timeouts.
     pub fn handle_timeout(&mut self, now: Timestamp) {
         if self.driver.poll_timeout().is_some_and(|due| due <= now) {
             self.touch();

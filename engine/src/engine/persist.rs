@@ -4,7 +4,7 @@
 use super::*;
 
 impl Engine {
-    /// Restores a state image written by [`Engine::encode_state`]: the core comes back in
+    /// Restores a state image written by [`Engine::state_image`]: the core comes back in
     /// the next epoch, every execution that was bound is reported exited (its process died
     /// with the previous incarnation) and stopped, and every live attempt that had no
     /// runtime yet gets one ([`Action::Spawn`]). The core's clock starts at `now` (a time
