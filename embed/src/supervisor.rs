@@ -2,18 +2,19 @@
 //! connections, the clock, the state file and the caller's channels, and carries out what
 //! the engine decides.
 //!
-//! One driver task owns the engine. Each agent process has a *pump* task that owns its
-//! event stream and its in-flight requests, and forwards both into the driver's bounded
-//! inbox in wire order: an answer is forwarded only after every notification the agent
-//! wrote before it (so a turn's last output is never taken for the next turn's, nor
-//! dropped after its end).
+//! One shell task owns the engine and drains its one output ([`Output`]): it carries out
+//! actions, hands events to the caller while its channel has room, and writes the state
+//! when asked. Each agent process has a *pump* task that owns its event stream and its
+//! in-flight requests, and forwards both into the shell's bounded inbox in wire order: an
+//! answer is forwarded only after every notification the agent wrote before it (so a
+//! turn's last output is never taken for the next turn's, nor dropped after its end).
 //!
-//! A step of the driver: take one command, or up to [`STEP_MESSAGES`] inbox messages, or
-//! a timeout; then persist the state if it changed (write-ahead: before any action or event
-//! of that step leaves the process); then carry out the actions; then hand events to the
-//! caller. The state file is written with temp + fsync + rename + fsync-dir, on a blocking
-//! thread while the pumps keep reading; messages that arrive meanwhile form the next step,
-//! so a burst of notifications costs one write per step, not one per notification.
+//! **Group commit.** A write of the state runs on a blocking thread while the shell goes on
+//! taking commands and agent messages (up to [`STEP_MESSAGES`] at a time); nothing they
+//! cause leaves the process before a write covering it is durable (write-ahead), and the
+//! next write covers all of them. A burst of notifications costs one write per fsync's
+//! worth of time, not one per notification. The state file is written with temp + fsync +
+//! rename + fsync-dir.
 //!
 //! Backpressure, end to end: a caller that does not drain [`SessionEvents`] fills the
 //! per-session delivery queues; then the driver stops reading its inbox, the pumps stop
@@ -31,7 +32,7 @@ use std::time::Duration;
 use palisade_core::driver::Observer;
 use palisade_core::{Config, Epoch, Input, SessionId, Timestamp, TurnId, Verdict};
 use palisade_engine::state::{self, StateError, BODY_OFFSET};
-use palisade_engine::{Action, Engine, EngineStats, Op, PromptError, SessionEvent};
+use palisade_engine::{Action, Engine, EngineStats, Op, Output, PromptError, SessionEvent};
 use palisade_wire::RawJson;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -42,8 +43,7 @@ use crate::rpc::{AgentConnection, AgentEvent, AgentEvents, ProcessExit, RpcFailu
 use crate::state_file::{StateFile, StateLock};
 use crate::tokio_platform::TokioPlatform;
 
-/// Inbox messages handled in one step before the state is persisted. Larger steps mean
-/// fewer fsyncs in a burst; smaller ones mean earlier persistence.
+/// Inbox messages taken in one go before the shell looks at its engine's output again.
 pub const STEP_MESSAGES: usize = 64;
 /// Capacity of the driver's inbox (all pumps share it). A full inbox blocks the pumps,
 /// which then stop reading their agents: backpressure.
@@ -342,6 +342,9 @@ impl Supervisor {
         };
         let connection = config.connection.clone();
         let event_capacity = config.event_capacity;
+        // With a state file, nothing leaves before the state that caused it is durable.
+        let mut config = config;
+        config.engine.persistence = state_file.is_some();
         let (clock, mut engine) = match existing {
             Some(bytes) => {
                 let saved_at_ms = state::saved_at_ms(&bytes).map_err(StartError::State)?;
@@ -369,11 +372,14 @@ impl Supervisor {
         });
         if let Some(store) = store.as_mut() {
             // The new epoch is durable before any attempt of it exists.
-            let bytes = engine.encode_state(clock.now());
-            store.file.write(&bytes).map_err(StartError::Persist)?;
-            store.last_body = bytes[BODY_OFFSET..].to_vec();
+            let image = engine.state_image(clock.now());
+            store
+                .file
+                .write(&image.bytes)
+                .map_err(StartError::Persist)?;
+            store.last_body = image.bytes[BODY_OFFSET..].to_vec();
+            engine.persisted(image.version);
         }
-        engine.take_dirty();
 
         let epoch = engine.epoch();
         let core_config = engine.config().core.clone();
@@ -383,7 +389,7 @@ impl Supervisor {
         let (inbox_tx, inbox_rx) = mpsc::channel(INBOX_CAPACITY);
         let (event_tx, event_rx) = mpsc::channel(event_capacity);
         let done = Arc::new(AtomicU64::new(0));
-        let driver = Driver {
+        let shell = Shell {
             platform: Arc::clone(&platform),
             engine,
             clock,
@@ -400,10 +406,11 @@ impl Supervisor {
             handles: BTreeMap::new(),
             stats: SupervisorStats::default(),
             replies: Vec::new(),
+            writing: None,
             fatal: Arc::clone(&fatal),
         };
-        // Detached: the driver ends when every handle is gone or on shutdown.
-        let _ = platform.spawn(Box::pin(driver.run()));
+        // Detached: the shell ends when every handle is gone or on shutdown.
+        let _ = platform.spawn(Box::pin(shell.run()));
         Ok((
             Supervisor {
                 commands: command_tx,
@@ -597,7 +604,10 @@ enum Inbox {
     },
 }
 
-struct Driver {
+/// The task that owns the engine: it carries out the engine's outputs and feeds it
+/// everything that happens (caller commands, agent events and answers, reaps, writes made
+/// durable, the time).
+struct Shell {
     platform: Arc<dyn Platform>,
     engine: Engine,
     clock: Clock,
@@ -615,9 +625,11 @@ struct Driver {
     caller_gone: bool,
     handles: BTreeMap<palisade_core::ExecutionId, Handle>,
     stats: SupervisorStats,
-    /// Answers to prompts, held until the step that claimed them is written: a caller
-    /// never holds a turn id the state file does not know.
-    replies: Vec<(PromptReply, Result<TurnId, PromptError>)>,
+    /// Answers to prompts, each held until a durable write covers the state version that
+    /// claimed it: a caller never holds a turn id the state file does not know.
+    replies: Vec<(u64, PromptReply, Result<TurnId, PromptError>)>,
+    /// The state write under way, if any: its version, and where its result arrives.
+    writing: Option<(u64, oneshot::Receiver<io::Result<()>>)>,
     /// Set when the state file could not be written (see [`Supervisor::fatal_error`]).
     fatal: Arc<std::sync::Mutex<Option<String>>>,
 }
@@ -627,76 +639,68 @@ enum Flow {
     Stop,
 }
 
-/// What woke the driver.
+/// What woke the shell while the engine waited.
 enum Wake {
     Command(Option<Command>),
     Message(Inbox),
-    Sent,
+    Written(io::Result<()>),
+    CallerRoom(bool),
     Timeout,
 }
 
-impl Driver {
+impl Shell {
     async fn run(mut self) {
         loop {
             let now = self.clock.now();
-            self.engine.pump_outlets(now);
-            // What the caller is done with leaves the state at this step's write.
+            // What the caller is done with leaves the state at the next write.
             let done = self.done.load(Ordering::Acquire);
             self.engine.acknowledge(done - self.acknowledged);
             self.acknowledged = done;
-            if let Err(error) = self.persist(now).await {
-                // Write-ahead: nothing of this step may leave the process, and a
-                // supervisor that goes on without its state file would, after a restart,
-                // run completed turns again and hand out their output seqs anew. Stop
-                // here; the caller is told why.
-                tracing::error!(%error, "the state file could not be written; stopping");
-                *self
-                    .fatal
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(error.to_string());
-                self.replies.clear();
-                self.stop_agents().await;
-                return;
-            }
-            for (reply, answer) in self.replies.drain(..) {
-                let _ = reply.send(answer);
-            }
-            let mut actions = Vec::new();
-            while let Some(action) = self.engine.poll_action() {
-                actions.push(action);
-            }
-            if !actions.is_empty() {
-                // Actions these queue (an `initialize` after a spawn) wait for the next
-                // persist.
-                for action in actions {
-                    self.perform(action);
+            let room = if self.caller_gone {
+                usize::MAX
+            } else {
+                self.events.capacity()
+            };
+            self.engine.set_caller_room(room);
+            self.release_replies();
+            let (until, read_agents, caller_blocked) = match self.engine.poll_output(now) {
+                Output::Persist => {
+                    self.start_write(now);
+                    continue;
                 }
-                continue;
-            }
-            self.flush_events();
-            let deadline = self.engine.poll_timeout();
-            let accept = self.engine.can_accept();
-            let sending = self.engine.has_events() && !self.caller_gone;
-            let wake = self.clock.instant(deadline.unwrap_or(Timestamp::MAX));
-            // The branches only take what woke the driver; it is handled below, once the
-            // branch futures (which borrow the driver's channels) are gone.
+                Output::Action(action) => {
+                    self.perform(action);
+                    continue;
+                }
+                Output::Event(event) => {
+                    self.hand(event);
+                    continue;
+                }
+                Output::Wait {
+                    until,
+                    read_agents,
+                    caller_blocked,
+                } => (until, read_agents, caller_blocked && !self.caller_gone),
+            };
+            let wake = self.clock.instant(until.unwrap_or(Timestamp::MAX));
+            // The branches only take what woke the shell; it is handled below, once the
+            // branch futures (which borrow the shell's channels) are gone.
             let timer = self.platform.sleep_until(wake);
+            let writing = self.writing.is_some();
             let wake = tokio::select! {
                 biased;
                 command = self.commands.recv() => Wake::Command(command),
-                Some(message) = self.inbox.recv(), if accept => Wake::Message(message),
-                permit = self.events.reserve(), if sending => {
-                    match permit {
-                        Ok(permit) => {
-                            if let Some(event) = self.engine.hand_event() {
-                                permit.send(event);
-                            }
-                        }
-                        Err(_) => self.caller_gone = true,
+                written = async {
+                    match self.writing.as_mut() {
+                        Some((_, result)) => result.await,
+                        None => std::future::pending().await,
                     }
-                    Wake::Sent
-                }
-                () = timer, if deadline.is_some() => Wake::Timeout,
+                }, if writing => Wake::Written(written.unwrap_or_else(|_| {
+                    Err(io::Error::other("the state write was abandoned"))
+                })),
+                Some(message) = self.inbox.recv(), if read_agents => Wake::Message(message),
+                permit = self.events.reserve(), if caller_blocked => Wake::CallerRoom(permit.is_ok()),
+                () = timer, if until.is_some() => Wake::Timeout,
             };
             match wake {
                 Wake::Command(Some(command)) => {
@@ -709,8 +713,15 @@ impl Driver {
                     self.shutdown().await;
                     return;
                 }
+                Wake::Written(result) => {
+                    if let Err(error) = self.written(result) {
+                        self.fail(&error).await;
+                        return;
+                    }
+                }
                 Wake::Message(message) => {
                     self.message(message);
+                    // Everything already waiting, in one step: one write covers them all.
                     for _ in 1..STEP_MESSAGES {
                         if !self.engine.can_accept() {
                             break;
@@ -721,67 +732,81 @@ impl Driver {
                         }
                     }
                 }
-                Wake::Sent => {}
+                // The permit itself is given back: the next round sees the room.
+                Wake::CallerRoom(open) => self.caller_gone |= !open,
                 Wake::Timeout => self.engine.handle_timeout(self.clock.now()),
             }
         }
     }
 
-    /// Hands the caller every event it has room for, refilling from the delivery queues
-    /// as it goes. The caller drains concurrently, so this may hand over far more than the
-    /// channel holds; were the queues not refilled here, the driver could wait with
-    /// nothing to send and a full queue that stops it reading: a lost wakeup. On return,
-    /// either events wait (and `reserve` wakes the driver once the caller makes room), or
-    /// every queue is empty.
-    fn flush_events(&mut self) {
-        loop {
-            self.engine.pump_outlets(self.clock.now());
-            if !self.engine.has_events() {
-                return;
+    /// Hands an event to the caller, who had room for it (or is gone: then it is dropped).
+    fn hand(&mut self, event: SessionEvent) {
+        if self.caller_gone {
+            self.stats.events_dropped += 1;
+            return;
+        }
+        match self.events.try_send(event) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                // Cannot happen: the engine hands out no more than the channel's room.
+                self.stats.engine.anomalies += 1;
             }
-            while self.engine.has_events() {
-                if self.caller_gone {
-                    // Nobody will ever be done with them: dropped, not kept.
-                    while self.engine.pop_event().is_some() {
-                        self.stats.events_dropped += 1;
-                    }
-                    break;
-                }
-                match self.events.try_reserve() {
-                    Ok(permit) => {
-                        if let Some(event) = self.engine.hand_event() {
-                            permit.send(event);
-                        }
-                    }
-                    Err(mpsc::error::TrySendError::Full(())) => return,
-                    Err(mpsc::error::TrySendError::Closed(())) => self.caller_gone = true,
-                }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.caller_gone = true;
+                self.stats.events_dropped += 1;
             }
         }
     }
 
-    /// Writes the state if this step changed it.
-    async fn persist(&mut self, now: Timestamp) -> io::Result<()> {
-        if !self.engine.take_dirty() {
-            return Ok(());
+    /// Prompt answers whose claim a durable write now covers go to their callers.
+    fn release_replies(&mut self) {
+        if self.replies.is_empty() {
+            return;
         }
+        let engine = &self.engine;
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.replies)
+            .into_iter()
+            .partition(|(version, _, _)| engine.is_durable(*version));
+        self.replies = waiting;
+        for (_, reply, answer) in ready {
+            // A caller that gave up waiting for the answer is no reason to stop.
+            let _ = reply.send(answer);
+        }
+    }
+
+    /// Starts writing the state (on the platform's blocking pool); the engine goes on
+    /// taking inputs meanwhile, and their outputs wait for the next write. Without a state
+    /// file, or when the bytes are those already on disk, the state is durable at once.
+    fn start_write(&mut self, now: Timestamp) {
+        let image = self.engine.state_image(now);
         let Some(store) = self.store.as_mut() else {
+            self.engine.persisted(image.version);
+            return;
+        };
+        if image.bytes[BODY_OFFSET..] == store.last_body[..] {
+            self.engine.persisted(image.version);
+            return;
+        }
+        store.last_body = image.bytes[BODY_OFFSET..].to_vec();
+        let file = store.file.clone();
+        let bytes = image.bytes;
+        let (done_tx, done) = oneshot::channel();
+        let write = self.platform.blocking(Box::new(move || file.write(&bytes)));
+        let _ = self.platform.spawn(Box::pin(async move {
+            let _ = done_tx.send(write.await);
+        }));
+        self.writing = Some((image.version, done));
+    }
+
+    /// A state write ended: what waited for it may leave. An error is fatal.
+    fn written(&mut self, result: io::Result<()>) -> io::Result<()> {
+        let Some((version, _)) = self.writing.take() else {
             return Ok(());
         };
-        let bytes = self.engine.encode_state(now);
-        if bytes[BODY_OFFSET..] == store.last_body[..] {
-            return Ok(());
-        }
-        let body = bytes[BODY_OFFSET..].to_vec();
-        let file = store.file.clone();
-        let written = self
-            .platform
-            .blocking(Box::new(move || file.write(&bytes)))
-            .await;
-        match written {
+        match result {
             Ok(()) => {
-                store.last_body = body;
                 self.stats.persists += 1;
+                self.engine.persisted(version);
                 Ok(())
             }
             Err(error) => {
@@ -789,6 +814,20 @@ impl Driver {
                 Err(error)
             }
         }
+    }
+
+    /// The state file could not be written. Write-ahead: nothing that waited for the
+    /// write may leave the process, and a supervisor that went on without its state file
+    /// would, after a restart, run completed turns again and hand out their output seqs
+    /// anew. So it stops here, and the caller is told why.
+    async fn fail(&mut self, error: &io::Error) {
+        tracing::error!(%error, "the state file could not be written; stopping");
+        *self
+            .fatal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(error.to_string());
+        self.replies.clear();
+        self.stop_agents().await;
     }
 
     async fn command(&mut self, command: Command) -> Flow {
@@ -801,7 +840,7 @@ impl Driver {
                 reply,
             } => {
                 let answer = self.engine.prompt(now, session, text);
-                self.replies.push((reply, answer));
+                self.replies.push((self.engine.version(), reply, answer));
             }
             Command::Cancel { session, reply } => {
                 let _ = reply.send(self.engine.cancel(now, session));
@@ -836,24 +875,43 @@ impl Driver {
         Flow::Continue
     }
 
-    /// Hands the caller the output already admitted (the state file of the last step lists
-    /// it undelivered), then stops every agent's tree; tells the engine nothing more (the
-    /// state file keeps the last step, as after a crash).
+    /// Hands the caller the output already admitted (written first, as every event is),
+    /// then stops every agent's tree; starts nothing new (the state file keeps the last
+    /// step, as after a crash).
     async fn shutdown(&mut self) {
-        self.engine.flush_output(self.clock.now());
-        while let Some(event) = self.engine.hand_event() {
-            if self.caller_gone {
-                self.stats.events_dropped += 1;
-                continue;
-            }
-            // A caller that stops reading does not hold the shutdown up for long.
-            let until = self.platform.now() + SHUTDOWN_FLUSH_WITHIN;
-            match timeout_at(&*self.platform, until, self.events.send(event)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) | Err(_) => {
-                    self.stats.events_dropped += 1;
-                    self.caller_gone = true;
+        let now = self.clock.now();
+        self.engine.flush_output(now);
+        self.engine.set_caller_room(usize::MAX);
+        loop {
+            if let Some((_, result)) = self.writing.as_mut() {
+                let result = result
+                    .await
+                    .unwrap_or_else(|_| Err(io::Error::other("the state write was abandoned")));
+                if let Err(error) = self.written(result) {
+                    self.fail(&error).await;
+                    return;
                 }
+            }
+            match self.engine.poll_output(now) {
+                Output::Persist => self.start_write(now),
+                // Nothing new starts during a shutdown.
+                Output::Action(_) => {}
+                Output::Event(event) => {
+                    if self.caller_gone {
+                        self.stats.events_dropped += 1;
+                        continue;
+                    }
+                    // A caller that stops reading does not hold the shutdown up for long.
+                    let until = self.platform.now() + SHUTDOWN_FLUSH_WITHIN;
+                    match timeout_at(&*self.platform, until, self.events.send(event)).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(_)) | Err(_) => {
+                            self.stats.events_dropped += 1;
+                            self.caller_gone = true;
+                        }
+                    }
+                }
+                Output::Wait { .. } => break,
             }
         }
         self.stop_agents().await;

@@ -15,12 +15,39 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use palisade_core::{SessionId, Timestamp};
-use palisade_engine::{Action, Engine, EngineConfig, Op};
+use palisade_engine::{Action, Engine, EngineConfig, Op, Output};
 use palisade_wire::jsonrpc::{parse_frame, Frame};
 use palisade_wire::{acp, AgentEvent};
 use serde_json::{json, Value};
 
 const CONVERSATION: &str = "bench-session";
+
+/// The next action, the events before it handed to nobody (`None` once the engine waits).
+fn next_action(engine: &mut Engine, now: Timestamp) -> Option<Action> {
+    loop {
+        match engine.poll_output(now) {
+            Output::Action(action) => return Some(action),
+            Output::Event(_) | Output::Persist => {}
+            Output::Wait { .. } => return None,
+        }
+    }
+}
+
+/// Everything the engine has for the caller now (the shell's loop, minus the I/O).
+fn drain(engine: &mut Engine, now: Timestamp) {
+    loop {
+        match engine.poll_output(now) {
+            Output::Event(event) => {
+                black_box(event);
+            }
+            Output::Action(action) => {
+                black_box(action);
+            }
+            Output::Persist => {}
+            Output::Wait { .. } => return,
+        }
+    }
+}
 
 /// An engine with one session whose prompt is in flight on a ready runtime.
 fn streaming_engine(now: Timestamp) -> (Engine, palisade_core::ExecutionId) {
@@ -29,16 +56,17 @@ fn streaming_engine(now: Timestamp) -> (Engine, palisade_core::ExecutionId) {
         ..EngineConfig::default()
     };
     let mut engine = Engine::new(config).expect("default config is valid");
+    engine.set_caller_room(usize::MAX);
     let session = SessionId::new(1).expect("1 is not zero");
     engine
         .prompt(now, session, "bench".to_owned())
         .expect("a fresh session takes a prompt");
-    let Some(Action::Spawn { session, attempt }) = engine.poll_action() else {
+    let Some(Action::Spawn { session, attempt }) = next_action(&mut engine, now) else {
         panic!("the prompt starts a runtime");
     };
     let execution = engine.spawned(now, session, attempt, Ok(Some(1)));
     let answer = |engine: &mut Engine, expected: &str, result: Value| loop {
-        match engine.poll_action() {
+        match next_action(engine, now) {
             Some(Action::Request { op, method, .. }) if method == expected => {
                 engine.reply(
                     now,
@@ -63,7 +91,7 @@ fn streaming_engine(now: Timestamp) -> (Engine, palisade_core::ExecutionId) {
         json!({"sessionId": CONVERSATION}),
     );
     loop {
-        match engine.poll_action() {
+        match next_action(&mut engine, now) {
             Some(Action::Request {
                 op: Op::Prompt { .. },
                 ..
@@ -72,7 +100,7 @@ fn streaming_engine(now: Timestamp) -> (Engine, palisade_core::ExecutionId) {
             None => panic!("the prompt was not dispatched"),
         }
     }
-    while engine.pop_event().is_some() {}
+    drain(&mut engine, now);
     (engine, execution)
 }
 
@@ -108,10 +136,8 @@ fn bench(c: &mut Criterion) {
             },
             |event| {
                 engine.agent_event(now, execution, event);
-                engine.pump_outlets(now);
-                while let Some(out) = engine.pop_event() {
-                    black_box(out);
-                }
+                engine.set_caller_room(usize::MAX);
+                drain(&mut engine, now);
             },
             BatchSize::SmallInput,
         );
@@ -138,10 +164,8 @@ fn bench(c: &mut Criterion) {
                         wire_bytes: line.len() + 1,
                     },
                 );
-                engine.pump_outlets(now);
-                while let Some(out) = engine.pop_event() {
-                    black_box(out);
-                }
+                engine.set_caller_room(usize::MAX);
+                drain(&mut engine, now);
             },
             BatchSize::SmallInput,
         );

@@ -58,6 +58,11 @@ pub struct EngineConfig {
     /// start in flight to reuse; a shell whose starts take time (a remote controller, a
     /// container) does. Off by default.
     pub reuse_runtimes: bool,
+    /// The shell keeps a state file: every action and event waits for a durable write of
+    /// the state that caused it ([`Output::Persist`](crate::Output::Persist), group
+    /// commit), and events handed to the caller stay in the state until acknowledged. Off:
+    /// no write is ever asked for and everything leaves at once.
+    pub persistence: bool,
 }
 
 impl Default for EngineConfig {
@@ -74,6 +79,7 @@ impl Default for EngineConfig {
             coalescer: CoalescerConfig::default(),
             audit: false,
             reuse_runtimes: false,
+            persistence: false,
         }
     }
 }

@@ -20,6 +20,6 @@ mod sorted_map;
 pub mod state;
 
 pub use config::{EngineConfig, EngineConfigError};
-pub use engine::{Action, Engine, EngineStats, Op, PromptError};
+pub use engine::{Action, Engine, EngineStats, Op, Output, PromptError, StateImage};
 pub use events::{ConversationOrigin, FailureCause, OutputEvent, SessionEvent};
 pub use state::StateError;

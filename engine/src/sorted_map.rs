@@ -3,7 +3,7 @@
 //!
 //! The engine holds a handful of runtimes and delivery outlets at a time (one or two per
 //! live session) and walks all of them on every [`Engine::poll_timeout`] and
-//! [`Engine::pump_outlets`](crate::engine::Engine::pump_outlets); a B-tree's node-by-node
+//! `Engine::pump_outlets` (every `Engine::poll_output`); a B-tree's node-by-node
 //! walk cost more there than the work it walked to. Executions are numbered upwards, so
 //! an insertion is nearly always a push at the end. Iteration is in ascending key order,
 //! exactly as the `BTreeMap`s it replaces iterated, so nothing the engine decides from an

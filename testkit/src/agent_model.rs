@@ -1681,7 +1681,9 @@ mod tests {
     #[test]
     fn initialize_answers_keep_the_capabilities_order() {
         let caps = |load, lists, malformed| {
-            initialize_result(palisade_wire::acp::PROTOCOL_VERSION, load, lists, malformed)["agentCapabilities"].to_string()
+            initialize_result(palisade_wire::acp::PROTOCOL_VERSION, load, lists, malformed)
+                ["agentCapabilities"]
+                .to_string()
         };
         assert_eq!(
             caps(LoadCapability::True, true, true),

@@ -24,7 +24,7 @@ use palisade_core::mutants::Mutant;
 use palisade_core::{
     AttemptId, ExecutionId, RejectReason, SessionId, Timestamp, TurnId, TurnOutcome, Verdict,
 };
-use palisade_engine::{Action, Engine, EngineConfig, Op, PromptError, SessionEvent};
+use palisade_engine::{Action, Engine, EngineConfig, Op, Output, PromptError, SessionEvent};
 use palisade_testkit::agent_model::{
     push_decimal, AgentModel, LoadAnswer, MemoryStore, NextLoad, Out, Seen,
 };
@@ -89,14 +89,14 @@ enum Ev {
     },
 }
 
-/// The world's engine, with its next deadline remembered. `Engine::poll_timeout` walks
-/// every runtime and outlet, and the loop asks for it at every turn, most of which (an
-/// agent waking, a line reaching an agent) leave the engine alone. Only `&Engine` derefs
-/// out of a `Held`; every change goes through [`Held::get_mut`], which forgets the
-/// deadline, so the remembered one is always what `Engine::poll_timeout` would say.
+/// The world's engine, with the deadline its last [`Output::Wait`] named. The loop asks
+/// for it at every turn, most of which (an agent waking, a line reaching an agent) leave
+/// the engine alone. Only `&Engine` derefs out of a `Held`; every change goes through
+/// [`Held::get_mut`], which forgets the deadline until the next [`World::settle`] drains
+/// the engine to its next `Wait`.
 struct Held {
     engine: Engine,
-    /// `engine.poll_timeout()` since its last change, once asked.
+    /// The `until` of the engine's last `Wait`, if nothing changed since.
     next: Option<Option<Timestamp>>,
 }
 
@@ -111,9 +111,14 @@ impl Held {
         &mut self.engine
     }
 
-    /// [`Engine::poll_timeout`], asked again only after a change.
-    fn poll_timeout(&mut self) -> Option<Timestamp> {
-        *self.next.get_or_insert_with(|| self.engine.poll_timeout())
+    /// The engine settled (it said `Wait`), and when it wants the time next.
+    fn waits_until(&mut self, until: Option<Timestamp>) {
+        self.next = Some(until);
+    }
+
+    /// The deadline of the engine's last `Wait`, if nothing changed since.
+    fn poll_timeout(&self) -> Option<Option<Timestamp>> {
+        self.next
     }
 }
 
@@ -342,23 +347,32 @@ impl World {
     /// Carries out the engine's actions and hands its events to the clients, until it
     /// has nothing more; then lets blocked agents be read again if it can take more.
     fn settle(&mut self) {
+        let room = if self.now >= self.caller_stall_until {
+            usize::MAX
+        } else {
+            0
+        };
         loop {
-            let mut busy = false;
-            while let Some(action) = self.engine.get_mut().poll_action() {
-                busy = true;
-                self.carry_out(action);
-            }
             let now = self.ts();
-            self.engine.get_mut().pump_outlets(now);
-            while self.now >= self.caller_stall_until {
-                let Some(event) = self.engine.get_mut().pop_event() else {
+            let engine = self.engine.get_mut();
+            engine.set_caller_room(room);
+            match engine.poll_output(now) {
+                Output::Action(action) => self.carry_out(action),
+                // The client takes the event as it comes (it is done with it at once).
+                Output::Event(event) => {
+                    self.engine.get_mut().acknowledge(1);
+                    self.client_event(event);
+                }
+                // The world's engine keeps no state file: its crash-restarts restore the
+                // state as of the crash ([`World::crash_restart`]).
+                Output::Persist => {
+                    let version = self.engine.version();
+                    self.engine.get_mut().persisted(version);
+                }
+                Output::Wait { until, .. } => {
+                    self.engine.waits_until(until);
                     break;
-                };
-                busy = true;
-                self.client_event(event);
-            }
-            if !busy {
-                break;
+                }
             }
         }
         if self.engine.can_accept() && !self.blocked.is_empty() {
@@ -1146,7 +1160,7 @@ impl World {
         // Starts the crashed orchestrator asked for are lost with it.
         self.incarnation += 1;
         let ts = self.ts();
-        let bytes = self.engine.encode_state(ts);
+        let bytes = self.engine.state_image(ts).bytes;
         let in_flight = self
             .procs
             .values()
@@ -1404,14 +1418,17 @@ pub(crate) async fn run(
             break;
         }
         let ts = world.ts();
-        let mut engine_at = world.engine.poll_timeout();
+        if world.engine.poll_timeout().is_none() {
+            world.settle();
+        }
+        let mut engine_at = world.engine.poll_timeout().flatten();
         if engine_at.is_some_and(|t| t <= ts) {
             world.engine.get_mut().handle_timeout(ts);
             world.settle();
             if world.violation.is_some() {
                 break;
             }
-            engine_at = world.engine.poll_timeout();
+            engine_at = world.engine.poll_timeout().flatten();
         }
         let events = lock(&logbook).tracer.len() as u64;
         if events > max_events {
@@ -1479,22 +1496,35 @@ mod tests {
         }
     }
 
-    /// A change made through `get_mut` is seen by the next `poll_timeout`: the remembered
-    /// deadline is dropped, not served stale.
+    /// A change made through `get_mut` forgets the deadline of the last `Wait`: it is
+    /// never served stale, only after the engine settles again.
     #[test]
     fn held_engine_forgets_its_deadline_on_change() {
         let engine = Engine::new(EngineConfig::default()).expect("the default config");
         let mut held = Held::new(engine);
-        assert_eq!(held.poll_timeout(), None, "a new engine has no deadline");
+        assert_eq!(
+            held.poll_timeout(),
+            None,
+            "nothing is known before a settle"
+        );
+        held.waits_until(None);
+        assert_eq!(held.poll_timeout(), Some(None));
         let session = SessionId::new(1).expect("a nonzero session");
+        let now = Timestamp::from_millis(5);
         held.get_mut()
-            .prompt(Timestamp::from_millis(5), session, "hello".into())
+            .prompt(now, session, "hello".into())
             .expect("the prompt is taken");
-        let fresh = held.engine.poll_timeout();
+        assert_eq!(held.poll_timeout(), None, "a change forgets the deadline");
+        let until = loop {
+            if let Output::Wait { until, .. } = held.get_mut().poll_output(now) {
+                break until;
+            }
+        };
         assert!(
-            fresh.is_some(),
+            until.is_some(),
             "a prompt waiting for its runtime has a deadline"
         );
-        assert_eq!(held.poll_timeout(), fresh);
+        held.waits_until(until);
+        assert_eq!(held.poll_timeout(), Some(until));
     }
 }

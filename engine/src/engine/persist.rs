@@ -1,0 +1,174 @@
+//! The state image: what the engine writes after a step that changed it, and the restore
+//! that starts the next incarnation from it.
+
+use super::*;
+
+impl Engine {
+    /// Restores a state image written by [`Engine::state_image`]: the core comes back in
+    /// the next epoch, every execution that was bound is reported exited (its process died
+    /// with the previous incarnation) and stopped, and every live attempt that had no
+    /// runtime yet gets one ([`Action::Spawn`]). The core's clock starts at `now` (a time
+    /// the state image's core may never have seen). Persist the new state before anything
+    /// else: it carries the new epoch.
+    pub fn restore(
+        config: EngineConfig,
+        bytes: &[u8],
+        now: Timestamp,
+    ) -> Result<Engine, StateError> {
+        Engine::restore_observed(config, bytes, now, None)
+    }
+
+    /// [`Engine::restore`], with `observer` watching from the first step (the restore's
+    /// own): see [`Engine::set_observer`].
+    pub fn restore_observed(
+        config: EngineConfig,
+        bytes: &[u8],
+        now: Timestamp,
+        observer: Option<Box<dyn Observer + Send>>,
+    ) -> Result<Engine, StateError> {
+        let decoded = state::decode(bytes)?;
+        let core = Core::restore(decoded.core_snapshot).map_err(StateError::Core)?;
+        // The auditor cannot know the attempts before the restart: it would flag their
+        // legitimate callbacks, so it stays off. The restore's own effects (turns rolled
+        // back, conversation requests re-issued) wait in the driver for the first pull.
+        let watch = Watch {
+            outer: observer,
+            ..Watch::default()
+        };
+        // Restored at `now`: the core's clock starts there, not at its snapshot's last
+        // step, so a clock reading earlier later cannot shorten a deadline.
+        let mut engine = Engine::with_driver(config, Driver::restored(now, core, watch));
+        // Live attempts that had no runtime bound: their StartRuntime was being carried out
+        // when the previous incarnation died, so they get a runtime below (attempts bound
+        // to a recorded execution fail when it is reported exited).
+        let unbound: Vec<(SessionId, AttemptId)> = decoded
+            .header
+            .sessions
+            .iter()
+            .filter_map(|r| {
+                let attempt = engine.driver.core().live_attempt(r.session)?;
+                let bound = decoded
+                    .header
+                    .executions
+                    .iter()
+                    .any(|e| e.session == r.session && e.attempt == attempt);
+                (!bound).then_some((r.session, attempt))
+            })
+            .collect();
+        let header = decoded.header;
+        engine.counters = Counters {
+            next_execution: header.next_execution.max(1),
+            next_turn: header.next_turn.max(1),
+            next_stamp: header.next_stamp.max(1),
+            next_token: header.next_token.max(1),
+        };
+        for record in header.sessions {
+            if let Some((turn, items)) = record.queued_output {
+                engine.restore_outlet(now, record.session, turn, items);
+            }
+            engine.books.insert(
+                record.session,
+                Book {
+                    conversation: record.conversation,
+                    turn: record.turn,
+                    stop_reason: None,
+                },
+            );
+        }
+        // What the caller had not taken goes first.
+        for event in header.undelivered {
+            engine.ready.push(event);
+        }
+        // The runtimes died with the previous incarnation. They are reported exited after
+        // the effects the restore queued (the driver's order); one of those that acts on a
+        // dead runtime (a re-issued conversation request) finds it gone and reports its
+        // exit first, with the same cause.
+        for record in &header.executions {
+            engine.bury(*record);
+            engine.previous_incarnation.insert(record.execution);
+        }
+        for record in header.executions {
+            let stamp = engine.stamp(record.attempt, FailureCause::SupervisorRestarted);
+            engine.stats.exits_reported += 1;
+            engine.submit(
+                now,
+                Input::Callback(Callback {
+                    session: record.session,
+                    execution: record.execution,
+                    attempt: Some(record.attempt),
+                    generation: record.generation,
+                    event: RuntimeEvent::Exited { stamp },
+                }),
+            );
+            // Also a teardown the core may be waiting for: the process is gone.
+            engine.submit(
+                now,
+                Input::Stopped {
+                    execution: record.execution,
+                },
+            );
+        }
+        // The restore's own effects, then the exits above, in that order.
+        engine.run(now);
+        for (session, attempt) in unbound {
+            if engine.driver.core().live_attempt(session) == Some(attempt) {
+                engine.spawn(session, attempt);
+            }
+        }
+        engine.touch();
+        Ok(engine)
+    }
+
+    /// The state image to persist: the core's snapshot and the engine's own records.
+    /// Bytes from [`state::BODY_OFFSET`](crate::state) on change only when the state does.
+    #[must_use]
+    pub(super) fn encode_state(&self, now: Timestamp) -> Vec<u8> {
+        let header = Header {
+            next_execution: self.counters.next_execution,
+            next_turn: self.counters.next_turn,
+            next_stamp: self.counters.next_stamp,
+            next_token: self.counters.next_token,
+            sessions: self
+                .books
+                .iter()
+                .map(|(session, book)| SessionRecord {
+                    session: *session,
+                    conversation: book.conversation.clone(),
+                    turn: book.turn.clone(),
+                    queued_output: self.outlets.get(session).map(|o| {
+                        let batching = o.coalescer.pending().iter().map(|e| (e.seq, &e.payload));
+                        let queued = o.queue.iter().map(|(seq, (_, item))| (seq, item));
+                        let items = batching
+                            .chain(queued)
+                            .map(|(seq, item)| QueuedOutput {
+                                seq: seq.get(),
+                                update: item.update.clone(),
+                                wire_bytes: item.wire_bytes,
+                            })
+                            .collect();
+                        (o.turn, items)
+                    }),
+                })
+                .collect(),
+            undelivered: self
+                .handed
+                .iter()
+                .chain(self.ready.events.iter().map(|(_, event)| event))
+                .cloned()
+                .collect(),
+            executions: self
+                .runtimes
+                .iter()
+                .filter_map(|(execution, r)| {
+                    r.generation.map(|generation| ExecutionRecord {
+                        execution: *execution,
+                        session: r.session,
+                        attempt: r.attempt,
+                        generation,
+                    })
+                })
+                .collect(),
+        };
+        state::encode(now.as_millis(), &header, &self.driver.core().snapshot())
+    }
+}

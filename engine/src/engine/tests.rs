@@ -1,0 +1,1073 @@
+//! The engine's unit tests.
+
+use super::*;
+
+fn config() -> EngineConfig {
+    let mut config = EngineConfig {
+        cwd: "/tmp".into(),
+        audit: true,
+        ..EngineConfig::default()
+    };
+    config.core.recovery_delays_ms = vec![50];
+    config
+}
+
+/// Test shorthands for the shell's side of [`Engine::poll_output`], without persistence.
+impl Engine {
+    /// The next action.
+    fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front().map(|(_, action)| action)
+    }
+
+    /// The next event for the caller, delivered as it is taken.
+    fn pop_event(&mut self) -> Option<SessionEvent> {
+        self.ready.pop_released(u64::MAX)
+    }
+}
+
+fn session(n: u64) -> SessionId {
+    SessionId::new(n).unwrap()
+}
+
+/// The next spawn (kills and other chores before it are skipped).
+fn spawn_action(engine: &mut Engine) -> (SessionId, AttemptId) {
+    loop {
+        match engine.poll_action() {
+            Some(Action::Spawn { session, attempt }) => return (session, attempt),
+            Some(Action::Kill { .. } | Action::Notify { .. }) => {}
+            other => panic!("expected a spawn, got {other:?}"),
+        }
+    }
+}
+
+/// Answers the next request, which must be `method`.
+fn answer(
+    engine: &mut Engine,
+    now: Timestamp,
+    execution: ExecutionId,
+    method: &str,
+    result: Value,
+) {
+    match engine.poll_action() {
+        Some(Action::Request { op, method: m, .. }) if m == method => {
+            engine.reply(now, execution, op, Ok(RawJson::from_value(&result)));
+        }
+        other => panic!("expected {method}, got {other:?}"),
+    }
+}
+
+fn chunk(text: &str) -> AgentEvent {
+    let params = json!({
+        "sessionId": "c1",
+        "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}},
+    });
+    AgentEvent::Notification {
+        method: acp::SESSION_UPDATE.to_owned(),
+        wire_bytes: params.to_string().len(),
+        params: RawJson::from_value(&params),
+    }
+}
+
+fn events(engine: &mut Engine) -> Vec<SessionEvent> {
+    std::iter::from_fn(|| engine.pop_event()).collect()
+}
+
+/// An event handed out is undelivered for the state until the caller is done with
+/// it: a restart before that hands it out again (stack-crash-caller-stalled found the
+/// loss when the state counted it delivered at once).
+#[test]
+fn handed_events_stay_in_the_state_until_acknowledged() {
+    let now = Timestamp::from_millis(1_000);
+    let mut engine = Engine::new(EngineConfig {
+        persistence: true,
+        ..config()
+    })
+    .unwrap();
+    // Drains what may leave, writing the state whenever asked; the events stay.
+    let settle = |engine: &mut Engine| -> Vec<Action> {
+        let mut actions = Vec::new();
+        loop {
+            match engine.poll_output(now) {
+                Output::Persist => {
+                    let image = engine.state_image(now);
+                    engine.persisted(image.version);
+                }
+                Output::Action(action) => actions.push(action),
+                Output::Event(event) => panic!("the caller has no room: {event:?}"),
+                Output::Wait { .. } => return actions,
+            }
+        }
+    };
+    for n in 1..=3 {
+        engine.prompt(now, session(n), "hello".into()).unwrap();
+    }
+    for (n, action) in (1..=3).zip(settle(&mut engine)) {
+        let Action::Spawn {
+            session: s,
+            attempt,
+        } = action
+        else {
+            panic!("expected a spawn, got {action:?}");
+        };
+        engine.spawned(now, s, attempt, Ok(Some(40 + n)));
+    }
+    settle(&mut engine);
+    let names = |events: &[SessionEvent]| events.iter().map(SessionEvent::name).collect::<Vec<_>>();
+    // What the state lists undelivered: the events a restart hands out first.
+    let restored_events = |engine: &Engine| {
+        let bytes = engine.encode_state(now);
+        state::decode(&bytes).unwrap().header.undelivered
+    };
+    let before = restored_events(&engine);
+    assert!(
+        before.len() >= 3,
+        "each runtime's start is an event: {before:?}"
+    );
+    // Handed out and not acknowledged: still there after a restart.
+    engine.set_caller_room(1);
+    let Output::Event(first) = engine.poll_output(now) else {
+        panic!("an event for the caller");
+    };
+    assert_eq!(names(&restored_events(&engine)), names(&before));
+    // Acknowledged: gone from the state; the rest still there.
+    engine.acknowledge(1);
+    let after = restored_events(&engine);
+    assert_eq!(names(&after[..]), names(&before[1..]), "{first:?}");
+}
+
+#[test]
+fn restore_reports_bound_runtimes_exited_and_restarts_unbound_attempts() {
+    let now = Timestamp::from_millis(1_000);
+    let mut engine = Engine::new(config()).unwrap();
+    // Session 1 streams on a ready runtime.
+    let turn = engine.prompt(now, session(1), "hello".into()).unwrap();
+    let (s, attempt) = spawn_action(&mut engine);
+    let execution = engine.spawned(now, s, attempt, Ok(Some(42)));
+    answer(
+        &mut engine,
+        now,
+        execution,
+        acp::INITIALIZE,
+        json!({"agentCapabilities": {"loadSession": true}}),
+    );
+    answer(
+        &mut engine,
+        now,
+        execution,
+        acp::SESSION_NEW,
+        json!({"sessionId": "c1"}),
+    );
+    assert!(matches!(
+        engine.poll_action(),
+        Some(Action::Request {
+            op: Op::Prompt { .. },
+            ..
+        })
+    ));
+    engine.agent_event(now, execution, chunk("one"));
+    engine.pump_outlets(now);
+    // Session 2's runtime is being started when the process dies.
+    engine.prompt(now, session(2), "other".into()).unwrap();
+    let (_, unbound) = spawn_action(&mut engine);
+    assert!(
+        engine.audit_violations().is_empty(),
+        "{:?}",
+        engine.audit_violations()
+    );
+    let bytes = engine.encode_state(now);
+
+    let later = now.plus_millis(10);
+    let mut restored = Engine::restore(config(), &bytes, later).unwrap();
+    assert_eq!(restored.epoch().get(), 2);
+    assert_eq!(restored.conversation(session(1)).as_deref(), Some("c1"));
+    // The unbound attempt gets its runtime now; the bound one's runtime is gone, and
+    // the turn it carried is resumed: the restart, not the agent, took the runtime
+    // down, so no recovery step is used up (issue 11).
+    assert_eq!(
+        restored.poll_action(),
+        Some(Action::Spawn {
+            session: session(2),
+            attempt: unbound
+        })
+    );
+    let after = events(&mut restored);
+    assert!(
+        !after
+            .iter()
+            .any(|e| matches!(e, SessionEvent::RecoveryStarted { .. })),
+        "{after:?}"
+    );
+    let due = restored.poll_timeout().unwrap();
+    restored.handle_timeout(due);
+    let (s, attempt) = spawn_action(&mut restored);
+    assert_eq!((s, attempt.epoch().get()), (session(1), 2));
+    // The replacement loads the conversation and re-prompts with one replay block.
+    let execution = restored.spawned(due, s, attempt, Ok(Some(43)));
+    answer(
+        &mut restored,
+        due,
+        execution,
+        acp::INITIALIZE,
+        json!({"agentCapabilities": {"loadSession": true}}),
+    );
+    answer(&mut restored, due, execution, acp::SESSION_LOAD, json!({}));
+    match restored.poll_action() {
+        Some(Action::Request {
+            op: Op::Prompt { turn: t, .. },
+            params,
+            ..
+        }) => {
+            assert_eq!(t, turn);
+            let text = params.prompt_text().unwrap();
+            assert_eq!(text.matches(crate::replay::REPLAY_BLOCK_TAG).count(), 1);
+            assert!(text.contains("delivered-through=\"1\""));
+            assert!(text.ends_with("hello"));
+        }
+        other => panic!("expected the re-prompt, got {other:?}"),
+    }
+    restored.core().check_invariants().unwrap();
+}
+
+#[test]
+fn restore_during_a_load_fails_the_attempt_instead_of_loading_on_a_dead_runtime() {
+    let now = Timestamp::from_millis(1_000);
+    let mut engine = Engine::new(config()).unwrap();
+    let first = engine.prompt(now, session(1), "first".into()).unwrap();
+    let (s, attempt) = spawn_action(&mut engine);
+    let execution = engine.spawned(now, s, attempt, Ok(Some(1)));
+    answer(
+        &mut engine,
+        now,
+        execution,
+        acp::INITIALIZE,
+        json!({"agentCapabilities": {"loadSession": true}}),
+    );
+    answer(
+        &mut engine,
+        now,
+        execution,
+        acp::SESSION_NEW,
+        json!({"sessionId": "c1"}),
+    );
+    let op = prompt_request(&mut engine);
+    engine.reply(
+        now,
+        execution,
+        op,
+        Ok(RawJson::from_value(&json!({"stopReason": "end_turn"}))),
+    );
+    engine.agent_event(
+        now,
+        execution,
+        AgentEvent::Closed(CloseReason::ProcessExited(ProcessExit::Code(0))),
+    );
+    engine.reaped(now, execution, Some(ProcessExit::Code(0)));
+    // The next turn needs a runtime that loads the conversation; the supervisor dies
+    // while the load is in flight.
+    let second = engine.prompt(now, session(1), "second".into()).unwrap();
+    let (s, attempt) = spawn_action(&mut engine);
+    let loading = engine.spawned(now, s, attempt, Ok(Some(2)));
+    answer(
+        &mut engine,
+        now,
+        loading,
+        acp::INITIALIZE,
+        json!({"agentCapabilities": {"loadSession": true}}),
+    );
+    assert!(matches!(
+        engine.poll_action(),
+        Some(Action::Request {
+            op: Op::Load { .. },
+            ..
+        })
+    ));
+    let ended: Vec<_> = events(&mut engine)
+        .into_iter()
+        .filter_map(|e| match e {
+            SessionEvent::TurnEnded { turn, .. } => Some(turn),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ended, [first]);
+    let bytes = engine.encode_state(now);
+
+    let mut restored = Engine::restore(config(), &bytes, now.plus_millis(5)).unwrap();
+    let actions: Vec<Action> = std::iter::from_fn(|| restored.poll_action()).collect();
+    assert!(
+        actions.is_empty(),
+        "nothing is sent to the dead runtime: {actions:?}"
+    );
+    let after = events(&mut restored);
+    assert!(
+        after.iter().any(|e| matches!(
+            e,
+            SessionEvent::FailureReported {
+                cause: FailureCause::SupervisorRestarted,
+                ..
+            }
+        )),
+        "{after:?}"
+    );
+    assert!(
+        after.iter().any(|e| matches!(
+            e,
+            SessionEvent::TurnEnded { turn, outcome: palisade_core::TurnOutcome::RolledBack, .. }
+                if *turn == second
+        )),
+        "{after:?}"
+    );
+    assert_eq!(restored.conversation(session(1)).as_deref(), Some("c1"));
+    assert!(!restored.core().session_busy(session(1)));
+    restored.core().check_invariants().unwrap();
+}
+
+#[test]
+fn an_answer_from_a_runtime_that_died_changes_nothing() {
+    let now = Timestamp::from_millis(1);
+    let mut engine = Engine::new(config()).unwrap();
+    engine.prompt(now, session(1), "hello".into()).unwrap();
+    let (s, attempt) = spawn_action(&mut engine);
+    let execution = engine.spawned(now, s, attempt, Ok(Some(7)));
+    engine.agent_event(
+        now,
+        execution,
+        AgentEvent::Closed(CloseReason::StdoutClosed),
+    );
+    // The close is reported (the turn rolls back) and the process is killed.
+    let events = events(&mut engine);
+    assert!(events.iter().any(|e| matches!(
+        e,
+        SessionEvent::TurnEnded {
+            outcome: palisade_core::TurnOutcome::RolledBack,
+            ..
+        }
+    )));
+    let actions: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
+    assert!(actions.contains(&Action::Kill { execution }), "{actions:?}");
+    // A late initialize answer is ignored; reaping ends the runtime.
+    engine.reply(
+        now,
+        execution,
+        Op::Initialize,
+        Ok(RawJson::from_value(&json!({}))),
+    );
+    assert!(engine.poll_action().is_none());
+    engine.reaped(now, execution, Some(ProcessExit::Signal(9)));
+    assert_eq!(engine.runtime_count(), 0);
+    assert!(
+        engine.audit_violations().is_empty(),
+        "{:?}",
+        engine.audit_violations()
+    );
+    engine.core().check_invariants().unwrap();
+}
+
+/// The next prompt request; its op.
+fn prompt_request(engine: &mut Engine) -> Op {
+    loop {
+        match engine.poll_action() {
+            Some(Action::Request {
+                op: op @ Op::Prompt { .. },
+                ..
+            }) => return op,
+            Some(_) => {}
+            None => panic!("no prompt dispatched"),
+        }
+    }
+}
+
+#[test]
+fn a_late_answer_to_an_abandoned_dispatch_does_not_end_the_redispatched_turn() {
+    let mut config = config();
+    config.core.recovery_delays_ms = vec![50, 100];
+    config.core.start_deadline_ms = 1_000;
+    let mut now = Timestamp::from_millis(1_000);
+    let mut engine = Engine::new(config).unwrap();
+    let turn = engine.prompt(now, session(1), "hello".into()).unwrap();
+    let (s, attempt) = spawn_action(&mut engine);
+    let first = engine.spawned(now, s, attempt, Ok(Some(1)));
+    answer(
+        &mut engine,
+        now,
+        first,
+        acp::INITIALIZE,
+        json!({"agentCapabilities": {"loadSession": true}}),
+    );
+    answer(
+        &mut engine,
+        now,
+        first,
+        acp::SESSION_NEW,
+        json!({"sessionId": "c1"}),
+    );
+    prompt_request(&mut engine);
+    engine.agent_event(now, first, chunk("one"));
+    // The runtime dies under the accepted turn: recovery is scheduled.
+    engine.agent_event(
+        now,
+        first,
+        AgentEvent::Closed(CloseReason::ProcessExited(ProcessExit::Code(1))),
+    );
+    // Meanwhile a resume brings up a runtime that becomes the session's owner.
+    assert!(matches!(
+        engine.resume(now, session(1)),
+        Verdict::Started { .. }
+    ));
+    let (s, attempt) = spawn_action(&mut engine);
+    let second = engine.spawned(now, s, attempt, Ok(Some(2)));
+    answer(
+        &mut engine,
+        now,
+        second,
+        acp::INITIALIZE,
+        json!({"agentCapabilities": {"loadSession": true}}),
+    );
+    answer(&mut engine, now, second, acp::SESSION_LOAD, json!({}));
+    // Recovery re-dispatches the turn to that runtime; the agent never takes it, so
+    // the core's acceptance deadline abandons that dispatch and dispatches again, to
+    // the same runtime.
+    now = engine.poll_timeout().unwrap();
+    engine.handle_timeout(now);
+    let abandoned = prompt_request(&mut engine);
+    // The re-dispatch waits: the agent has not answered the abandoned prompt yet, and
+    // ACP runs one prompt at a time (its updates until then are that prompt's).
+    while let Some(due) = engine.poll_timeout() {
+        now = due;
+        engine.handle_timeout(now);
+        if engine
+            .runtimes
+            .get(&second)
+            .is_some_and(|r| r.held.is_some())
+        {
+            break;
+        }
+    }
+    assert!(
+        !engine.actions.iter().any(|(_, a)| matches!(
+            a,
+            Action::Request {
+                op: Op::Prompt { .. },
+                ..
+            }
+        )),
+        "{:?}",
+        engine.actions
+    );
+    // The abandoned prompt answers late: nothing ends, and the held dispatch goes.
+    engine.reply(
+        now,
+        second,
+        abandoned,
+        Ok(RawJson::from_value(&json!({"stopReason": "cancelled"}))),
+    );
+    let before = events(&mut engine);
+    assert!(
+        !before
+            .iter()
+            .any(|e| matches!(e, SessionEvent::TurnEnded { .. })),
+        "{before:?}"
+    );
+    let current = prompt_request(&mut engine);
+    assert_ne!(abandoned, current);
+    // The current one ends the turn, once.
+    engine.reply(
+        now,
+        second,
+        current,
+        Ok(RawJson::from_value(&json!({"stopReason": "end_turn"}))),
+    );
+    let ended: Vec<_> = events(&mut engine)
+        .into_iter()
+        .filter_map(|e| match e {
+            SessionEvent::TurnEnded {
+                turn: t, outcome, ..
+            } => Some((t, outcome)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ended, [(turn, palisade_core::TurnOutcome::Completed)]);
+    assert!(
+        engine.audit_violations().is_empty(),
+        "{:?}",
+        engine.audit_violations()
+    );
+    engine.core().check_invariants().unwrap();
+}
+
+#[test]
+fn load_capability_is_absent_false_or_worth_a_try() {
+    let read = |v: Value| load_capability(acp::session_support(&RawJson::from_value(&v)));
+    assert_eq!(
+        read(json!({"agentCapabilities": {"loadSession": true}})),
+        Some(true)
+    );
+    assert_eq!(
+        read(json!({"agentCapabilities": {"loadSession": false}})),
+        Some(false)
+    );
+    assert_eq!(read(json!({"agentCapabilities": {}})), None);
+    assert_eq!(read(json!({})), None);
+    // Malformed proves nothing: try the load, and let its answer decide.
+    assert_eq!(
+        read(json!({"agentCapabilities": {"loadSession": "yes"}})),
+        Some(true)
+    );
+}
+
+#[test]
+fn rpc_errors_reach_the_classifier_exactly() {
+    let error =
+        RpcError::new(-32603, "Internal error").with_data(json!({"details": "Session not found"}));
+    let projected = classify_error(&error);
+    assert_eq!(projected.code, -32603);
+    assert_eq!(projected.message, "Internal error");
+    assert_eq!(projected.data_details.as_deref(), Some("Session not found"));
+    assert!(projected.data_present);
+    let bare = classify_error(&RpcError::new(-32002, "Resource not found"));
+    assert_eq!((bare.data_details, bare.data_present), (None, false));
+}
+
+/// A session with a ready runtime (`c1`) and one completed turn; the runtime's
+/// execution.
+fn ready_session(engine: &mut Engine, now: Timestamp) -> ExecutionId {
+    engine.prompt(now, session(1), "first".into()).unwrap();
+    let (s, attempt) = spawn_action(engine);
+    let execution = engine.spawned(now, s, attempt, Ok(Some(1)));
+    answer(
+        engine,
+        now,
+        execution,
+        acp::INITIALIZE,
+        json!({"agentCapabilities": {"loadSession": true}}),
+    );
+    answer(
+        engine,
+        now,
+        execution,
+        acp::SESSION_NEW,
+        json!({"sessionId": "c1"}),
+    );
+    let op = prompt_request(engine);
+    engine.reply(
+        now,
+        execution,
+        op,
+        Ok(RawJson::from_value(&json!({"stopReason": "end_turn"}))),
+    );
+    events(engine);
+    execution
+}
+
+fn update(kind: &str) -> AgentEvent {
+    let params =
+        json!({"sessionId": "c1", "update": {"sessionUpdate": kind, "availableCommands": []}});
+    AgentEvent::Notification {
+        method: acp::SESSION_UPDATE.to_owned(),
+        wire_bytes: params.to_string().len(),
+        params: RawJson::from_value(&params),
+    }
+}
+
+#[test]
+fn an_unprompted_session_state_update_is_neither_output_nor_acceptance() {
+    let now = Timestamp::from_millis(1);
+    let mut engine = Engine::new(config()).unwrap();
+    let execution = ready_session(&mut engine, now);
+    let turn = engine.prompt(now, session(1), "second".into()).unwrap();
+    prompt_request(&mut engine);
+    // Written right after session/new, read after the prompt went out.
+    engine.agent_event(now, execution, update("available_commands_update"));
+    engine.agent_event(now, execution, update("current_mode_update"));
+    engine.pump_outlets(now);
+    engine.flush_output(now);
+    let got = events(&mut engine);
+    assert!(
+        !got.iter().any(|e| matches!(e, SessionEvent::Output { .. })),
+        "{got:?}"
+    );
+    // Not accepted: the runtime dying now rolls the turn back, with its cause.
+    engine.agent_event(
+        now,
+        execution,
+        AgentEvent::Closed(CloseReason::ProcessExited(ProcessExit::Code(1))),
+    );
+    let ended: Vec<_> = events(&mut engine)
+        .into_iter()
+        .filter_map(|e| match e {
+            SessionEvent::TurnEnded {
+                turn: t,
+                outcome,
+                cause,
+                ..
+            } if t == turn => Some((outcome, cause)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        ended,
+        [(
+            TurnOutcome::RolledBack,
+            Some(FailureCause::Connection(CloseReason::ProcessExited(
+                ProcessExit::Code(1)
+            )))
+        )]
+    );
+}
+
+#[test]
+fn a_prompt_waits_for_the_agent_to_answer_the_cancelled_one_before_it() {
+    let now = Timestamp::from_millis(1);
+    let mut engine = Engine::new(config()).unwrap();
+    let execution = ready_session(&mut engine, now);
+    let cancelled = engine.prompt(now, session(1), "second".into()).unwrap();
+    let old = prompt_request(&mut engine);
+    // Cancelled before the agent showed any sign of it: the turn ends at once.
+    engine.cancel(now, session(1));
+    let third = engine.prompt(now, session(1), "third".into()).unwrap();
+    let actions: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
+    assert!(
+        !actions.iter().any(|a| matches!(
+            a,
+            Action::Request {
+                op: Op::Prompt { .. },
+                ..
+            }
+        )),
+        "the third prompt must wait for the agent's answer to the second: {actions:?}"
+    );
+    // The agent streams the cancelled prompt's output, then answers it.
+    engine.agent_event(now, execution, chunk("late output of the cancelled prompt"));
+    engine.reply(
+        now,
+        execution,
+        old,
+        Ok(RawJson::from_value(&json!({"stopReason": "cancelled"}))),
+    );
+    let new = prompt_request(&mut engine);
+    engine.agent_event(now, execution, chunk("third's output"));
+    engine.reply(
+        now,
+        execution,
+        new,
+        Ok(RawJson::from_value(&json!({"stopReason": "end_turn"}))),
+    );
+    let got = events(&mut engine);
+    let outputs: Vec<(TurnId, String)> = got
+        .iter()
+        .filter_map(|e| match e {
+            SessionEvent::Output { turn, events, .. } => Some(events.iter().map(|o| {
+                (
+                    *turn,
+                    o.update.parse::<Value>().unwrap()["content"]["text"].to_string(),
+                )
+            })),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(
+        outputs,
+        [(third, "\"third's output\"".to_owned())],
+        "{got:?}"
+    );
+    assert!(got.iter().any(|e| matches!(
+        e,
+        SessionEvent::TurnEnded { turn, outcome: TurnOutcome::Completed, .. } if *turn == third
+    )));
+    let cancelled_ends: Vec<_> = got
+        .iter()
+        .filter_map(|e| match e {
+            SessionEvent::TurnEnded { turn, outcome, .. } if *turn == cancelled => Some(*outcome),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(cancelled_ends, [TurnOutcome::Cancelled]);
+}
+
+#[test]
+fn a_failed_prompt_ends_its_turn_with_the_agents_error() {
+    let now = Timestamp::from_millis(1);
+    let mut engine = Engine::new(config()).unwrap();
+    let execution = ready_session(&mut engine, now);
+    let turn = engine.prompt(now, session(1), "second".into()).unwrap();
+    let op = prompt_request(&mut engine);
+    let error = RpcError::new(-32000, "Authentication required");
+    engine.reply(now, execution, op, Err(RpcFailure::Rpc(error.clone())));
+    let ended: Vec<_> = events(&mut engine)
+        .into_iter()
+        .filter_map(|e| match e {
+            SessionEvent::TurnEnded {
+                turn: t,
+                outcome,
+                cause,
+                ..
+            } if t == turn => Some((outcome, cause)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        ended,
+        [(
+            TurnOutcome::Failed,
+            Some(FailureCause::Prompt(RpcFailure::Rpc(error)))
+        )]
+    );
+}
+
+/// The (turn, seq) of every output event the engine hands out now, in order.
+fn output_seqs(engine: &mut Engine) -> Vec<(TurnId, u64)> {
+    events(engine)
+        .into_iter()
+        .filter_map(|e| match e {
+            SessionEvent::Output { turn, events, .. } => {
+                Some(events.into_iter().map(move |o| (turn, o.seq)))
+            }
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+#[test]
+fn output_admitted_but_not_yet_handed_out_survives_a_restart() {
+    let now = Timestamp::from_millis(1);
+    let mut engine = Engine::new(config()).unwrap();
+    let execution = ready_session(&mut engine, now);
+    let turn = engine.prompt(now, session(1), "second".into()).unwrap();
+    prompt_request(&mut engine);
+    engine.agent_event(now, execution, chunk("one"));
+    engine.agent_event(now, execution, chunk("two"));
+    // Both admitted (the core counted them delivered), still batching for the caller.
+    engine.pump_outlets(now);
+    assert_eq!(engine.backlog().0, 2);
+    let bytes = engine.encode_state(now);
+    let mut restored = Engine::restore(config(), &bytes, now.plus_millis(5)).unwrap();
+    restored.flush_output(now.plus_millis(5));
+    let outputs = output_seqs(&mut restored);
+    assert_eq!(outputs, [(turn, 1), (turn, 2)]);
+}
+
+/// Found by the sweep (`reports/regressions/found/restored-output-beyond-queue-capacity.json`):
+/// with a queue of one, the coalescer's batch and the queue together hold more than the
+/// queue does; a restart used to push them all back into the queue and drop what did
+/// not fit, so the caller never got event 2.
+#[test]
+fn output_beyond_the_queue_capacity_survives_a_restart() {
+    let now = Timestamp::from_millis(1);
+    let mut config = config();
+    config.delivery_queue_capacity = 1;
+    let mut engine = Engine::new(config.clone()).unwrap();
+    let execution = ready_session(&mut engine, now);
+    let turn = engine.prompt(now, session(1), "second".into()).unwrap();
+    prompt_request(&mut engine);
+    for text in ["one", "two", "three"] {
+        engine.agent_event(now, execution, chunk(text));
+        engine.pump_outlets(now);
+    }
+    // Three admitted: at most one in the queue, the rest batching for the caller.
+    assert_eq!(engine.backlog().0, 3);
+    let bytes = engine.encode_state(now);
+    let later = now.plus_millis(5);
+    let mut restored = Engine::restore(config, &bytes, later).unwrap();
+    restored.pump_outlets(later);
+    restored.flush_output(later);
+    let outputs = output_seqs(&mut restored);
+    assert_eq!(outputs, [(turn, 1), (turn, 2), (turn, 3)]);
+}
+
+/// The engine's side of the core driver's finding
+/// (`fuzz/regressions/callback_orderings/restore-at-a-later-time-then-a-clock-reading-earlier`):
+/// restored at a time its core never saw, then handed a clock that reads earlier, an
+/// engine must not count a new deadline from the earlier reading.
+#[test]
+fn a_restore_raises_the_clock_so_an_earlier_reading_cannot_shorten_a_deadline() {
+    let config = config();
+    let bytes = Engine::new(config.clone())
+        .unwrap()
+        .encode_state(Timestamp::from_millis(1));
+    let restart = Timestamp::from_millis(120_000);
+    let mut restored = Engine::restore(config.clone(), &bytes, restart).unwrap();
+    let earlier = Timestamp::from_millis(119_530);
+    assert!(matches!(
+        restored.resume(earlier, session(1)),
+        Verdict::Started { .. }
+    ));
+    assert_eq!(
+        restored.poll_timeout(),
+        Some(restart.plus_millis(config.core.start_deadline_ms))
+    );
+}
+
+#[test]
+fn oversized_prompts_are_refused_before_the_core_sees_them() {
+    let mut engine = Engine::new(config()).unwrap();
+    let text = "x".repeat(MAX_PROMPT_BYTES + 1);
+    assert_eq!(
+        engine.prompt(Timestamp::ZERO, session(1), text),
+        Err(PromptError::TooLarge {
+            bytes: MAX_PROMPT_BYTES + 1
+        })
+    );
+    assert!(engine.poll_action().is_none());
+}
+
+/// Runtime reuse over one cancelled resume: the user cancels while the first attempt's
+/// process is still starting and prompts again; the second attempt takes that process
+/// over when it is up (no second spawn), the first attempt's late bind is reported and
+/// refused, and the turn completes on the reused runtime. `Err` names what went wrong.
+fn reuse_serves_the_successor(mutant: Option<&str>) -> Result<(), String> {
+    let now = Timestamp::from_millis(1_000);
+    let mut config = config();
+    config.reuse_runtimes = true;
+    let mut engine = Engine::new(config).unwrap();
+    #[cfg(feature = "mutants")]
+    engine.set_mutant(mutant.map(|m| palisade_core::mutants::Mutant::from_name(m).unwrap()));
+    #[cfg(not(feature = "mutants"))]
+    assert!(mutant.is_none(), "mutants need the feature");
+    engine.prompt(now, session(1), "first".into()).unwrap();
+    let (s, first) = spawn_action(&mut engine);
+    // Cancelled while its process starts; the retry waits for that process.
+    engine.cancel(now, session(1));
+    let turn = engine.prompt(now, session(1), "second".into()).unwrap();
+    let second = engine
+        .core()
+        .live_attempt(session(1))
+        .expect("a live attempt");
+    assert_ne!(second, first);
+    let pending: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
+    assert!(
+        !pending.iter().any(|a| matches!(a, Action::Spawn { .. })),
+        "no second spawn while the first process starts: {pending:?}"
+    );
+    let _ = events(&mut engine);
+    let execution = engine.spawned(now, s, first, Ok(Some(7)));
+    let started: Vec<_> = events(&mut engine)
+        .into_iter()
+        .filter_map(|e| match e {
+            SessionEvent::RuntimeStarted { attempt, .. } => Some(attempt),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started, [second], "the process serves the live attempt");
+    let mut answered = 0;
+    while let Some(action) = engine.poll_action() {
+        match action {
+            Action::Request { op, method, .. } => {
+                let result = match method {
+                    acp::INITIALIZE => json!({"agentCapabilities": {"loadSession": true}}),
+                    acp::SESSION_NEW => json!({"sessionId": "c1"}),
+                    acp::SESSION_PROMPT => {
+                        engine.agent_event(now, execution, chunk("hello"));
+                        json!({"stopReason": "end_turn"})
+                    }
+                    other => return Err(format!("unexpected request {other}")),
+                };
+                answered += 1;
+                engine.reply(now, execution, op, Ok(RawJson::from_value(&result)));
+            }
+            Action::Stop { .. } | Action::Kill { .. } => {
+                return Err(format!(
+                    "the reused runtime was torn down under its new attempt: {action:?}"
+                ))
+            }
+            other => return Err(format!("unexpected action {other:?}")),
+        }
+    }
+    engine.flush_output(now);
+    let ended: Vec<_> = events(&mut engine)
+        .into_iter()
+        .filter_map(|e| match e {
+            SessionEvent::TurnEnded { turn, outcome, .. } => Some((turn, outcome)),
+            _ => None,
+        })
+        .collect();
+    if ended != [(turn, palisade_core::TurnOutcome::Completed)] {
+        return Err(format!(
+            "after {answered} answers the turns ended {ended:?}"
+        ));
+    }
+    if engine.runtime_count() != 1 {
+        return Err(format!("{} runtimes", engine.runtime_count()));
+    }
+    if mutant.is_none() && !engine.audit_violations().is_empty() {
+        return Err(format!("{:?}", engine.audit_violations()));
+    }
+    Ok(())
+}
+
+#[test]
+fn a_retry_takes_over_the_process_its_cancelled_predecessor_started() {
+    assert_eq!(reuse_serves_the_successor(None), Ok(()));
+}
+
+/// The same flow with the core's `old-attempt-stops-successor` bug: the retired
+/// attempt's late bind stops the process its successor took over.
+#[cfg(feature = "mutants")]
+#[test]
+fn the_old_attempt_stops_successor_mutant_breaks_reuse() {
+    let err = reuse_serves_the_successor(Some("old-attempt-stops-successor")).unwrap_err();
+    assert!(err.contains("torn down"), "{err}");
+}
+
+/// Without reuse the retry spawns a process of its own and the first one is killed.
+#[test]
+fn without_reuse_a_retry_spawns_its_own_process() {
+    let now = Timestamp::from_millis(1_000);
+    let mut engine = Engine::new(config()).unwrap();
+    engine.prompt(now, session(1), "first".into()).unwrap();
+    let (s, first) = spawn_action(&mut engine);
+    engine.cancel(now, session(1));
+    engine.prompt(now, session(1), "second".into()).unwrap();
+    let (_, second) = spawn_action(&mut engine);
+    assert_ne!(second, first);
+    let late = engine.spawned(now, s, first, Ok(Some(7)));
+    assert!(
+        std::iter::from_fn(|| engine.poll_action()).any(|a| a == Action::Kill { execution: late })
+    );
+}
+
+/// An engine with reuse on, whose session 1 has a cancelled attempt's process still
+/// starting and a retry waiting for it: (engine, session, first attempt, retry).
+fn waiting_for_a_cancelled_start(now: Timestamp) -> (Engine, SessionId, AttemptId, AttemptId) {
+    let mut config = config();
+    config.reuse_runtimes = true;
+    let mut engine = Engine::new(config).unwrap();
+    engine.prompt(now, session(1), "first".into()).unwrap();
+    let (s, first) = spawn_action(&mut engine);
+    engine.cancel(now, session(1));
+    engine.prompt(now, session(1), "second".into()).unwrap();
+    let retry = engine
+        .core()
+        .live_attempt(session(1))
+        .expect("a live attempt");
+    let _: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
+    let _ = events(&mut engine);
+    (engine, s, first, retry)
+}
+
+/// The predecessor's start failed: the waiting retry gets a spawn of its own.
+#[test]
+fn a_retry_spawns_when_the_start_it_waited_for_fails() {
+    let now = Timestamp::from_millis(1_000);
+    let (mut engine, s, first, retry) = waiting_for_a_cancelled_start(now);
+    engine.spawned(now, s, first, Err("no such file".into()));
+    let actions: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
+    assert!(
+        actions.contains(&Action::Spawn {
+            session: s,
+            attempt: retry
+        }),
+        "{actions:?}"
+    );
+    let own = engine.spawned(now, s, retry, Ok(Some(8)));
+    let started: Vec<_> = events(&mut engine)
+        .into_iter()
+        .filter_map(|e| match e {
+            SessionEvent::RuntimeStarted {
+                attempt, execution, ..
+            } => Some((attempt, execution)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started, [(retry, own)]);
+    assert!(
+        engine.audit_violations().is_empty(),
+        "{:?}",
+        engine.audit_violations()
+    );
+}
+
+/// A retry cancelled while it waited takes nothing over: the late process is the
+/// cancelled attempt's and goes away.
+#[test]
+fn a_cancelled_retry_does_not_take_the_process_over() {
+    let now = Timestamp::from_millis(1_000);
+    let (mut engine, s, first, _retry) = waiting_for_a_cancelled_start(now);
+    engine.cancel(now, session(1));
+    let late = engine.spawned(now, s, first, Ok(Some(7)));
+    let actions: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
+    assert!(
+        actions.iter().any(|a| matches!(a,
+            Action::Kill { execution } | Action::Stop { execution, .. } if *execution == late)),
+        "{actions:?}"
+    );
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::Spawn { .. } | Action::Request { .. })),
+        "{actions:?}"
+    );
+    assert!(!events(&mut engine)
+        .iter()
+        .any(|e| matches!(e, SessionEvent::RuntimeStarted { .. })));
+    assert!(
+        engine.audit_violations().is_empty(),
+        "{:?}",
+        engine.audit_violations()
+    );
+}
+
+/// Issue 28, item 12: an agent answering `initialize` with `protocolVersion: 999` was
+/// accepted. ACP v1: a client that does not support the version the agent answers
+/// with closes the connection and tells the user. The start fails, saying so, and
+/// the runtime goes; an answer with version 1 (or, as old test doubles write it,
+/// none) is accepted.
+#[test]
+fn an_agent_answering_another_protocol_version_fails_its_start() {
+    let now = Timestamp::from_millis(1_000);
+    for (version, refused) in [
+        (json!(999), true),
+        (json!(0), true),
+        (json!("1"), true),
+        (json!(1.5), true),
+        (json!(1), false),
+        (Value::Null, false),
+    ] {
+        let mut engine = Engine::new(config()).unwrap();
+        engine.prompt(now, session(1), "hello".into()).unwrap();
+        let (s, attempt) = spawn_action(&mut engine);
+        let execution = engine.spawned(now, s, attempt, Ok(Some(7)));
+        let mut answer_json = json!({"agentCapabilities": {"loadSession": true}});
+        if !version.is_null() {
+            answer_json["protocolVersion"] = version.clone();
+        }
+        answer(&mut engine, now, execution, acp::INITIALIZE, answer_json);
+        let events = events(&mut engine);
+        let failure = events.iter().find_map(|e| match e {
+            SessionEvent::FailureReported { cause, .. } => Some(cause.to_string()),
+            _ => None,
+        });
+        if refused {
+            let failure = failure.unwrap_or_else(|| panic!("{version}: {events:?}"));
+            assert!(
+                failure.contains(&format!("ACP protocol version {version}")),
+                "{failure}"
+            );
+            let actions: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
+            assert!(
+                actions.iter().any(|a| matches!(a,
+                    Action::Kill { execution: e } | Action::Stop { execution: e, .. }
+                        if *e == execution)),
+                "{version}: {actions:?}"
+            );
+            assert!(
+                !actions.iter().any(|a| matches!(a, Action::Request { .. })),
+                "{version}: {actions:?}"
+            );
+        } else {
+            assert_eq!(failure, None, "{version}");
+            assert!(
+                matches!(
+                    engine.poll_action(),
+                    Some(Action::Request { method, .. }) if method == acp::SESSION_NEW
+                ),
+                "{version}"
+            );
+        }
+        assert!(
+            engine.audit_violations().is_empty(),
+            "{:?}",
+            engine.audit_violations()
+        );
+    }
+}
