@@ -582,7 +582,7 @@ struct Handle {
 #[derive(Debug)]
 struct PumpRequest {
     op: Op,
-    method: &'static str,
+    method: std::borrow::Cow<'static, str>,
     params: palisade_wire::acp::Params,
     deadline: Instant,
 }
@@ -1149,7 +1149,7 @@ impl InFlight {
         let done = self.done_tx.clone();
         let task = self.platform.spawn(Box::pin(async move {
             let result = conn
-                .request_raw(request.method, request.params, request.deadline)
+                .request_raw(&request.method, request.params, request.deadline)
                 .await;
             // The pump may be gone; nobody waits for the answer then.
             let _ = done.send((n, request.op, result)).await;

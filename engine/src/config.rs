@@ -63,6 +63,24 @@ pub struct EngineConfig {
     /// commit), and events handed to the caller stay in the state until acknowledged. Off:
     /// no write is ever asked for and everything leaves at once.
     pub persistence: bool,
+    /// Who stands behind the caller on the agents' client side.
+    pub client: ClientSide,
+}
+
+/// Who answers what an agent asks of its client, and who sees what it says outside turns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClientSide {
+    /// Nobody interactive (`palisade-supervise`): a permission request is declined (the
+    /// agent's tool call is cancelled) and other client methods do not exist; updates
+    /// outside a turn are nobody's output.
+    #[default]
+    Closed,
+    /// An ACP client stands behind the caller (`palisade-proxy`): the agents' requests
+    /// reach it ([`SessionEvent::ClientRequest`](crate::SessionEvent::ClientRequest)), its
+    /// answers go back to the execution that asked and to no other, and the session's
+    /// updates outside turns reach it too
+    /// ([`SessionEvent::Update`](crate::SessionEvent::Update)).
+    Forward,
 }
 
 impl Default for EngineConfig {
@@ -80,6 +98,7 @@ impl Default for EngineConfig {
             audit: false,
             reuse_runtimes: false,
             persistence: false,
+            client: ClientSide::Closed,
         }
     }
 }

@@ -17,6 +17,28 @@ use palisade_wire::connection::{CloseReason, ProcessExit, RpcFailure};
 use palisade_wire::jsonrpc::RawJson;
 use serde_json::value::RawValue;
 
+/// What a prompt asks: a text (`palisade-supervise`), or the content blocks a client sent
+/// (`palisade-proxy`), passed to the agent as they came.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+pub enum PromptContent {
+    /// One text block.
+    Text(String),
+    /// A JSON array of ACP content blocks.
+    Blocks(RawJson),
+}
+
+impl PromptContent {
+    /// Its size as it is kept (and persisted) until its turn ends.
+    #[must_use]
+    pub fn bytes(&self) -> usize {
+        match self {
+            PromptContent::Text(text) => text.len(),
+            PromptContent::Blocks(blocks) => blocks.get().len(),
+        }
+    }
+}
+
 /// One streamed `session/update` of a turn, as the caller receives it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct OutputEvent {
@@ -129,6 +151,10 @@ pub enum SessionEvent {
         conversation: String,
         /// Loaded, created, or created to replace an unloadable one.
         origin: ConversationOrigin,
+        /// The agent's answer to the `session/load` or `session/new` that made it (its
+        /// modes, models, config options), as the agent wrote it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<RawJson>,
     },
     /// A batch of a turn's streamed output, in order.
     Output {
@@ -197,6 +223,51 @@ pub enum SessionEvent {
         /// The attempt.
         attempt: AttemptId,
     },
+    /// A `session/update` of the session's current conversation that is no turn's output
+    /// (its available commands, mode, title, plan before a prompt), in order with the
+    /// session's other events. Only when a client stands behind the caller
+    /// ([`ClientSide::Forward`](crate::ClientSide::Forward)).
+    Update {
+        /// The session.
+        session: SessionId,
+        /// The `update` object as the agent wrote it.
+        update: RawJson,
+    },
+    /// History the agent replays while loading the session's conversation, for a caller
+    /// that asked for it ([`Engine::open`](crate::Engine::open)); before the
+    /// `ConversationReady` of that load.
+    History {
+        /// The session.
+        session: SessionId,
+        /// The `update` object as the agent wrote it.
+        update: RawJson,
+    },
+    /// The session's agent asks its client something (`session/request_permission`,
+    /// `fs/*`, `terminal/*`): answer with
+    /// [`Engine::answer_client_request`](crate::Engine::answer_client_request) and the
+    /// ticket. The answer reaches only the execution that asked, and only while it runs
+    /// (a retired one's request is never shown). Not kept across a restart: the asking
+    /// process dies with the shell.
+    ClientRequest {
+        /// The session.
+        session: SessionId,
+        /// What the answer must name.
+        ticket: u64,
+        /// The method.
+        method: String,
+        /// The params as the agent wrote them (its `sessionId` is the agent's own).
+        params: RawJson,
+    },
+    /// The answer to a request forwarded to the session's agent
+    /// ([`Engine::forward`](crate::Engine::forward)). Not kept across a restart.
+    Forwarded {
+        /// The session.
+        session: SessionId,
+        /// The ticket `forward` returned.
+        ticket: u64,
+        /// The agent's answer, or why there is none.
+        result: Result<RawJson, RpcFailure>,
+    },
     /// An agent process is gone and reaped.
     RuntimeExited {
         /// The session.
@@ -225,8 +296,23 @@ impl SessionEvent {
             | SessionEvent::FailureReported { session, .. }
             | SessionEvent::AttemptSettled { session, .. }
             | SessionEvent::JoinTimedOut { session, .. }
+            | SessionEvent::Update { session, .. }
+            | SessionEvent::History { session, .. }
+            | SessionEvent::ClientRequest { session, .. }
+            | SessionEvent::Forwarded { session, .. }
             | SessionEvent::RuntimeExited { session, .. } => *session,
         }
+    }
+
+    /// Whether the event is kept in the state until the caller took it (false for what
+    /// only the running process can act on: a client request of one of its agents, the
+    /// answer to a forwarded request).
+    #[must_use]
+    pub fn survives_restart(&self) -> bool {
+        !matches!(
+            self,
+            SessionEvent::ClientRequest { .. } | SessionEvent::Forwarded { .. }
+        )
     }
 
     /// A short name, e.g. `turn_ended`.
@@ -243,6 +329,10 @@ impl SessionEvent {
             SessionEvent::FailureReported { .. } => "failure_reported",
             SessionEvent::AttemptSettled { .. } => "attempt_settled",
             SessionEvent::JoinTimedOut { .. } => "join_timed_out",
+            SessionEvent::Update { .. } => "update",
+            SessionEvent::History { .. } => "history",
+            SessionEvent::ClientRequest { .. } => "client_request",
+            SessionEvent::Forwarded { .. } => "forwarded",
             SessionEvent::RuntimeExited { .. } => "runtime_exited",
         }
     }
@@ -267,6 +357,13 @@ impl SessionEvent {
             members: Value,
             #[serde(skip_serializing_if = "Option::is_none")]
             events: Option<Vec<Shown<'a>>>,
+            /// An update, a request's params or an answer, as the agent wrote it.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            update: Option<&'a RawValue>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            params: Option<&'a RawValue>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            result: Option<&'a RawValue>,
         }
         /// One output event.
         #[derive(serde::Serialize)]
@@ -345,6 +442,14 @@ impl SessionEvent {
                 "status": status.map(|s| format!("{s:?}")),
                 "reason": reason.as_ref().map(|r| format!("{r:?}")),
             }),
+            SessionEvent::Update { .. } | SessionEvent::History { .. } => json!({}),
+            SessionEvent::ClientRequest { ticket, method, .. } => {
+                json!({"ticket": id(*ticket), "method": method})
+            }
+            SessionEvent::Forwarded { ticket, result, .. } => json!({
+                "ticket": id(*ticket),
+                "error": result.as_ref().err().map(ToString::to_string),
+            }),
         };
         if let (Some(object), Value::Object(fields)) = (object.as_object_mut(), fields) {
             object.extend(fields);
@@ -362,9 +467,22 @@ impl SessionEvent {
             ),
             _ => None,
         };
+        let (update, params, result) = match self {
+            SessionEvent::Update { update, .. } | SessionEvent::History { update, .. } => {
+                (Some(update.raw()), None, None)
+            }
+            SessionEvent::ClientRequest { params, .. } => (None, Some(params.raw()), None),
+            SessionEvent::Forwarded {
+                result: Ok(answer), ..
+            } => (None, None, Some(answer.raw())),
+            _ => (None, None, None),
+        };
         serde_json::to_string(&Line {
             members: object,
             events,
+            update,
+            params,
+            result,
         })
         .expect("an event's members are strings, numbers and raw JSON")
     }
@@ -515,6 +633,7 @@ mod tests {
                 execution,
                 conversation: "c".into(),
                 origin: ConversationOrigin::Loaded,
+                answer: None,
             },
             SessionEvent::Output {
                 session,

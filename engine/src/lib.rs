@@ -19,7 +19,10 @@ pub mod replay;
 mod sorted_map;
 pub mod state;
 
-pub use config::{EngineConfig, EngineConfigError};
-pub use engine::{Action, Engine, EngineStats, Op, Output, PromptError, StateImage};
-pub use events::{ConversationOrigin, FailureCause, OutputEvent, SessionEvent};
+pub use config::{ClientSide, EngineConfig, EngineConfigError};
+pub use engine::{
+    Action, Engine, EngineStats, ForwardError, Op, Output, PromptError, SessionSetup, StateImage,
+    MAX_OPEN_CLIENT_REQUESTS,
+};
+pub use events::{ConversationOrigin, FailureCause, OutputEvent, PromptContent, SessionEvent};
 pub use state::StateError;

@@ -61,8 +61,14 @@ pub(crate) struct SessionRecord {
     pub(crate) session: SessionId,
     /// The conversation token the core holds, and the ACP session id it stands for.
     pub(crate) conversation: Option<(ConversationToken, String)>,
-    /// The turn in flight and the caller's original text.
-    pub(crate) turn: Option<(TurnId, String)>,
+    /// The turn in flight and the caller's original prompt.
+    pub(crate) turn: Option<(TurnId, crate::events::PromptContent)>,
+    /// The caller's name for the session (a proxy's upstream session id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) label: Option<String>,
+    /// The params of the client's `session/new` its conversations are made with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) params: Option<palisade_wire::RawJson>,
     /// Output the core admitted for the caller that was still queued or being batched:
     /// the turn, and each event's seq, update and wire size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -203,7 +209,12 @@ mod tests {
             sessions: vec![SessionRecord {
                 session: SessionId::new(1).unwrap(),
                 conversation: Some((ConversationToken::new(3).unwrap(), "s-1".into())),
-                turn: Some((TurnId::new(8).unwrap(), "hello".into())),
+                turn: Some((
+                    TurnId::new(8).unwrap(),
+                    crate::events::PromptContent::Text("hello".into()),
+                )),
+                label: None,
+                params: None,
                 queued_output: None,
             }],
             executions: Vec::new(),

@@ -33,6 +33,10 @@ pub const SESSION_UPDATE: &str = CLIENT_METHOD_NAMES.session_update;
 /// `session/list`: client → agent request (an unstable ACP method; the schema crate keeps
 /// it behind a feature, so it is spelled out here).
 pub const SESSION_LIST: &str = "session/list";
+/// `authenticate`.
+pub const AUTHENTICATE: &str = AGENT_METHOD_NAMES.authenticate;
+/// `session/request_permission` (agent → client).
+pub const SESSION_REQUEST_PERMISSION: &str = CLIENT_METHOD_NAMES.session_request_permission;
 
 /// The protocol version this crate speaks.
 pub const PROTOCOL_VERSION: u16 = 1;
@@ -200,6 +204,8 @@ pub enum Params {
     },
     /// Any other params, as a tree (`null`: none).
     Tree(Value),
+    /// Params as someone else wrote them (a client's, passed on by a proxy).
+    Raw(RawJson),
 }
 
 impl From<Value> for Params {
@@ -236,6 +242,7 @@ impl Params {
             Params::Prompt { session_id, text } => prompt_params(session_id, text),
             Params::Cancel { session_id } => cancel_params(session_id),
             Params::Tree(value) => value.clone(),
+            Params::Raw(raw) => raw.parse().unwrap_or(Value::Null),
         }
     }
 
@@ -280,6 +287,7 @@ impl Serialize for Params {
                 CancelNotification::new(session_id.clone()).serialize(serializer)
             }
             Params::Tree(value) => value.serialize(serializer),
+            Params::Raw(raw) => raw.serialize(serializer),
         }
     }
 }

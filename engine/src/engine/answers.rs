@@ -31,8 +31,21 @@ impl Engine {
             .as_mut()
             .filter(|p| ours && !session_state && !p.superseded)
         else {
-            // History replayed by session/load, or chatter outside a prompt.
-            self.stats.notifications_ignored += 1;
+            // History replayed by session/load, or chatter outside a prompt: the client's,
+            // when one stands behind the caller and the runtime is the session's own.
+            let session = runtime.session;
+            let loading = runtime.loading.is_some()
+                && parsed.session_id.as_deref() == runtime.loading.as_deref();
+            let current = runtime.alive() && runtime.prompt.is_none_or(|p| !p.superseded);
+            let client = self.config.client == ClientSide::Forward && current;
+            let wants_history = self.books.get(&session).is_some_and(|b| b.setup.history);
+            if client && loading && wants_history {
+                self.emit(SessionEvent::History { session, update });
+            } else if client && ours {
+                self.emit_after_output(now, SessionEvent::Update { session, update });
+            } else {
+                self.stats.notifications_ignored += 1;
+            }
             return;
         };
         prompt.idle_deadline = now.plus_millis(idle_ms);
@@ -74,15 +87,19 @@ impl Engine {
         let session = runtime.session;
         let attempt = runtime.attempt;
         match result {
-            Ok(_) => {
+            Ok(answer) => {
                 runtime.conversation = Some(conversation.clone());
                 let verdict = self.callback(now, execution, RuntimeEvent::ConversationLoaded);
                 if verdict == Some(Verdict::Accepted) {
+                    if let Some(book) = self.books.get_mut(&session) {
+                        book.setup.history = false;
+                    }
                     self.emit(SessionEvent::ConversationReady {
                         session,
                         execution,
                         conversation,
                         origin: ConversationOrigin::Loaded,
+                        answer: self.client_answer(answer),
                     });
                 }
             }
@@ -144,7 +161,7 @@ impl Engine {
         self.act(Action::Request {
             execution,
             op: Op::List,
-            method: acp::SESSION_LIST,
+            method: acp::SESSION_LIST.into(),
             params: acp::Params::ListSessions {
                 cursor: cursor.map(str::to_owned),
             },
@@ -241,6 +258,7 @@ impl Engine {
                         execution,
                         conversation: id,
                         origin: origin_of(reason),
+                        answer: self.client_answer(answer),
                     });
                 } else if let Some(book) = self.books.get_mut(&session) {
                     // The core kept its old token: so do we.
@@ -309,7 +327,7 @@ impl Engine {
                 turn: state.turn,
                 dispatch: state.dispatch,
             },
-            method: acp::SESSION_PROMPT,
+            method: acp::SESSION_PROMPT.into(),
             params,
             deadline: now.plus_millis(PROMPT_REQUEST_DEADLINE_MS),
         });
@@ -356,5 +374,10 @@ impl Engine {
             Err(failure) if is_transport(&failure) => runtime.prompt = None,
             Err(failure) => self.report_exit(now, execution, FailureCause::Prompt(failure)),
         }
+    }
+
+    /// An answer to show the client, when one stands behind the caller.
+    fn client_answer(&self, answer: RawJson) -> Option<RawJson> {
+        (self.config.client == ClientSide::Forward).then_some(answer)
     }
 }

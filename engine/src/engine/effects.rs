@@ -130,9 +130,16 @@ impl Engine {
         if let Some(runtime) = self.runtimes.get_mut(&execution) {
             runtime.loading = Some(conversation.clone());
         }
-        let params = acp::Params::LoadSession {
-            session_id: conversation.clone(),
-            cwd: self.config.cwd.clone(),
+        let setup = self
+            .books
+            .get(&session)
+            .and_then(|b| b.setup.params.as_ref());
+        let params = match setup.and_then(|p| load_params(p, &conversation)) {
+            Some(params) => acp::Params::Raw(params),
+            None => acp::Params::LoadSession {
+                session_id: conversation.clone(),
+                cwd: self.config.cwd.clone(),
+            },
         };
         self.emit(SessionEvent::ConversationLoading {
             session,
@@ -142,7 +149,7 @@ impl Engine {
         self.act(Action::Request {
             execution,
             op: Op::Load { token },
-            method: acp::SESSION_LOAD,
+            method: acp::SESSION_LOAD.into(),
             params,
             deadline: now.plus_millis(self.config.load_timeout_ms),
         });
@@ -163,16 +170,26 @@ impl Engine {
             );
             return;
         }
-        if let Some(runtime) = self.runtimes.get_mut(&execution) {
-            runtime.new_reason = Some(reason);
-        }
+        let Some(runtime) = self.runtimes.get_mut(&execution) else {
+            return;
+        };
+        runtime.new_reason = Some(reason);
+        let session = runtime.session;
+        let params = match self
+            .books
+            .get(&session)
+            .and_then(|b| b.setup.params.clone())
+        {
+            Some(params) => acp::Params::Raw(params),
+            None => acp::Params::NewSession {
+                cwd: self.config.cwd.clone(),
+            },
+        };
         self.act(Action::Request {
             execution,
             op: Op::New { reason },
-            method: acp::SESSION_NEW,
-            params: acp::Params::NewSession {
-                cwd: self.config.cwd.clone(),
-            },
+            method: acp::SESSION_NEW.into(),
+            params,
             deadline: now.plus_millis(self.config.new_session_timeout_ms),
         });
     }
@@ -187,18 +204,28 @@ impl Engine {
         turn: TurnId,
         request: PromptRequest,
     ) {
-        let text = self
+        let content = self
             .books
             .get(&session)
             .and_then(|b| b.turn.as_ref())
             .filter(|(t, _)| *t == turn)
-            .map(|(_, text)| render_prompt(text, &request));
+            .map(|(_, content)| content.clone());
         let conversation = self
             .runtimes
             .get(&execution)
             .filter(|r| r.alive())
             .and_then(|r| r.conversation.clone());
-        let (Some(text), Some(conversation)) = (text, conversation) else {
+        let params = match (content, conversation) {
+            (Some(PromptContent::Text(text)), Some(conversation)) => Some(acp::Params::Prompt {
+                session_id: conversation,
+                text: render_prompt(&text, &request),
+            }),
+            (Some(PromptContent::Blocks(blocks)), Some(conversation)) => {
+                prompt_blocks(&conversation, &blocks, &request).map(acp::Params::Raw)
+            }
+            _ => None,
+        };
+        let Some(params) = params else {
             // The runtime is gone (its death is reported now, if not yet) or the
             // text is lost: either way this runtime cannot run the turn.
             self.report_exit(
@@ -219,10 +246,6 @@ impl Engine {
             idle_deadline,
             superseded: false,
         };
-        let params = acp::Params::Prompt {
-            session_id: conversation,
-            text,
-        };
         let Some(runtime) = self.runtimes.get_mut(&execution) else {
             return;
         };
@@ -242,6 +265,7 @@ impl Engine {
 
     /// `CancelPrompt`: `session/cancel`, or drop a dispatch that never left.
     fn cancel_prompt(&mut self, execution: ExecutionId, turn: TurnId) {
+        self.close_tickets(execution, true);
         // A dispatch still held behind an earlier prompt never reached the agent:
         // drop it, nothing to cancel.
         if let Some(runtime) = self.runtimes.get_mut(&execution) {
@@ -346,4 +370,43 @@ impl Engine {
             },
         );
     }
+}
+
+/// `session/load`'s params for `conversation`, from a client's `session/new` params (its
+/// `cwd` and `mcpServers`); `None` if they are not an object.
+pub(super) fn load_params(setup: &RawJson, conversation: &str) -> Option<RawJson> {
+    let mut members: serde_json::Map<String, Value> = setup.parse().ok()?;
+    members.retain(|name, _| name == "cwd" || name == "mcpServers");
+    members.insert(
+        "sessionId".to_owned(),
+        Value::String(conversation.to_owned()),
+    );
+    Some(RawJson::from_value(&Value::Object(members)))
+}
+
+/// `session/prompt`'s params for `conversation`: the client's content blocks, as they
+/// came, after the replay blocks the core asks for (one text block each). `None` if the
+/// blocks are not a JSON array.
+pub(super) fn prompt_blocks(
+    conversation: &str,
+    blocks: &RawJson,
+    request: &PromptRequest,
+) -> Option<RawJson> {
+    #[derive(serde::Serialize)]
+    struct Params<'a> {
+        #[serde(rename = "sessionId")]
+        session_id: &'a str,
+        prompt: Vec<&'a serde_json::value::RawValue>,
+    }
+    let given: Vec<&serde_json::value::RawValue> = blocks.parse().ok()?;
+    let replay = render_prompt("", request);
+    let replay_block = (!replay.is_empty())
+        .then(|| RawJson::from_value(&serde_json::json!({"type": "text", "text": replay})));
+    let prompt = replay_block.iter().map(RawJson::raw).chain(given).collect();
+    let text = serde_json::to_string(&Params {
+        session_id: conversation,
+        prompt,
+    })
+    .ok()?;
+    RawJson::from_text(text).ok()
 }

@@ -177,8 +177,11 @@ impl Engine {
                 self.act(Action::Request {
                     execution,
                     op: Op::Initialize,
-                    method: acp::INITIALIZE,
-                    params: acp::Params::Initialize,
+                    method: acp::INITIALIZE.into(),
+                    params: self
+                        .hello
+                        .clone()
+                        .map_or(acp::Params::Initialize, acp::Params::Raw),
                     deadline,
                 });
             }
@@ -282,6 +285,7 @@ impl Engine {
         };
         self.touch();
         self.sync_idle(execution);
+        self.close_tickets(execution, false);
         if let Some(generation) = runtime.generation {
             self.bury(ExecutionRecord {
                 execution,

@@ -84,10 +84,10 @@ use palisade_wire::acp;
 use palisade_wire::connection::{AgentEvent, CloseReason, ProcessExit, RpcFailure};
 use palisade_wire::jsonrpc::{codes, RawJson, RequestId, RpcError};
 
-use crate::config::{EngineConfig, EngineConfigError, MAX_PROMPT_BYTES, READY_EVENTS};
+use crate::config::{ClientSide, EngineConfig, EngineConfigError, MAX_PROMPT_BYTES, READY_EVENTS};
 use crate::events::{
-    self, kind_of, origin_of, ConversationOrigin, FailureCause, OutputEvent, SessionEvent,
-    UpdateHead, UpdateParams,
+    self, kind_of, origin_of, ConversationOrigin, FailureCause, OutputEvent, PromptContent,
+    SessionEvent, UpdateHead, UpdateParams,
 };
 use crate::replay::render_prompt;
 use crate::sorted_map::SortedMap;
@@ -156,7 +156,62 @@ pub enum Op {
         /// runtime again while the earlier prompt's answer is still due.
         dispatch: u64,
     },
+    /// `authenticate`, replayed on a new runtime as the client authenticated.
+    Authenticate,
+    /// A request the caller forwarded ([`Engine::forward`]).
+    Forward {
+        /// Its ticket.
+        ticket: u64,
+    },
 }
+
+/// What a client's session is made with: kept for the session's life (and in the state),
+/// used for every conversation the engine starts or loads for it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SessionSetup {
+    /// The caller's name for the session (a proxy's upstream session id).
+    pub label: Option<String>,
+    /// The params of the client's `session/new` (`cwd`, `mcpServers`, ...): every
+    /// `session/new` sends them as they are, every `session/load` its `cwd` and
+    /// `mcpServers`. `None`: the engine's own `cwd`.
+    pub params: Option<RawJson>,
+    /// The history the agent replays when it loads the session's conversation next
+    /// reaches the caller ([`SessionEvent::History`]).
+    pub history: bool,
+}
+
+/// Why a request could not be forwarded to a session's agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ForwardError {
+    /// The session has no runtime with a conversation right now.
+    NoRuntime,
+    /// The params are not a JSON object.
+    NotAnObject,
+}
+
+impl std::fmt::Display for ForwardError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ForwardError::NoRuntime => f.write_str("the session's agent is not running"),
+            ForwardError::NotAnObject => f.write_str("the params are not a JSON object"),
+        }
+    }
+}
+
+impl std::error::Error for ForwardError {}
+
+/// A client request of an agent, waiting for the client's answer.
+#[derive(Debug, Clone)]
+struct ClientTicket {
+    execution: ExecutionId,
+    generation: Generation,
+    id: RequestId,
+    method: String,
+}
+
+/// Agent requests waiting for the client at once; past it, a request is refused (an agent
+/// asks one thing at a time per tool call: more means the client stopped answering).
+pub const MAX_OPEN_CLIENT_REQUESTS: usize = 256;
 
 /// Something the shell must do. Results come back as engine inputs.
 #[derive(Debug, Clone, PartialEq)]
@@ -176,7 +231,7 @@ pub enum Action {
         /// What it is, to route the answer.
         op: Op,
         /// The ACP method.
-        method: &'static str,
+        method: std::borrow::Cow<'static, str>,
         /// Its params.
         params: acp::Params,
         /// When to give up waiting.
@@ -256,6 +311,10 @@ pub struct EngineStats {
     pub inputs_rejected: u64,
     /// Requests from agents answered with a refusal.
     pub agent_requests_refused: u64,
+    /// Requests from agents shown to the client ([`ClientSide::Forward`]).
+    pub agent_requests_forwarded: u64,
+    /// Client answers dropped: their execution was retired, or their ticket unknown.
+    pub client_answers_dropped: u64,
     /// Agent anomalies (garbage lines, unknown response ids, ...) seen.
     pub anomalies: u64,
     /// Runtime deaths reported to the core.
@@ -269,8 +328,9 @@ pub struct EngineStats {
 #[derive(Debug, Default)]
 struct Book {
     conversation: Option<(ConversationToken, String)>,
-    turn: Option<(TurnId, String)>,
+    turn: Option<(TurnId, PromptContent)>,
     stop_reason: Option<String>,
+    setup: SessionSetup,
 }
 
 #[derive(Debug)]
@@ -314,6 +374,14 @@ pub struct Engine {
     running: bool,
     /// The state's version: bumped by every change (see [`Engine::touch`]).
     version: u64,
+    /// The client's `initialize` params, sent to every new runtime as its own.
+    hello: Option<RawJson>,
+    /// The client's `authenticate`, replayed on every new runtime after `initialize`.
+    auth: Option<(String, RawJson)>,
+    /// Agent requests shown to the client and not yet answered, by ticket.
+    tickets: BTreeMap<u64, ClientTicket>,
+    /// Tickets minted so far (client requests and forwarded requests).
+    next_ticket: u64,
     /// The version the last durable write covered (with persistence).
     durable: u64,
     /// A write was asked for ([`Output::Persist`]) and not yet reported.
@@ -486,6 +554,10 @@ impl Engine {
             dispatches: 0,
             stats: EngineStats::default(),
             running: false,
+            hello: None,
+            auth: None,
+            tickets: BTreeMap::new(),
+            next_ticket: 0,
             version: 1,
             durable: 0,
             writing: false,
@@ -602,8 +674,20 @@ impl Engine {
         session: SessionId,
         text: String,
     ) -> Result<TurnId, PromptError> {
-        if text.len() > MAX_PROMPT_BYTES {
-            return Err(PromptError::TooLarge { bytes: text.len() });
+        self.prompt_content(now, session, PromptContent::Text(text))
+    }
+
+    /// Claims a new turn with `content`; it is dispatched once a runtime is ready.
+    pub fn prompt_content(
+        &mut self,
+        now: Timestamp,
+        session: SessionId,
+        text: PromptContent,
+    ) -> Result<TurnId, PromptError> {
+        if text.bytes() > MAX_PROMPT_BYTES {
+            return Err(PromptError::TooLarge {
+                bytes: text.bytes(),
+            });
         }
         let turn = TurnId::new(self.counters.next_turn)
             .expect("the turn counter starts at 1 and only grows");
@@ -630,6 +714,111 @@ impl Engine {
     /// The user cancels the session's attempt and turn.
     pub fn cancel(&mut self, now: Timestamp, session: SessionId) -> Verdict {
         self.input(now, Input::Cancel { session })
+    }
+
+    /// Opens a client's session: remembers what its conversations are made with
+    /// ([`SessionSetup`]), then resumes its runtime (begin or join, rule 1).
+    pub fn open(&mut self, now: Timestamp, session: SessionId, setup: SessionSetup) -> Verdict {
+        let book = self.books.entry(session).or_default();
+        if setup.label.is_some() {
+            book.setup.label = setup.label;
+        }
+        if setup.params.is_some() {
+            book.setup.params = setup.params;
+        }
+        book.setup.history = setup.history;
+        self.touch();
+        self.resume(now, session)
+    }
+
+    /// The sessions the engine knows, with what they were opened with.
+    pub fn sessions(&self) -> impl Iterator<Item = (SessionId, &SessionSetup)> {
+        self.books
+            .iter()
+            .map(|(session, book)| (*session, &book.setup))
+    }
+
+    /// The client's `initialize` params: every runtime started from now on is initialized
+    /// with them (the client's capabilities, so the agent knows what it may ask).
+    pub fn set_client_hello(&mut self, params: RawJson) {
+        self.hello = Some(params);
+    }
+
+    /// The client authenticated with `method` (`authenticate`) and `params`: every
+    /// runtime started from now on does too, after `initialize`.
+    pub fn set_client_auth(&mut self, params: RawJson) {
+        self.auth = Some((acp::AUTHENTICATE.to_owned(), params));
+    }
+
+    /// The client answered the agent request shown as `ticket`
+    /// ([`SessionEvent::ClientRequest`]). The answer goes to the execution that asked, if
+    /// it still runs the same generation; otherwise it is dropped (and counted), never
+    /// given to a successor. True if it was passed on.
+    pub fn answer_client_request(
+        &mut self,
+        ticket: u64,
+        outcome: Result<RawJson, RpcError>,
+    ) -> bool {
+        let Some(asked) = self.tickets.remove(&ticket) else {
+            self.stats.client_answers_dropped += 1;
+            return false;
+        };
+        let current = self
+            .runtimes
+            .get(&asked.execution)
+            .is_some_and(|r| r.alive() && r.generation == Some(asked.generation));
+        if !current {
+            self.stats.client_answers_dropped += 1;
+            return false;
+        }
+        let outcome = match outcome {
+            Ok(answer) => answer
+                .parse::<Value>()
+                .map_err(|_| RpcError::new(codes::INTERNAL_ERROR, "unreadable answer")),
+            Err(error) => Err(error),
+        };
+        self.act(Action::Respond {
+            execution: asked.execution,
+            id: asked.id,
+            outcome,
+        });
+        true
+    }
+
+    /// Forwards a request of the caller's client to the session's agent: `method` with
+    /// `params` whose `sessionId` becomes the agent's own conversation id. The answer
+    /// comes back as [`SessionEvent::Forwarded`] with the ticket returned here.
+    ///
+    /// # Errors
+    ///
+    /// [`ForwardError::NoRuntime`] when the session has no live runtime with a
+    /// conversation; [`ForwardError::NotAnObject`] for params that are not an object.
+    pub fn forward(
+        &mut self,
+        now: Timestamp,
+        session: SessionId,
+        method: String,
+        params: RawJson,
+    ) -> Result<u64, ForwardError> {
+        let (execution, conversation) = self
+            .runtimes
+            .iter()
+            .filter(|(_, r)| r.session == session && r.alive())
+            .find_map(|(e, r)| r.conversation.clone().map(|c| (*e, c)))
+            .ok_or(ForwardError::NoRuntime)?;
+        let mut members: serde_json::Map<String, Value> =
+            params.parse().map_err(|_| ForwardError::NotAnObject)?;
+        members.insert("sessionId".to_owned(), Value::String(conversation));
+        self.next_ticket += 1;
+        let ticket = self.next_ticket;
+        self.act(Action::Request {
+            execution,
+            op: Op::Forward { ticket },
+            method: method.into(),
+            params: acp::Params::Tree(Value::Object(members)),
+            deadline: now.plus_millis(self.config.new_session_timeout_ms),
+        });
+        Ok(ticket)
     }
 
     /// Resumes the session's runtime without a prompt (begin or join, rule 1).
@@ -661,7 +850,11 @@ impl Engine {
                     self.stats.notifications_ignored += 1;
                 }
             }
-            AgentEvent::Request { id, method, .. } => {
+            AgentEvent::Request { id, method, params } => {
+                if self.config.client == ClientSide::Forward {
+                    self.client_request(now, execution, id, method, params);
+                    return;
+                }
                 // Not an interactive client: permission requests are declined (the
                 // agent's tool call is cancelled), other client methods do not exist.
                 self.stats.agent_requests_refused += 1;
@@ -717,13 +910,19 @@ impl Engine {
                         runtime.load_capability = capability;
                         runtime.lists_sessions = support.list;
                     }
-                    self.callback(
-                        now,
-                        execution,
-                        RuntimeEvent::AgentReady {
-                            load_capability: capability,
-                        },
-                    );
+                    if let Some((method, params)) = self.auth.clone() {
+                        // The client authenticated: so does every runtime, before it is
+                        // ready.
+                        self.act(Action::Request {
+                            execution,
+                            op: Op::Authenticate,
+                            method: method.into(),
+                            params: acp::Params::Raw(params),
+                            deadline: now.plus_millis(self.config.initialize_timeout_ms),
+                        });
+                        return;
+                    }
+                    self.agent_ready(now, execution);
                 }
                 Err(failure) if is_transport(&failure) => {}
                 Err(failure) => {
@@ -731,6 +930,24 @@ impl Engine {
                     self.callback(now, execution, RuntimeEvent::StartFailed { stamp });
                 }
             },
+            Op::Authenticate => match result {
+                Ok(_) => self.agent_ready(now, execution),
+                Err(failure) if is_transport(&failure) => {}
+                Err(failure) => {
+                    let stamp = self.stamp(attempt, FailureCause::Initialize(failure));
+                    self.callback(now, execution, RuntimeEvent::StartFailed { stamp });
+                }
+            },
+            Op::Forward { ticket } => {
+                let session = self.runtimes.get(&execution).map(|r| r.session);
+                if let Some(session) = session {
+                    self.emit(SessionEvent::Forwarded {
+                        session,
+                        ticket,
+                        result,
+                    });
+                }
+            }
             Op::Load { .. } => self.load_answer(now, execution, result),
             Op::List => self.list_answer(now, execution, result),
             Op::New { reason } => self.new_answer(now, execution, reason, result),
@@ -890,6 +1107,95 @@ impl Engine {
             .find(|c| c.stamp == Some(stamp))
             .or_else(|| self.causes.iter().rev().find(|c| c.attempt == attempt))
             .map_or(FailureCause::CoreDeadline, |c| c.cause.clone())
+    }
+
+    /// The runtime answered `initialize` (and `authenticate`): the core hears it is ready.
+    fn agent_ready(&mut self, now: Timestamp, execution: ExecutionId) {
+        let Some(runtime) = self.runtimes.get(&execution) else {
+            return;
+        };
+        let load_capability = runtime.load_capability;
+        self.callback(now, execution, RuntimeEvent::AgentReady { load_capability });
+    }
+
+    /// An agent asks its client something, with a client behind the caller: shown to the
+    /// caller only while the asking runtime is current (a retired one's request is
+    /// refused, never shown), in order after the output before it.
+    fn client_request(
+        &mut self,
+        now: Timestamp,
+        execution: ExecutionId,
+        id: RequestId,
+        method: String,
+        params: RawJson,
+    ) {
+        let asker = self
+            .runtimes
+            .get(&execution)
+            .filter(|r| r.alive())
+            .and_then(|r| r.generation.map(|g| (r.session, g)));
+        let Some((session, generation)) =
+            asker.filter(|_| self.tickets.len() < MAX_OPEN_CLIENT_REQUESTS)
+        else {
+            self.stats.agent_requests_refused += 1;
+            self.act(Action::Respond {
+                execution,
+                id,
+                outcome: Err(RpcError::new(
+                    codes::INTERNAL_ERROR,
+                    "the client cannot be asked now",
+                )),
+            });
+            return;
+        };
+        self.next_ticket += 1;
+        let ticket = self.next_ticket;
+        self.tickets.insert(
+            ticket,
+            ClientTicket {
+                execution,
+                generation,
+                id,
+                method: method.clone(),
+            },
+        );
+        self.stats.agent_requests_forwarded += 1;
+        self.emit_after_output(
+            now,
+            SessionEvent::ClientRequest {
+                session,
+                ticket,
+                method,
+                params,
+            },
+        );
+    }
+
+    /// Closes the client requests of `execution`: all of them when its runtime is gone
+    /// (the client's answers will be dropped), or, when its turn is cancelled, its open
+    /// permission requests, answered `cancelled` as ACP asks of a client that cancels.
+    fn close_tickets(&mut self, execution: ExecutionId, cancelled_turn: bool) {
+        let open: Vec<u64> = self
+            .tickets
+            .iter()
+            .filter(|(_, t)| {
+                t.execution == execution
+                    && (!cancelled_turn || t.method == acp::SESSION_REQUEST_PERMISSION)
+            })
+            .map(|(ticket, _)| *ticket)
+            .collect();
+        for ticket in open {
+            let Some(asked) = self.tickets.remove(&ticket) else {
+                continue;
+            };
+            if cancelled_turn {
+                self.act(Action::Respond {
+                    execution,
+                    id: asked.id,
+                    outcome: Ok(json!({"outcome": {"outcome": "cancelled"}})),
+                });
+            }
+        }
     }
 
     /// The state changed: what is asked from now on waits for a write of this version.

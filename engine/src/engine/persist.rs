@@ -71,6 +71,11 @@ impl Engine {
                 Book {
                     conversation: record.conversation,
                     turn: record.turn,
+                    setup: SessionSetup {
+                        label: record.label,
+                        params: record.params,
+                        history: false,
+                    },
                     stop_reason: None,
                 },
             );
@@ -135,6 +140,8 @@ impl Engine {
                     session: *session,
                     conversation: book.conversation.clone(),
                     turn: book.turn.clone(),
+                    label: book.setup.label.clone(),
+                    params: book.setup.params.clone(),
                     queued_output: self.outlets.get(session).map(|o| {
                         let batching = o.coalescer.pending().iter().map(|e| (e.seq, &e.payload));
                         let queued = o.queue.iter().map(|(seq, (_, item))| (seq, item));
@@ -154,6 +161,7 @@ impl Engine {
                 .handed
                 .iter()
                 .chain(self.ready.events.iter().map(|(_, event)| event))
+                .filter(|event| event.survives_restart())
                 .cloned()
                 .collect(),
             executions: self

@@ -1,6 +1,8 @@
 //! The engine's unit tests.
 
+use super::effects::load_params;
 use super::*;
+use palisade_core::PromptRequest;
 
 fn config() -> EngineConfig {
     let mut config = EngineConfig {
@@ -853,7 +855,7 @@ fn reuse_serves_the_successor(mutant: Option<&str>) -> Result<(), String> {
     while let Some(action) = engine.poll_action() {
         match action {
             Action::Request { op, method, .. } => {
-                let result = match method {
+                let result = match method.as_ref() {
                     acp::INITIALIZE => json!({"agentCapabilities": {"loadSession": true}}),
                     acp::SESSION_NEW => json!({"sessionId": "c1"}),
                     acp::SESSION_PROMPT => {
@@ -1070,4 +1072,258 @@ fn an_agent_answering_another_protocol_version_fails_its_start() {
             engine.audit_violations()
         );
     }
+}
+
+/// An engine with a client behind its caller (`palisade-proxy`'s).
+fn client_config() -> EngineConfig {
+    EngineConfig {
+        client: ClientSide::Forward,
+        ..config()
+    }
+}
+
+fn permission_request(id: i64) -> AgentEvent {
+    AgentEvent::Request {
+        id: RequestId::Number(id),
+        method: acp::SESSION_REQUEST_PERMISSION.to_owned(),
+        params: RawJson::from_value(&json!({"sessionId": "c1", "toolCall": {"toolCallId": "t"}})),
+    }
+}
+
+/// The ticket of the client request the engine shows next.
+fn client_ticket(engine: &mut Engine) -> u64 {
+    events(engine)
+        .into_iter()
+        .find_map(|e| match e {
+            SessionEvent::ClientRequest { ticket, method, .. } => {
+                assert_eq!(method, acp::SESSION_REQUEST_PERMISSION);
+                Some(ticket)
+            }
+            _ => None,
+        })
+        .expect("the request is shown to the client")
+}
+
+#[test]
+fn without_a_client_a_permission_request_is_declined() {
+    let now = Timestamp::from_millis(1);
+    let mut engine = Engine::new(config()).unwrap();
+    let execution = ready_session(&mut engine, now);
+    engine.agent_event(now, execution, permission_request(7));
+    assert!(!events(&mut engine)
+        .iter()
+        .any(|e| matches!(e, SessionEvent::ClientRequest { .. })));
+    let actions: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
+    assert!(
+        matches!(&actions[..], [Action::Respond { id: RequestId::Number(7), outcome: Ok(answer), .. }]
+            if answer["outcome"]["outcome"] == "cancelled"),
+        "{actions:?}"
+    );
+}
+
+/// Issue 27: the client's answer reaches only the execution that asked, and an answer
+/// that comes after that execution was retired is dropped and counted, never delivered to
+/// its successor.
+#[test]
+fn a_client_answer_reaches_only_the_execution_that_asked() {
+    let now = Timestamp::from_millis(1);
+    let mut engine = Engine::new(client_config()).unwrap();
+    let execution = ready_session(&mut engine, now);
+    engine.agent_event(now, execution, permission_request(7));
+    let ticket = client_ticket(&mut engine);
+    let allow = json!({"outcome": {"outcome": "selected", "optionId": "allow"}});
+    assert!(engine.answer_client_request(ticket, Ok(RawJson::from_value(&allow))));
+    let actions: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
+    assert!(
+        matches!(&actions[..], [Action::Respond { execution: e, id: RequestId::Number(7), outcome: Ok(answer) }]
+            if *e == execution && *answer == allow),
+        "{actions:?}"
+    );
+    // A second answer to the same ticket goes nowhere.
+    assert!(!engine.answer_client_request(ticket, Ok(RawJson::from_value(&allow))));
+
+    // The agent asks again, then dies before the client answers.
+    engine.agent_event(now, execution, permission_request(8));
+    let late = client_ticket(&mut engine);
+    engine.agent_event(
+        now,
+        execution,
+        AgentEvent::Closed(CloseReason::ProcessExited(ProcessExit::Code(1))),
+    );
+    while engine.poll_action().is_some() {}
+    assert!(!engine.answer_client_request(late, Ok(RawJson::from_value(&allow))));
+    assert!(
+        !std::iter::from_fn(|| engine.poll_action()).any(|a| matches!(a, Action::Respond { .. })),
+        "a late answer reaches no process"
+    );
+    assert_eq!(engine.stats().client_answers_dropped, 2);
+}
+
+/// A request of an execution the engine already stopped is refused, not shown.
+#[test]
+fn a_retired_executions_request_is_not_shown_to_the_client() {
+    let now = Timestamp::from_millis(1);
+    let mut engine = Engine::new(client_config()).unwrap();
+    let execution = ready_session(&mut engine, now);
+    engine.agent_event(
+        now,
+        execution,
+        AgentEvent::Closed(CloseReason::StdoutClosed),
+    );
+    events(&mut engine);
+    while engine.poll_action().is_some() {}
+    engine.agent_event(now, execution, permission_request(9));
+    assert!(!events(&mut engine)
+        .iter()
+        .any(|e| matches!(e, SessionEvent::ClientRequest { .. })));
+}
+
+/// Cancelling a turn answers its open permission requests `cancelled`, as ACP asks.
+#[test]
+fn cancelling_a_turn_answers_its_open_permission_requests_cancelled() {
+    let now = Timestamp::from_millis(1);
+    let mut engine = Engine::new(client_config()).unwrap();
+    let execution = ready_session(&mut engine, now);
+    engine
+        .prompt(now, session(1), "second".into())
+        .expect("the session is free");
+    prompt_request(&mut engine);
+    engine.agent_event(now, execution, chunk("working"));
+    engine.agent_event(now, execution, permission_request(11));
+    let ticket = client_ticket(&mut engine);
+    engine.cancel(now, session(1));
+    let actions: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
+    assert!(
+        actions.iter().any(|a| matches!(a,
+            Action::Respond { id: RequestId::Number(11), outcome: Ok(answer), .. }
+                if answer["outcome"]["outcome"] == "cancelled")),
+        "{actions:?}"
+    );
+    assert!(!engine.answer_client_request(ticket, Ok(RawJson::null())));
+}
+
+/// A client's prompt blocks reach the agent as they came; a recovery re-prompt puts the
+/// replay block in front of them as a text block of its own.
+#[test]
+fn prompt_blocks_pass_through_with_the_replay_block_in_front() {
+    let now = Timestamp::from_millis(1);
+    let mut engine = Engine::new(client_config()).unwrap();
+    let blocks = json!([{"type": "text", "text": "look"}, {"type": "resource_link", "uri": "file:///a", "name": "a"}]);
+    engine
+        .prompt_content(
+            now,
+            session(1),
+            PromptContent::Blocks(RawJson::from_value(&blocks)),
+        )
+        .unwrap();
+    let (s, attempt) = spawn_action(&mut engine);
+    let execution = engine.spawned(now, s, attempt, Ok(Some(1)));
+    answer(
+        &mut engine,
+        now,
+        execution,
+        acp::INITIALIZE,
+        json!({"agentCapabilities": {"loadSession": true}}),
+    );
+    answer(
+        &mut engine,
+        now,
+        execution,
+        acp::SESSION_NEW,
+        json!({"sessionId": "c1"}),
+    );
+    let Some(Action::Request { params, .. }) = engine.poll_action() else {
+        panic!("the prompt is dispatched");
+    };
+    assert_eq!(
+        params.to_value(),
+        json!({"sessionId": "c1", "prompt": blocks})
+    );
+
+    let request = PromptRequest {
+        replay_blocks: 1,
+        replay_generation: 2,
+        delivered_through: 3,
+    };
+    let params = super::effects::prompt_blocks("c2", &RawJson::from_value(&blocks), &request)
+        .expect("blocks are an array");
+    let params: Value = params.parse().unwrap();
+    let prompt = params["prompt"].as_array().unwrap();
+    assert_eq!(prompt.len(), 3);
+    assert!(prompt[0]["text"]
+        .as_str()
+        .unwrap()
+        .starts_with(crate::replay::REPLAY_BLOCK_TAG));
+    assert_eq!(prompt[1..], blocks.as_array().unwrap()[..]);
+}
+
+/// A client's session: `session/new` is sent with the client's own params, a load with
+/// their `cwd` and `mcpServers`, and updates outside a turn reach the client.
+#[test]
+fn a_client_session_is_made_with_the_clients_params() {
+    let now = Timestamp::from_millis(1);
+    let mut engine = Engine::new(client_config()).unwrap();
+    let new_params = json!({"cwd": "/home/u/p", "mcpServers": [{"name": "x", "command": "y", "args": [], "env": []}]});
+    engine.set_client_hello(RawJson::from_value(
+        &json!({"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": true}}}),
+    ));
+    let verdict = engine.open(
+        now,
+        session(1),
+        SessionSetup {
+            label: Some("pls_1".into()),
+            params: Some(RawJson::from_value(&new_params)),
+            history: false,
+        },
+    );
+    assert!(!verdict.is_reject(), "{verdict:?}");
+    let (s, attempt) = spawn_action(&mut engine);
+    let execution = engine.spawned(now, s, attempt, Ok(Some(1)));
+    let Some(Action::Request { params, .. }) = engine.poll_action() else {
+        panic!("initialize");
+    };
+    assert_eq!(
+        params.to_value()["clientCapabilities"]["fs"]["readTextFile"],
+        true
+    );
+    engine.reply(
+        now,
+        execution,
+        Op::Initialize,
+        Ok(RawJson::from_value(
+            &json!({"agentCapabilities": {"loadSession": true}}),
+        )),
+    );
+    let Some(Action::Request { op, params, .. }) = engine.poll_action() else {
+        panic!("session/new");
+    };
+    assert_eq!(params.to_value(), new_params);
+    let modes = json!({"sessionId": "c1", "modes": {"currentModeId": "ask", "availableModes": []}});
+    engine.reply(now, execution, op, Ok(RawJson::from_value(&modes)));
+    engine.agent_event(now, execution, update("available_commands_update"));
+    let got = events(&mut engine);
+    let ready = got
+        .iter()
+        .find_map(|e| match e {
+            SessionEvent::ConversationReady { answer, .. } => answer.clone(),
+            _ => None,
+        })
+        .expect("the conversation is ready, with the agent's answer");
+    assert_eq!(ready.parse::<Value>().unwrap(), modes);
+    assert!(
+        got.iter().any(|e| matches!(e, SessionEvent::Update { .. })),
+        "{got:?}"
+    );
+    assert_eq!(
+        load_params(&RawJson::from_value(&new_params), "c1")
+            .unwrap()
+            .parse::<Value>()
+            .unwrap(),
+        json!({"sessionId": "c1", "cwd": "/home/u/p", "mcpServers": new_params["mcpServers"]})
+    );
+    let labels: Vec<_> = engine
+        .sessions()
+        .map(|(s, setup)| (s, setup.label.clone()))
+        .collect();
+    assert_eq!(labels, vec![(session(1), Some("pls_1".into()))]);
 }

@@ -327,6 +327,8 @@ impl Tracer {
             E::ConversationLoading { execution, .. } => (execution.get(), 0, 0),
             E::ConversationReady { execution, .. } => (execution.get(), 0, 0),
             E::RuntimeExited { execution, .. } => (execution.get(), 0, 0),
+            E::Update { .. } | E::History { .. } => (0, 0, 0),
+            E::ClientRequest { ticket, .. } | E::Forwarded { ticket, .. } => (*ticket, 0, 0),
         };
         self.edge(kind_key(("client", event.name())));
         self.event(|h| (t, "client", event.name(), session, key).hash(h))

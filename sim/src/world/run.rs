@@ -494,7 +494,7 @@ impl World {
                     );
                     return;
                 };
-                match p.wire.request(method, &params, op) {
+                match p.wire.request(&method, &params, op) {
                     Err((op, failure)) => {
                         self.engine
                             .get_mut()
