@@ -98,6 +98,7 @@ pub mod config;
 pub mod logging;
 pub mod platform;
 pub mod process;
+pub mod proxy;
 pub mod rpc;
 pub mod state_file;
 pub mod supervise;

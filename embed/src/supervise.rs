@@ -135,11 +135,11 @@ struct Cli {
 
 /// `--agent-cmd`'s words.
 #[derive(Debug, Clone)]
-struct AgentWords(Vec<OsString>);
+pub(crate) struct AgentWords(pub(crate) Vec<OsString>);
 
 /// `--recovery-delays-ms`'s delays.
 #[derive(Debug, Clone)]
-struct Delays(Vec<u64>);
+pub(crate) struct Delays(pub(crate) Vec<u64>);
 
 /// What the command line asked for.
 #[derive(Debug, Clone)]
@@ -174,7 +174,7 @@ pub fn split_command(line: &OsStr) -> Result<Vec<OsString>, String> {
         .ok_or_else(|| "an unterminated quote or a trailing backslash".to_owned())
 }
 
-fn agent_words(line: OsString) -> Result<AgentWords, String> {
+pub(crate) fn agent_words(line: OsString) -> Result<AgentWords, String> {
     let words = split_command(&line)?;
     if words.is_empty() {
         return Err("no command".into());
@@ -211,7 +211,7 @@ fn parse_session(raw: &str) -> Result<SessionId, String> {
 /// Comma-separated delays (blanks around them ignored; empty: no recovery), within the
 /// core's bounds: at most [`MAX_RECOVERY_STEPS`], each at most [`MAX_RECOVERY_DELAY_MS`],
 /// all of them at most [`MAX_RECOVERY_SCHEDULE_MS`].
-fn parse_delays(raw: &str) -> Result<Delays, String> {
+pub(crate) fn parse_delays(raw: &str) -> Result<Delays, String> {
     let delays = raw
         .split(',')
         .map(str::trim)
@@ -243,11 +243,11 @@ fn parse_delays(raw: &str) -> Result<Delays, String> {
     Ok(Delays(delays))
 }
 
-fn parse_log_format(raw: &str) -> Result<LogFormat, String> {
+pub(crate) fn parse_log_format(raw: &str) -> Result<LogFormat, String> {
     raw.parse()
 }
 
-fn parse_initialize_timeout(raw: &str) -> Result<u64, String> {
+pub(crate) fn parse_initialize_timeout(raw: &str) -> Result<u64, String> {
     raw.parse::<u64>()
         .ok()
         .filter(|ms| (1..=MAX_INITIALIZE_TIMEOUT_MS).contains(ms))

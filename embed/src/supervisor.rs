@@ -32,8 +32,12 @@ use std::time::Duration;
 use palisade_core::driver::Observer;
 use palisade_core::{Config, Epoch, Input, SessionId, Timestamp, TurnId, Verdict};
 use palisade_engine::state::{self, StateError, BODY_OFFSET};
-use palisade_engine::{Action, Engine, EngineStats, Op, Output, PromptError, SessionEvent};
+use palisade_engine::{
+    Action, Engine, EngineStats, ForwardError, Op, Output, PromptContent, PromptError,
+    SessionEvent, SessionSetup,
+};
 use palisade_wire::RawJson;
+use palisade_wire::RpcError;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -206,6 +210,39 @@ enum Command {
     Shutdown {
         reply: oneshot::Sender<()>,
     },
+    /// What a client behind the caller asks (`palisade-proxy`).
+    Client(ClientCommand),
+}
+
+/// The commands of a caller with an ACP client behind it (see
+/// [`ClientSide`](palisade_engine::ClientSide)).
+enum ClientCommand {
+    Hello(RawJson),
+    Auth(RawJson),
+    Open {
+        session: SessionId,
+        setup: SessionSetup,
+        reply: oneshot::Sender<Verdict>,
+    },
+    Prompt {
+        session: SessionId,
+        content: PromptContent,
+        reply: PromptReply,
+    },
+    Forward {
+        session: SessionId,
+        method: String,
+        params: RawJson,
+        reply: oneshot::Sender<Result<u64, ForwardError>>,
+    },
+    Answer {
+        ticket: u64,
+        outcome: Result<RawJson, RpcError>,
+        reply: oneshot::Sender<bool>,
+    },
+    Sessions {
+        reply: oneshot::Sender<Vec<(SessionId, SessionSetup)>>,
+    },
 }
 
 /// A hook run on a supervisor's engine before it starts (see [`Embedding::setup`]).
@@ -294,6 +331,7 @@ impl std::fmt::Debug for Command {
             Command::Conversation { .. } => "Conversation",
             Command::Stats { .. } => "Stats",
             Command::Shutdown { .. } => "Shutdown",
+            Command::Client(_) => "Client",
         };
         f.write_str(name)
     }
@@ -518,6 +556,101 @@ impl Supervisor {
     /// Counters so far.
     pub async fn stats(&self) -> Result<SupervisorStats, SupervisorError> {
         self.call(|reply| Command::Stats { reply }).await
+    }
+
+    /// The client's `initialize` params, for every runtime started from now on (with a
+    /// client behind the caller: [`ClientSide::Forward`](palisade_engine::ClientSide::Forward)).
+    pub async fn set_client_hello(&self, params: RawJson) -> Result<(), SupervisorError> {
+        self.send(Command::Client(ClientCommand::Hello(params)))
+            .await
+    }
+
+    /// The client's `authenticate` params, replayed on every runtime started from now on.
+    pub async fn set_client_auth(&self, params: RawJson) -> Result<(), SupervisorError> {
+        self.send(Command::Client(ClientCommand::Auth(params)))
+            .await
+    }
+
+    /// Opens a client's session ([`Engine::open`]).
+    pub async fn open(
+        &self,
+        session: SessionId,
+        setup: SessionSetup,
+    ) -> Result<Verdict, SupervisorError> {
+        self.call(|reply| {
+            Command::Client(ClientCommand::Open {
+                session,
+                setup,
+                reply,
+            })
+        })
+        .await
+    }
+
+    /// Submits a client's prompt ([`Engine::prompt_content`]); answered once the claim is
+    /// durable, as [`Supervisor::prompt`] is.
+    pub async fn prompt_content(
+        &self,
+        session: SessionId,
+        content: PromptContent,
+    ) -> Result<TurnId, SupervisorError> {
+        self.call(|reply| {
+            Command::Client(ClientCommand::Prompt {
+                session,
+                content,
+                reply,
+            })
+        })
+        .await?
+        .map_err(SupervisorError::Prompt)
+    }
+
+    /// Forwards a client's request to the session's agent ([`Engine::forward`]); its
+    /// answer comes as [`SessionEvent::Forwarded`].
+    pub async fn forward(
+        &self,
+        session: SessionId,
+        method: String,
+        params: RawJson,
+    ) -> Result<Result<u64, ForwardError>, SupervisorError> {
+        self.call(|reply| {
+            Command::Client(ClientCommand::Forward {
+                session,
+                method,
+                params,
+                reply,
+            })
+        })
+        .await
+    }
+
+    /// The client answered an agent's request ([`Engine::answer_client_request`]).
+    pub async fn answer_client_request(
+        &self,
+        ticket: u64,
+        outcome: Result<RawJson, RpcError>,
+    ) -> Result<bool, SupervisorError> {
+        self.call(|reply| {
+            Command::Client(ClientCommand::Answer {
+                ticket,
+                outcome,
+                reply,
+            })
+        })
+        .await
+    }
+
+    /// The sessions the engine knows, with what they were opened with.
+    pub async fn sessions(&self) -> Result<Vec<(SessionId, SessionSetup)>, SupervisorError> {
+        self.call(|reply| Command::Client(ClientCommand::Sessions { reply }))
+            .await
+    }
+
+    async fn send(&self, command: Command) -> Result<(), SupervisorError> {
+        self.commands
+            .send(command)
+            .await
+            .map_err(|_| SupervisorError::Stopped)
     }
 
     /// Hands the caller the output already admitted, stops every agent (stdin EOF, the
@@ -834,6 +967,7 @@ impl Shell {
         let now = self.clock.now();
         // A caller that gave up waiting for the answer is no reason to stop.
         match command {
+            Command::Client(command) => self.client_command(now, command),
             Command::Prompt {
                 session,
                 text,
@@ -873,6 +1007,53 @@ impl Shell {
             }
         }
         Flow::Continue
+    }
+
+    /// A command of a caller with a client behind it (the engine's
+    /// [`ClientSide`](palisade_engine::ClientSide)).
+    fn client_command(&mut self, now: Timestamp, command: ClientCommand) {
+        match command {
+            ClientCommand::Hello(params) => self.engine.set_client_hello(params),
+            ClientCommand::Auth(params) => self.engine.set_client_auth(params),
+            ClientCommand::Open {
+                session,
+                setup,
+                reply,
+            } => {
+                let _ = reply.send(self.engine.open(now, session, setup));
+            }
+            ClientCommand::Prompt {
+                session,
+                content,
+                reply,
+            } => {
+                let answer = self.engine.prompt_content(now, session, content);
+                self.replies.push((self.engine.version(), reply, answer));
+            }
+            ClientCommand::Forward {
+                session,
+                method,
+                params,
+                reply,
+            } => {
+                let _ = reply.send(self.engine.forward(now, session, method, params));
+            }
+            ClientCommand::Answer {
+                ticket,
+                outcome,
+                reply,
+            } => {
+                let _ = reply.send(self.engine.answer_client_request(ticket, outcome));
+            }
+            ClientCommand::Sessions { reply } => {
+                let sessions = self
+                    .engine
+                    .sessions()
+                    .map(|(session, setup)| (session, setup.clone()))
+                    .collect();
+                let _ = reply.send(sessions);
+            }
+        }
     }
 
     /// Hands the caller the output already admitted (written first, as every event is),

@@ -15,6 +15,7 @@
 pub mod config;
 pub mod engine;
 pub mod events;
+pub mod proxy;
 pub mod replay;
 mod sorted_map;
 pub mod state;

@@ -11,6 +11,8 @@
 //!   answers routed back by id, late answers recognised, every line classified, the
 //!   garbage budget; and the vocabulary a connection reports in ([`AgentEvent`],
 //!   [`RpcFailure`], [`CloseReason`], ...).
+//! - [`upstream`]: the other side of ACP — what a client sends its agent, sorted by what a
+//!   proxy in front of an agent does with it.
 //!
 //! No tokio, no threads, no clock: the tokio shell (`palisade-embed`) and the simulator
 //! move the bytes; both run this same code on them.
@@ -18,6 +20,7 @@
 pub mod acp;
 pub mod connection;
 pub mod jsonrpc;
+pub mod upstream;
 
 pub use connection::{
     AgentEvent, Anomaly, CloseReason, ConnectionStats, Incoming, ProcessExit, RpcFailure, Wire,

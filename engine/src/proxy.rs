@@ -1,0 +1,655 @@
+//! The proxy's router, without I/O: an ACP *agent* to the client upstream, the engine's
+//! sessions downstream.
+//!
+//! `palisade-proxy` puts Palisade between an ACP client (an editor, a Go or TypeScript
+//! platform) and its agent: the client talks to the proxy as to its agent, and every
+//! conversation runs through the [`Engine`](crate::Engine) and the core's fence. The
+//! [`Router`] reads what the client writes ([`Router::upstream_line`]) and turns it into
+//! [`Command`]s for the engine; it turns the engine's [`SessionEvent`]s into what the client
+//! reads ([`Router::event`]); the shell reports the results of the commands back
+//! ([`Router::opened`], [`Router::claimed`], ...). Lines for the client come out of
+//! [`Router::poll_upstream`], commands out of [`Router::poll_command`].
+//!
+//! | the client sends | the router |
+//! |---|---|
+//! | `initialize` | [`Command::Initialize`]: the shell asks the agent (a probe) and answers with [`Router::initialized`]; the answer says `loadSession: true` (the proxy loads its own sessions) |
+//! | `authenticate` | [`Command::Authenticate`], answered with [`Router::authenticated`] |
+//! | `session/new` | a new session, its params kept for every conversation ([`Command::Open`]); answered when its conversation is ready, with the agent's answer and the proxy's session id |
+//! | `session/load` of a proxy session id | [`Command::Open`] with history: the history the agent replays reaches the client, then the answer; an unknown id is −32002 |
+//! | `session/list` | the proxy's own sessions |
+//! | `session/prompt` | [`Command::Prompt`]: the turn's updates as `session/update`s, once, in order; the answer is its `stopReason`, or a JSON-RPC error that carries the cause |
+//! | `session/cancel` | [`Command::Cancel`] |
+//! | any other method naming a `sessionId`, or `_`-prefixed | [`Command::Forward`] to the session's agent, answered with its answer |
+//! | an answer to a request of the agent | [`Command::AnswerClient`]: reaches only the execution that asked |
+//!
+//! Upstream session ids (`pls_<nonce>_<n>`) stay the same for the conversation's life,
+//! whatever the agent's own ids become: a conversation the agent cannot load is replaced
+//! only on proof (rule 6), and the client is told with the extension notification
+//! [`CONVERSATION_REPLACED`].
+
+use std::collections::{BTreeMap, VecDeque};
+
+use palisade_core::{AttemptOutcome, SessionId, TurnId, TurnOutcome, Verdict};
+use palisade_wire::jsonrpc::{codes, encode_message, encode_response, parse_frame, Frame};
+use palisade_wire::upstream::{
+    classify_notification, classify_request, with_session, ClientNotification, ClientRequest,
+};
+use palisade_wire::{RawJson, RequestId, RpcError, RpcFailure};
+use serde_json::{json, Value};
+
+use crate::engine::{ForwardError, PromptError, SessionSetup};
+use crate::events::{ConversationOrigin, OutputEvent, PromptContent, SessionEvent};
+use crate::FailureCause;
+
+/// The extension notification that tells the client its session's conversation was
+/// replaced by a new one (the agent proved it could not load the old one, rule 6):
+/// `{"sessionId": <proxy id>, "reason": <the proof>}`.
+pub const CONVERSATION_REPLACED: &str = "_palisade/conversation_replaced";
+
+/// What the shell must do with the engine (or, for `initialize`, with a probe of the
+/// agent), each followed by the report the command names.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// The client's `initialize`: ask the agent its capabilities with these params (they
+    /// also become every runtime's own: [`Engine::set_client_hello`](crate::Engine::set_client_hello)),
+    /// then [`Router::initialized`].
+    Initialize {
+        /// The client's request.
+        request: RequestId,
+        /// Its params.
+        params: RawJson,
+    },
+    /// The client's `authenticate`: pass it to the agent (and remember it for every
+    /// runtime: [`Engine::set_client_auth`](crate::Engine::set_client_auth)), then
+    /// [`Router::authenticated`].
+    Authenticate {
+        /// The client's request.
+        request: RequestId,
+        /// Its params.
+        params: RawJson,
+    },
+    /// [`Engine::open`](crate::Engine::open), then [`Router::opened`].
+    Open {
+        /// The client's request.
+        request: RequestId,
+        /// The session.
+        session: SessionId,
+        /// What its conversations are made with.
+        setup: SessionSetup,
+    },
+    /// [`Engine::prompt_content`](crate::Engine::prompt_content), then [`Router::claimed`].
+    Prompt {
+        /// The client's request.
+        request: RequestId,
+        /// The session.
+        session: SessionId,
+        /// The client's content blocks.
+        content: PromptContent,
+    },
+    /// [`Engine::cancel`](crate::Engine::cancel).
+    Cancel {
+        /// The session.
+        session: SessionId,
+    },
+    /// [`Engine::forward`](crate::Engine::forward), then [`Router::forwarding`].
+    Forward {
+        /// The client's request.
+        request: RequestId,
+        /// The session.
+        session: SessionId,
+        /// The method.
+        method: String,
+        /// The params (their `sessionId` is replaced by the agent's).
+        params: RawJson,
+    },
+    /// [`Engine::answer_client_request`](crate::Engine::answer_client_request).
+    AnswerClient {
+        /// The ticket of the agent's request.
+        ticket: u64,
+        /// The client's answer.
+        outcome: Result<RawJson, RpcError>,
+    },
+}
+
+/// Requests of the agents waiting for the client at once (each holds one entry until the
+/// client answers; past this the oldest is forgotten and its late answer dropped).
+pub const CLIENT_REQUESTS_REMEMBERED: usize = 1024;
+
+/// What the router keeps of a session.
+#[derive(Debug, Clone, Default)]
+struct Upstream {
+    label: String,
+    cwd: Option<String>,
+}
+
+/// Maps the client's ACP to the engine's sessions and back. See the module docs.
+#[derive(Debug)]
+pub struct Router {
+    labels: BTreeMap<String, SessionId>,
+    sessions: BTreeMap<SessionId, Upstream>,
+    next_session: u64,
+    nonce: String,
+    /// `session/new` and `session/load` requests waiting for their conversation.
+    opening: BTreeMap<SessionId, RequestId>,
+    /// The last failure reported for a session being opened: the answer's cause.
+    open_failures: BTreeMap<SessionId, FailureCause>,
+    /// `session/prompt` requests by turn.
+    turns: BTreeMap<(SessionId, TurnId), RequestId>,
+    /// Forwarded requests by ticket.
+    forwards: BTreeMap<u64, RequestId>,
+    /// The agents' requests shown to the client, by the id the client sees.
+    asked: BTreeMap<i64, u64>,
+    next_asked: i64,
+    out: VecDeque<String>,
+    commands: VecDeque<Command>,
+}
+
+/// A JSON-RPC error with `data`.
+fn error(code: i64, message: &str, data: Value) -> RpcError {
+    RpcError::new(code, message).with_data(data)
+}
+
+impl Router {
+    /// A router for the sessions the engine already knows (after a restore: their
+    /// labels are the client's session ids), minting new ids as `pls_<nonce>_<n>`.
+    pub fn new<'a>(
+        known: impl IntoIterator<Item = (SessionId, &'a SessionSetup)>,
+        nonce: impl Into<String>,
+    ) -> Router {
+        let mut router = Router {
+            labels: BTreeMap::new(),
+            sessions: BTreeMap::new(),
+            next_session: 1,
+            nonce: nonce.into(),
+            opening: BTreeMap::new(),
+            open_failures: BTreeMap::new(),
+            turns: BTreeMap::new(),
+            forwards: BTreeMap::new(),
+            asked: BTreeMap::new(),
+            next_asked: 1,
+            out: VecDeque::new(),
+            commands: VecDeque::new(),
+        };
+        for (session, setup) in known {
+            router.next_session = router.next_session.max(session.get().saturating_add(1));
+            if let Some(label) = &setup.label {
+                router.labels.insert(label.clone(), session);
+                router.sessions.insert(
+                    session,
+                    Upstream {
+                        label: label.clone(),
+                        cwd: setup.params.as_ref().and_then(cwd_of),
+                    },
+                );
+            }
+        }
+        router
+    }
+
+    /// The next line for the client (newline included).
+    pub fn poll_upstream(&mut self) -> Option<String> {
+        self.out.pop_front()
+    }
+
+    /// The next command for the shell.
+    pub fn poll_command(&mut self) -> Option<Command> {
+        self.commands.pop_front()
+    }
+
+    /// The session a client's id stands for.
+    #[must_use]
+    pub fn session_of(&self, label: &str) -> Option<SessionId> {
+        self.labels.get(label).copied()
+    }
+
+    fn answer(&mut self, request: &RequestId, outcome: Result<Value, RpcError>) {
+        self.out.push_back(encode_response(request, &outcome));
+    }
+
+    fn answer_raw(&mut self, request: &RequestId, outcome: Result<RawJson, RpcError>) {
+        self.out.push_back(encode_response(request, &outcome));
+    }
+
+    fn notify(&mut self, method: &str, params: &Value) {
+        self.out
+            .push_back(encode_message(None, method, Some(params)));
+    }
+
+    /// One line the client wrote.
+    pub fn upstream_line(&mut self, line: &[u8]) {
+        match parse_frame(line) {
+            Ok(Frame::Request { id, method, params }) => self.request(id, &method, params),
+            Ok(Frame::Notification { method, params }) => self.notification(&method, params),
+            Ok(Frame::Response { id, outcome }) => self.client_answer(&id, outcome),
+            Err(why) => {
+                tracing::warn!(%why, "the client wrote a line that is not JSON-RPC");
+                self.answer(
+                    &RequestId::Null,
+                    Err(RpcError::new(codes::PARSE_ERROR, why.to_string())),
+                );
+            }
+        }
+    }
+
+    fn request(&mut self, request: RequestId, method: &str, params: RawJson) {
+        let classified = match classify_request(method, params) {
+            Ok(classified) => classified,
+            Err(why) => {
+                let message = why.to_string();
+                return self.answer(&request, Err(RpcError::new(codes::INVALID_PARAMS, message)));
+            }
+        };
+        match classified {
+            ClientRequest::Initialize(params) => {
+                self.commands
+                    .push_back(Command::Initialize { request, params });
+            }
+            ClientRequest::Authenticate(params) => {
+                self.commands
+                    .push_back(Command::Authenticate { request, params });
+            }
+            ClientRequest::NewSession(params) => {
+                let session = SessionId::new(self.next_session)
+                    .expect("the session counter starts at 1 and only grows");
+                self.next_session = self.next_session.saturating_add(1);
+                let label = format!("pls_{}_{}", self.nonce, session.get());
+                self.labels.insert(label.clone(), session);
+                self.sessions.insert(
+                    session,
+                    Upstream {
+                        label: label.clone(),
+                        cwd: cwd_of(&params),
+                    },
+                );
+                self.opening.insert(session, request.clone());
+                self.commands.push_back(Command::Open {
+                    request,
+                    session,
+                    setup: SessionSetup {
+                        label: Some(label),
+                        params: Some(params),
+                        history: false,
+                    },
+                });
+            }
+            ClientRequest::LoadSession { session_id, params } => {
+                let Some(session) = self.session_of(&session_id) else {
+                    return self.answer(
+                        &request,
+                        Err(error(
+                            codes::RESOURCE_NOT_FOUND,
+                            "Resource not found",
+                            json!({"uri": session_id}),
+                        )),
+                    );
+                };
+                let setup_params = without_session(&params);
+                if let Some(upstream) = self.sessions.get_mut(&session) {
+                    upstream.cwd = setup_params
+                        .as_ref()
+                        .and_then(cwd_of)
+                        .or(upstream.cwd.take());
+                }
+                self.opening.insert(session, request.clone());
+                self.commands.push_back(Command::Open {
+                    request,
+                    session,
+                    setup: SessionSetup {
+                        label: Some(session_id),
+                        params: setup_params,
+                        history: true,
+                    },
+                });
+            }
+            ClientRequest::ListSessions(_) => {
+                let sessions: Vec<Value> = self
+                    .sessions
+                    .values()
+                    .map(|u| match &u.cwd {
+                        Some(cwd) => json!({"sessionId": u.label, "cwd": cwd}),
+                        None => json!({"sessionId": u.label}),
+                    })
+                    .collect();
+                self.answer(&request, Ok(json!({"sessions": sessions})));
+            }
+            ClientRequest::Prompt { session_id, prompt } => {
+                let Some(session) = self.session_of(&session_id) else {
+                    return self.unknown_session(&request, &session_id);
+                };
+                self.commands.push_back(Command::Prompt {
+                    request,
+                    session,
+                    content: PromptContent::Blocks(prompt),
+                });
+            }
+            ClientRequest::ForSession {
+                method,
+                session_id,
+                params,
+            } => {
+                let Some(session) = self.session_of(&session_id) else {
+                    return self.unknown_session(&request, &session_id);
+                };
+                self.commands.push_back(Command::Forward {
+                    request,
+                    session,
+                    method,
+                    params,
+                });
+            }
+            ClientRequest::Extension { method, .. } | ClientRequest::Unknown { method } => {
+                self.answer(
+                    &request,
+                    Err(error(
+                        codes::METHOD_NOT_FOUND,
+                        "Method not found",
+                        json!({"method": method}),
+                    )),
+                );
+            }
+        }
+    }
+
+    fn unknown_session(&mut self, request: &RequestId, session_id: &str) {
+        self.answer(
+            request,
+            Err(error(
+                codes::RESOURCE_NOT_FOUND,
+                "Resource not found",
+                json!({"uri": session_id}),
+            )),
+        );
+    }
+
+    fn notification(&mut self, method: &str, params: RawJson) {
+        match classify_notification(method, params) {
+            ClientNotification::Cancel { session_id } => {
+                if let Some(session) = self.session_of(&session_id) {
+                    self.commands.push_back(Command::Cancel { session });
+                }
+            }
+            ClientNotification::ForSession { method, .. }
+            | ClientNotification::Other { method, .. } => {
+                tracing::debug!(%method, "a client notification the proxy does not pass on");
+            }
+        }
+    }
+
+    fn client_answer(&mut self, id: &RequestId, outcome: Result<RawJson, RpcError>) {
+        let RequestId::Number(n) = id else {
+            tracing::warn!(?id, "the client answered a request the proxy never sent");
+            return;
+        };
+        match self.asked.remove(n) {
+            Some(ticket) => self
+                .commands
+                .push_back(Command::AnswerClient { ticket, outcome }),
+            None => tracing::warn!(
+                id = n,
+                "the client answered a request twice, or one never sent"
+            ),
+        }
+    }
+
+    /// The agent answered the client's `initialize` (through a probe): the client gets
+    /// the agent's answer, saying the proxy can load its sessions.
+    pub fn initialized(&mut self, request: &RequestId, result: Result<RawJson, RpcFailure>) {
+        match result {
+            Ok(answer) => {
+                let mut answer: serde_json::Map<String, Value> = answer.parse().unwrap_or_default();
+                let capabilities = answer
+                    .entry("agentCapabilities")
+                    .or_insert_with(|| json!({}));
+                if let Some(capabilities) = capabilities.as_object_mut() {
+                    capabilities.insert("loadSession".to_owned(), Value::Bool(true));
+                }
+                self.answer(request, Ok(Value::Object(answer)));
+            }
+            Err(failure) => self.answer(request, Err(failure_error("initialize", &failure))),
+        }
+    }
+
+    /// The agent answered the client's `authenticate`.
+    pub fn authenticated(&mut self, request: &RequestId, result: Result<RawJson, RpcFailure>) {
+        match result {
+            Ok(answer) => self.answer_raw(request, Ok(answer)),
+            Err(failure) => self.answer(request, Err(failure_error("authenticate", &failure))),
+        }
+    }
+
+    /// The engine's verdict on [`Command::Open`].
+    pub fn opened(&mut self, request: &RequestId, session: SessionId, verdict: &Verdict) {
+        match verdict {
+            Verdict::AlreadyReady => {
+                // The session's conversation runs: nothing to load, nothing to replay.
+                self.opening.remove(&session);
+                let label = self.label(session);
+                self.answer(request, Ok(json!({"sessionId": label})));
+            }
+            Verdict::Reject(reason) => {
+                self.opening.remove(&session);
+                self.answer(
+                    request,
+                    Err(error(
+                        codes::INTERNAL_ERROR,
+                        "the session cannot be opened",
+                        json!({"reason": reason.to_string()}),
+                    )),
+                );
+            }
+            _ => {}
+        }
+    }
+
+    /// The engine's answer to [`Command::Prompt`]: a refused claim answers the client now;
+    /// a claimed turn is answered when it ends.
+    pub fn claimed(
+        &mut self,
+        request: RequestId,
+        session: SessionId,
+        result: Result<TurnId, PromptError>,
+    ) {
+        match result {
+            Ok(turn) => {
+                self.turns.insert((session, turn), request);
+            }
+            Err(why) => self.answer(
+                &request,
+                Err(error(
+                    codes::INVALID_REQUEST,
+                    "the prompt was not taken",
+                    json!({"reason": why.to_string()}),
+                )),
+            ),
+        }
+    }
+
+    /// The engine's answer to [`Command::Forward`].
+    pub fn forwarding(&mut self, request: RequestId, result: Result<u64, ForwardError>) {
+        match result {
+            Ok(ticket) => {
+                self.forwards.insert(ticket, request);
+            }
+            Err(why) => self.answer(
+                &request,
+                Err(error(
+                    codes::INTERNAL_ERROR,
+                    "the session's agent cannot be asked now",
+                    json!({"reason": why.to_string()}),
+                )),
+            ),
+        }
+    }
+
+    fn label(&self, session: SessionId) -> String {
+        self.sessions.get(&session).map_or_else(
+            || format!("pls_{}_{}", self.nonce, session.get()),
+            |u| u.label.clone(),
+        )
+    }
+
+    /// An event of the engine: what the client must hear of it.
+    pub fn event(&mut self, event: &SessionEvent) {
+        let session = event.session();
+        let label = self.label(session);
+        match event {
+            SessionEvent::Output { events, .. } => {
+                for OutputEvent { update, .. } in events {
+                    self.update(&label, update);
+                }
+            }
+            SessionEvent::Update { update, .. } | SessionEvent::History { update, .. } => {
+                self.update(&label, update);
+            }
+            SessionEvent::ConversationReady { origin, answer, .. } => {
+                self.open_failures.remove(&session);
+                if let ConversationOrigin::Replaced(reason) = origin {
+                    self.notify(
+                        CONVERSATION_REPLACED,
+                        &json!({"sessionId": label, "reason": format!("{reason:?}")}),
+                    );
+                }
+                if let Some(request) = self.opening.remove(&session) {
+                    let mut members: serde_json::Map<String, Value> = answer
+                        .as_ref()
+                        .and_then(|a| a.parse().ok())
+                        .unwrap_or_default();
+                    members.insert("sessionId".to_owned(), Value::String(label));
+                    self.answer(&request, Ok(Value::Object(members)));
+                }
+            }
+            SessionEvent::FailureReported { cause, .. } => {
+                self.open_failures.insert(session, cause.clone());
+            }
+            SessionEvent::AttemptSettled {
+                outcome: AttemptOutcome::Failed | AttemptOutcome::Cancelled,
+                ..
+            } => {
+                if let Some(request) = self.opening.remove(&session) {
+                    let cause = self
+                        .open_failures
+                        .remove(&session)
+                        .map_or_else(|| "the agent did not start".to_owned(), |c| c.to_string());
+                    self.answer(
+                        &request,
+                        Err(error(
+                            codes::INTERNAL_ERROR,
+                            "the session's agent could not start",
+                            json!({"cause": cause}),
+                        )),
+                    );
+                }
+            }
+            SessionEvent::TurnEnded {
+                turn,
+                outcome,
+                stop_reason,
+                cause,
+                ..
+            } => {
+                let Some(request) = self.turns.remove(&(session, *turn)) else {
+                    return;
+                };
+                let answer = match outcome {
+                    TurnOutcome::Completed => Ok(json!({
+                        "stopReason": stop_reason.as_deref().unwrap_or("end_turn")
+                    })),
+                    TurnOutcome::Cancelled => Ok(json!({"stopReason": "cancelled"})),
+                    TurnOutcome::Failed | TurnOutcome::RolledBack => Err(error(
+                        codes::INTERNAL_ERROR,
+                        "the turn failed",
+                        json!({
+                            "outcome": format!("{outcome:?}"),
+                            "cause": cause.as_ref().map(ToString::to_string),
+                        }),
+                    )),
+                };
+                self.answer(&request, answer);
+            }
+            SessionEvent::ClientRequest {
+                ticket,
+                method,
+                params,
+                ..
+            } => {
+                if self.asked.len() == CLIENT_REQUESTS_REMEMBERED {
+                    self.asked.pop_first();
+                }
+                let id = self.next_asked;
+                self.next_asked += 1;
+                self.asked.insert(id, *ticket);
+                let params = with_session(params, &label).unwrap_or_else(|| params.clone());
+                self.out.push_back(encode_message(
+                    Some(&RequestId::Number(id)),
+                    method,
+                    Some(&params),
+                ));
+            }
+            SessionEvent::Forwarded { ticket, result, .. } => {
+                let Some(request) = self.forwards.remove(ticket) else {
+                    return;
+                };
+                match result {
+                    Ok(answer) => self.answer_raw(&request, Ok(answer.clone())),
+                    Err(RpcFailure::Rpc(error)) => self.answer(&request, Err(error.clone())),
+                    Err(failure) => {
+                        self.answer(&request, Err(failure_error("the request", failure)));
+                    }
+                }
+            }
+            SessionEvent::RuntimeStarted { .. }
+            | SessionEvent::ConversationLoading { .. }
+            | SessionEvent::RecoveryStarted { .. }
+            | SessionEvent::RecoveryExhausted { .. }
+            | SessionEvent::AttemptSettled { .. }
+            | SessionEvent::JoinTimedOut { .. }
+            | SessionEvent::RuntimeExited { .. } => {}
+        }
+    }
+
+    fn update(&mut self, label: &str, update: &RawJson) {
+        #[derive(serde::Serialize)]
+        struct Params<'a> {
+            #[serde(rename = "sessionId")]
+            session_id: &'a str,
+            update: &'a serde_json::value::RawValue,
+        }
+        self.out.push_back(encode_message(
+            None,
+            palisade_wire::acp::SESSION_UPDATE,
+            Some(&Params {
+                session_id: label,
+                update: update.raw(),
+            }),
+        ));
+    }
+}
+
+/// The `cwd` member of a client's session params.
+fn cwd_of(params: &RawJson) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Cwd {
+        cwd: Option<String>,
+    }
+    params.parse::<Cwd>().ok().and_then(|c| c.cwd)
+}
+
+/// The client's `session/load` params without its `sessionId`: what a conversation of the
+/// session is made with.
+fn without_session(params: &RawJson) -> Option<RawJson> {
+    let mut members: serde_json::Map<String, Value> = params.parse().ok()?;
+    members.remove("sessionId");
+    Some(RawJson::from_value(&Value::Object(members)))
+}
+
+/// A JSON-RPC error for a failure of `what` that is not the agent's own error answer.
+fn failure_error(what: &str, failure: &RpcFailure) -> RpcError {
+    match failure {
+        RpcFailure::Rpc(error) => error.clone(),
+        other => error(
+            codes::INTERNAL_ERROR,
+            &format!("{what} failed"),
+            json!({"cause": other.to_string()}),
+        ),
+    }
+}
