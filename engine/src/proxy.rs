@@ -653,3 +653,321 @@ fn failure_error(what: &str, failure: &RpcFailure) -> RpcError {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use palisade_core::Timestamp;
+    use palisade_wire::{acp, AgentEvent};
+
+    use super::*;
+    use crate::{Action, Engine, EngineConfig, Op, Output};
+
+    /// The router in front of an engine, and a scripted agent behind it: what the proxy's
+    /// loop does with the commands, without the I/O.
+    struct Bench {
+        router: Router,
+        engine: Engine,
+        now: Timestamp,
+        /// Requests the agent got and has not answered: (execution, op, method, params).
+        asked: Vec<(palisade_core::ExecutionId, Op, String, Value)>,
+        /// Answers the agent got for its requests to the client.
+        answered: Vec<Value>,
+        /// What the client read.
+        client: Vec<Value>,
+    }
+
+    impl Bench {
+        fn new() -> Bench {
+            let config = EngineConfig {
+                cwd: "/tmp".into(),
+                client: crate::ClientSide::Forward,
+                ..EngineConfig::default()
+            };
+            Bench {
+                router: Router::new(std::iter::empty(), "n"),
+                engine: Engine::new(config).unwrap(),
+                now: Timestamp::from_millis(1),
+                asked: Vec::new(),
+                answered: Vec::new(),
+                client: Vec::new(),
+            }
+        }
+
+        /// The client writes `line`; everything that follows is carried out.
+        fn send(&mut self, line: Value) {
+            self.router.upstream_line(line.to_string().as_bytes());
+            self.settle();
+        }
+
+        fn settle(&mut self) {
+            loop {
+                let mut busy = false;
+                while let Some(command) = self.router.poll_command() {
+                    busy = true;
+                    self.command(command);
+                }
+                self.engine.set_caller_room(usize::MAX);
+                loop {
+                    match self.engine.poll_output(self.now) {
+                        Output::Action(action) => {
+                            busy = true;
+                            self.action(action);
+                        }
+                        Output::Event(event) => {
+                            busy = true;
+                            self.router.event(&event);
+                        }
+                        Output::Persist => {}
+                        Output::Wait { .. } => break,
+                    }
+                }
+                while let Some(line) = self.router.poll_upstream() {
+                    self.client.push(serde_json::from_str(&line).unwrap());
+                }
+                if !busy {
+                    return;
+                }
+            }
+        }
+
+        fn command(&mut self, command: Command) {
+            let now = self.now;
+            match command {
+                Command::Initialize { request, params } => {
+                    self.engine.set_client_hello(params);
+                    let answer =
+                        json!({"protocolVersion": 1, "agentCapabilities": {"loadSession": false}});
+                    self.router
+                        .initialized(&request, Ok(RawJson::from_value(&answer)));
+                }
+                Command::Authenticate { request, params } => {
+                    self.engine.set_client_auth(params);
+                    self.router
+                        .authenticated(&request, Ok(RawJson::from_value(&json!({}))));
+                }
+                Command::Open {
+                    request,
+                    session,
+                    setup,
+                } => {
+                    let verdict = self.engine.open(now, session, setup);
+                    self.router.opened(&request, session, &verdict);
+                }
+                Command::Prompt {
+                    request,
+                    session,
+                    content,
+                } => {
+                    let result = self.engine.prompt_content(now, session, content);
+                    self.router.claimed(request, session, result);
+                }
+                Command::Cancel { session } => {
+                    self.engine.cancel(now, session);
+                }
+                Command::Forward {
+                    request,
+                    session,
+                    method,
+                    params,
+                } => {
+                    let result = self.engine.forward(now, session, method, params);
+                    self.router.forwarding(request, result);
+                }
+                Command::AnswerClient { ticket, outcome } => {
+                    self.engine.answer_client_request(ticket, outcome);
+                }
+            }
+        }
+
+        fn action(&mut self, action: Action) {
+            match action {
+                Action::Spawn { session, attempt } => {
+                    self.engine.spawned(self.now, session, attempt, Ok(Some(1)));
+                }
+                Action::Request {
+                    execution,
+                    op,
+                    method,
+                    params,
+                    ..
+                } => self
+                    .asked
+                    .push((execution, op, method.into_owned(), params.to_value())),
+                Action::Respond { outcome, .. } => {
+                    self.answered.push(outcome.unwrap_or(Value::Null));
+                }
+                Action::Notify { .. } | Action::Stop { .. } | Action::Kill { .. } => {}
+            }
+        }
+
+        /// The agent answers its oldest request of `method` with `result`.
+        fn agent_answers(&mut self, method: &str, result: Value) -> Value {
+            let at = self
+                .asked
+                .iter()
+                .position(|(_, _, m, _)| m == method)
+                .unwrap_or_else(|| panic!("no {method} was asked: {:?}", self.asked));
+            let (execution, op, _, params) = self.asked.remove(at);
+            self.engine
+                .reply(self.now, execution, op, Ok(RawJson::from_value(&result)));
+            self.settle();
+            params
+        }
+
+        fn agent_says(&mut self, event: AgentEvent) {
+            let execution = self.asked.first().map(|(e, ..)| *e).expect("a runtime");
+            self.engine.agent_event(self.now, execution, event);
+            self.settle();
+        }
+
+        /// The client's answer to its request `id`.
+        fn answer_of(&self, id: i64) -> &Value {
+            self.client
+                .iter()
+                .find(|m| m["id"] == id && m.get("method").is_none())
+                .unwrap_or_else(|| panic!("no answer to {id}: {:#?}", self.client))
+        }
+    }
+
+    fn update(session: &str, text: &str) -> AgentEvent {
+        let params = json!({"sessionId": session, "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}});
+        AgentEvent::Notification {
+            method: acp::SESSION_UPDATE.to_owned(),
+            wire_bytes: params.to_string().len(),
+            params: RawJson::from_value(&params),
+        }
+    }
+
+    /// The session a client opened, ready; its proxy id.
+    fn opened(bench: &mut Bench) -> String {
+        bench.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": true}}}}));
+        assert_eq!(
+            bench.answer_of(1)["result"]["agentCapabilities"]["loadSession"],
+            true,
+            "the proxy loads its own sessions"
+        );
+        bench.send(json!({"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": "/w", "mcpServers": []}}));
+        let hello = bench.agent_answers(
+            acp::INITIALIZE,
+            json!({"protocolVersion": 1, "agentCapabilities": {}}),
+        );
+        assert_eq!(hello["clientCapabilities"]["fs"]["readTextFile"], true);
+        let new = bench.agent_answers(
+            acp::SESSION_NEW,
+            json!({"sessionId": "agent-1", "modes": {"currentModeId": "ask", "availableModes": []}}),
+        );
+        assert_eq!(new, json!({"cwd": "/w", "mcpServers": []}));
+        let answer = &bench.answer_of(2)["result"];
+        assert_eq!(answer["modes"]["currentModeId"], "ask");
+        let label = answer["sessionId"].as_str().unwrap().to_owned();
+        assert_eq!(label, "pls_n_1");
+        label
+    }
+
+    #[test]
+    fn a_turn_reaches_the_client_under_its_own_session_id() {
+        let mut bench = Bench::new();
+        let label = opened(&mut bench);
+        bench.send(json!({"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": {"sessionId": label, "prompt": [{"type": "text", "text": "hi"}]}}));
+        let prompt = bench
+            .asked
+            .iter()
+            .find(|(_, _, m, _)| m == acp::SESSION_PROMPT)
+            .unwrap();
+        assert_eq!(
+            prompt.3,
+            json!({"sessionId": "agent-1", "prompt": [{"type": "text", "text": "hi"}]})
+        );
+        bench.agent_says(update("agent-1", "one"));
+        bench.agent_says(update("agent-1", "two"));
+        bench.agent_answers(acp::SESSION_PROMPT, json!({"stopReason": "end_turn"}));
+        let texts: Vec<&str> = bench
+            .client
+            .iter()
+            .filter(|m| m["method"] == "session/update")
+            .map(|m| {
+                assert_eq!(m["params"]["sessionId"], label.as_str());
+                m["params"]["update"]["content"]["text"].as_str().unwrap()
+            })
+            .collect();
+        assert_eq!(texts, ["one", "two"]);
+        assert_eq!(
+            bench.answer_of(3)["result"],
+            json!({"stopReason": "end_turn"})
+        );
+        // The answer comes after every update of its turn.
+        let answer_at = bench.client.iter().position(|m| m["id"] == 3).unwrap();
+        assert!(bench.client[answer_at + 1..]
+            .iter()
+            .all(|m| m["method"] != "session/update"));
+    }
+
+    #[test]
+    fn the_agents_request_reaches_the_client_and_the_answer_the_agent() {
+        let mut bench = Bench::new();
+        let label = opened(&mut bench);
+        bench.send(json!({"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": {"sessionId": label, "prompt": [{"type": "text", "text": "hi"}]}}));
+        bench.agent_says(update("agent-1", "working"));
+        bench.agent_says(AgentEvent::Request {
+            id: RequestId::Number(77),
+            method: acp::SESSION_REQUEST_PERMISSION.to_owned(),
+            params: RawJson::from_value(
+                &json!({"sessionId": "agent-1", "toolCall": {"toolCallId": "t"}, "options": []}),
+            ),
+        });
+        let request = bench
+            .client
+            .iter()
+            .find(|m| m["method"] == acp::SESSION_REQUEST_PERMISSION)
+            .expect("the client is asked")
+            .clone();
+        assert_eq!(
+            request["params"]["sessionId"],
+            label.as_str(),
+            "under the proxy's id"
+        );
+        let id = request["id"].clone();
+        bench.send(json!({"jsonrpc": "2.0", "id": id, "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}}));
+        assert_eq!(
+            bench.answered,
+            vec![json!({"outcome": {"outcome": "selected", "optionId": "allow"}})]
+        );
+        // The same answer again goes nowhere.
+        bench.send(
+            json!({"jsonrpc": "2.0", "id": id, "result": {"outcome": {"outcome": "cancelled"}}}),
+        );
+        assert_eq!(bench.answered.len(), 1);
+    }
+
+    #[test]
+    fn an_unknown_session_is_resource_not_found_and_a_busy_one_refuses_a_prompt() {
+        let mut bench = Bench::new();
+        let label = opened(&mut bench);
+        bench.send(json!({"jsonrpc": "2.0", "id": 4, "method": "session/load", "params": {"sessionId": "pls_other_9", "cwd": "/w", "mcpServers": []}}));
+        assert_eq!(
+            bench.answer_of(4)["error"]["code"],
+            codes::RESOURCE_NOT_FOUND
+        );
+        bench.send(json!({"jsonrpc": "2.0", "id": 5, "method": "session/prompt", "params": {"sessionId": label, "prompt": []}}));
+        bench.send(json!({"jsonrpc": "2.0", "id": 6, "method": "session/prompt", "params": {"sessionId": label, "prompt": []}}));
+        let busy = &bench.answer_of(6)["error"];
+        assert_eq!(busy["code"], codes::INVALID_REQUEST, "{busy}");
+        bench.send(json!({"jsonrpc": "2.0", "id": 7, "method": "session/list", "params": {}}));
+        assert_eq!(
+            bench.answer_of(7)["result"],
+            json!({"sessions": [{"sessionId": label, "cwd": "/w"}]})
+        );
+        bench.send(json!({"jsonrpc": "2.0", "id": 8, "method": "no/such", "params": {}}));
+        assert_eq!(bench.answer_of(8)["error"]["code"], codes::METHOD_NOT_FOUND);
+    }
+
+    #[test]
+    fn a_session_method_is_forwarded_under_the_agents_id() {
+        let mut bench = Bench::new();
+        let label = opened(&mut bench);
+        bench.send(json!({"jsonrpc": "2.0", "id": 9, "method": "session/set_mode", "params": {"sessionId": label, "modeId": "code"}}));
+        let params = bench.agent_answers("session/set_mode", json!({}));
+        assert_eq!(params, json!({"sessionId": "agent-1", "modeId": "code"}));
+        assert_eq!(bench.answer_of(9)["result"], json!({}));
+    }
+}
