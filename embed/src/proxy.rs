@@ -51,6 +51,10 @@ pub const PROGRAM: &str = "palisade-proxy";
 /// so past this the client is broken and the proxy stops reading it.
 pub const MAX_CLIENT_LINE_BYTES: usize = 4 << 20;
 
+/// Events taken from the supervisor before the client's lines are written out: one write
+/// (and flush) carries a burst of updates, not one each.
+const EVENTS_AT_ONCE: usize = 256;
+
 /// How long the probe may take to answer `initialize` or `authenticate`.
 pub const PROBE_WITHIN: Duration = Duration::from_secs(60);
 
@@ -162,6 +166,9 @@ pub fn config_for(options: &Options) -> Result<SupervisorConfig, (u8, String)> {
     if let Some(ms) = options.initialize_timeout_ms {
         config.engine.initialize_timeout_ms = ms;
     }
+    // Each update reaches the client as a line of its own: batching them would only delay
+    // them.
+    config.engine.coalescer.max_delay_ms = 0;
     // Agents' stderr lines go to the log: the proxy's stdout is the client's protocol.
     config.connection.stderr = StderrMode::Log;
     Ok(config)
@@ -256,6 +263,14 @@ pub async fn run(options: Options, config: SupervisorConfig, io: Io) -> u8 {
                 };
                 router.event(&event);
                 events.done();
+                // Everything already waiting, then one write to the client.
+                for _ in 1..EVENTS_AT_ONCE {
+                    let Some(event) = events.try_recv() else {
+                        break;
+                    };
+                    router.event(&event);
+                    events.done();
+                }
             }
             read = reader.read_until(b'\n', &mut line) => {
                 match read {

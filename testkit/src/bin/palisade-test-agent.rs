@@ -50,6 +50,7 @@
 //! | `log` | path (none) | shell | append one JSON line per received message, per answered prompt and per exit, for ground truth |
 //! | `launcher` | `none` `spawn` `double-fork` `setsid` (`none`) | shell (the simulator's `Behaviour::launcher` is `spawn`) | run as a launcher that starts the real agent (itself, with the same options) and passes its stdio on: as its child, waiting for it (like codex-acp's npm launcher); or through an intermediate that exits at once, so the agent is reparented (`double-fork`), and also calls `setsid` (`setsid`), while the launcher stays alive |
 //! | `ignore-sigterm` | `false` `true` (`false`) | shell | catch SIGTERM and keep running (only SIGKILL ends it) |
+//! | `stamp-chunks` | `false` `true` (`false`) | shell | begin each chunk's text with `@<µs> `, the wall clock (Unix microseconds) when the line is written, for latency measurements (`embed/benches/proxy.rs`) |
 //!
 //! `load-error` values are [`UnknownSession`]'s names, and the answer is
 //! [`UnknownSession::error`] for the requested id (`docs/real-agents.md`, "Real agents'
@@ -122,6 +123,7 @@ const OPTIONS: &[&str] = &[
     "log",
     "launcher",
     "ignore-sigterm",
+    "stamp-chunks",
     "setsid",
 ];
 
@@ -130,6 +132,9 @@ const FORK_MODE: &str = "--internal-fork";
 
 /// Internal: the image `close-stdout` execs into, with stdout on /dev/null.
 const SLEEP_MODE: &str = "--internal-stdout-closed";
+
+/// How a scripted chunk's text begins on the wire (`stamp-chunks` puts the time before it).
+const CHUNK_TEXT: &str = "\"text\":\"chunk ";
 
 /// Offset added to a request id by `misbehave unknown-ids`.
 const UNKNOWN_ID_OFFSET: i64 = 1_000_000;
@@ -168,6 +173,8 @@ struct Options {
     log: Option<PathBuf>,
     launcher: Launcher,
     ignore_sigterm: bool,
+    /// Stamp each chunk with the wall clock it is written at.
+    stamp_chunks: bool,
     /// Internal (set by a `setsid` launcher): call `setsid` first.
     setsid: bool,
 }
@@ -366,6 +373,7 @@ fn script_options(
             Some(other) => return Err(format!("--launcher: unknown value {other:?}")),
         },
         ignore_sigterm: flag(text("ignore-sigterm"), "ignore-sigterm")?,
+        stamp_chunks: flag(text("stamp-chunks"), "stamp-chunks")?,
         setsid: flag(text("setsid"), "setsid")?,
     })
 }
@@ -510,6 +518,16 @@ impl Shell {
 
     /// Writes one line. A closed stdout means the client is gone: exit.
     fn write_stdout(&mut self, line: &str) {
+        let stamped;
+        let line = if self.options.stamp_chunks && line.contains(CHUNK_TEXT) {
+            let micros = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros());
+            stamped = line.replacen(CHUNK_TEXT, &format!("\"text\":\"@{micros} chunk "), 1);
+            stamped.as_str()
+        } else {
+            line
+        };
         let mut out = std::io::stdout().lock();
         if out
             .write_all(line.as_bytes())
