@@ -12,7 +12,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use palisade_core::classify::{
-    classify, AgentProfile, LoadFailure, LoadOutcome, RpcError, SessionListing, TransportState,
+    classify, AgentProfile, ErrorAnswer, LoadFailure, LoadOutcome, SessionListing, TransportState,
 };
 
 const SESSION: &str = "0199a3c4-5b6d-7e8f-9a0b-1c2d3e4f5a6b";
@@ -22,7 +22,7 @@ fn answer(code: i64, message: &str, details: Option<&str>) -> LoadOutcome {
     LoadOutcome {
         load_capability: Some(true),
         requested_session: SESSION.to_owned(),
-        result: LoadFailure::Rpc(RpcError {
+        result: LoadFailure::Rpc(ErrorAnswer {
             code,
             message: message.to_owned(),
             data_details: details.map(str::to_owned),

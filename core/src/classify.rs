@@ -32,14 +32,14 @@
 //!
 //! ```
 //! use palisade_core::classify::{
-//!     classify, AgentProfile, LoadFailure, LoadOutcome, LoadVerdict, RpcError, SessionListing,
+//!     classify, AgentProfile, LoadFailure, LoadOutcome, LoadVerdict, ErrorAnswer, SessionListing,
 //!     TransportState,
 //! };
 //!
 //! let outcome = LoadOutcome {
 //!     load_capability: Some(true),
 //!     requested_session: "sess-1".to_owned(),
-//!     result: LoadFailure::Rpc(RpcError::new(
+//!     result: LoadFailure::Rpc(ErrorAnswer::new(
 //!         -32603,
 //!         "resource not found while resolving configuration",
 //!     )),
@@ -92,7 +92,7 @@ pub enum SessionListing {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum LoadFailure {
     /// The agent answered with a JSON-RPC error.
-    Rpc(RpcError),
+    Rpc(ErrorAnswer),
     /// No answer arrived before the embedder's deadline.
     TimedOut,
     /// The embedder cancelled the request (the user cancelled, or the attempt was retired).
@@ -101,7 +101,7 @@ pub enum LoadFailure {
 
 /// A JSON-RPC error response, reduced to what classification may look at.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct RpcError {
+pub struct ErrorAnswer {
     /// The `code` member.
     pub code: i64,
     /// The `message` member.
@@ -114,7 +114,7 @@ pub struct RpcError {
     pub data_present: bool,
 }
 
-impl RpcError {
+impl ErrorAnswer {
     /// JSON-RPC "Invalid Request".
     pub const INVALID_REQUEST: i64 = -32600;
     /// JSON-RPC "Method not found": the agent does not implement `session/load`.
@@ -132,7 +132,7 @@ impl RpcError {
 
     /// An error with `code` and `message` and no `data`.
     pub fn new(code: i64, message: impl Into<String>) -> Self {
-        RpcError {
+        ErrorAnswer {
             code,
             message: message.into(),
             data_details: None,
@@ -418,7 +418,7 @@ pub(crate) const fn capability_proof(load_capability: Option<bool>) -> Option<Cl
 }
 
 fn classify_rpc(
-    error: &RpcError,
+    error: &ErrorAnswer,
     requested_session: &str,
     profile: AgentProfile,
     mutant: ActiveMutant,
@@ -426,8 +426,8 @@ fn classify_rpc(
     use ClassifyReason as R;
 
     match error.code {
-        RpcError::METHOD_NOT_FOUND => return Classification::because(R::MethodNotFound),
-        RpcError::RESOURCE_NOT_FOUND => return Classification::because(R::ResourceNotFound),
+        ErrorAnswer::METHOD_NOT_FOUND => return Classification::because(R::MethodNotFound),
+        ErrorAnswer::RESOURCE_NOT_FOUND => return Classification::because(R::ResourceNotFound),
         _ => {}
     }
     if mutant_on!(mutant, SubstringFallback)
@@ -442,17 +442,17 @@ fn classify_rpc(
     // These codes say why the load failed, and it is not the conversation: their words
     // cannot override them.
     match error.code {
-        RpcError::AUTH_REQUIRED => return Classification::because(R::AuthRequired),
-        RpcError::REQUEST_CANCELLED => return Classification::because(R::RequestCancelled),
+        ErrorAnswer::AUTH_REQUIRED => return Classification::because(R::AuthRequired),
+        ErrorAnswer::REQUEST_CANCELLED => return Classification::because(R::RequestCancelled),
         _ => {}
     }
     if let Some(projection) = exact_projection(error, requested_session, profile) {
         return Classification::because(R::ExactProjection(projection));
     }
     Classification::because(match error.code {
-        RpcError::INTERNAL_ERROR => R::InternalError,
-        RpcError::INVALID_PARAMS => R::InvalidParams,
-        RpcError::INVALID_REQUEST => R::InvalidRequest,
+        ErrorAnswer::INTERNAL_ERROR => R::InternalError,
+        ErrorAnswer::INVALID_PARAMS => R::InvalidParams,
+        ErrorAnswer::INVALID_REQUEST => R::InvalidRequest,
         code => R::UnknownCode(code),
     })
 }
@@ -460,7 +460,7 @@ fn classify_rpc(
 /// The projection `error` is exactly equal to, if any. Every comparison checks the length
 /// first, so a message of any size that is not a projection is rejected in constant time.
 fn exact_projection(
-    error: &RpcError,
+    error: &ErrorAnswer,
     requested_session: &str,
     profile: AgentProfile,
 ) -> Option<Projection> {
@@ -472,7 +472,7 @@ fn exact_projection(
     if message == SESSION_LOAD_METHOD_NOT_FOUND {
         return Some(Projection::SessionLoadMethodNotFound);
     }
-    let internal = error.code == RpcError::INTERNAL_ERROR;
+    let internal = error.code == ErrorAnswer::INTERNAL_ERROR;
     match profile {
         AgentProfile::ClaudeAgentAcp | AgentProfile::ClaudeCodeAcp
             if internal && details == Some(CLAUDE_SESSION_NOT_FOUND) =>
@@ -528,14 +528,14 @@ mod tests {
     }
 
     fn rpc(code: i64, message: &str) -> LoadOutcome {
-        outcome(LoadFailure::Rpc(RpcError::new(code, message)))
+        outcome(LoadFailure::Rpc(ErrorAnswer::new(code, message)))
     }
 
     /// An error the TypeScript ACP SDK made from a plain `Error`: −32603, "Internal error",
     /// `data: { details }`.
     fn ts_internal(details: &str) -> LoadOutcome {
-        outcome(LoadFailure::Rpc(RpcError {
-            code: RpcError::INTERNAL_ERROR,
+        outcome(LoadFailure::Rpc(ErrorAnswer {
+            code: ErrorAnswer::INTERNAL_ERROR,
             message: "Internal error".to_owned(),
             data_details: Some(details.to_owned()),
             data_present: true,
@@ -681,7 +681,7 @@ mod tests {
 
     #[test]
     fn claude_session_not_found_in_message_not_details_is_inconclusive() {
-        let answer = rpc(RpcError::INTERNAL_ERROR, "Session not found");
+        let answer = rpc(ErrorAnswer::INTERNAL_ERROR, "Session not found");
         assert_eq!(
             verdict(&answer, AgentProfile::ClaudeCodeAcp),
             LoadVerdict::Inconclusive
@@ -899,7 +899,7 @@ mod tests {
     #[test]
     fn transport_closed_is_transport_dead_whatever_the_answer() {
         for result in [
-            LoadFailure::Rpc(RpcError::new(-32002, "Resource not found")),
+            LoadFailure::Rpc(ErrorAnswer::new(-32002, "Resource not found")),
             LoadFailure::TimedOut,
             LoadFailure::Cancelled,
         ] {
@@ -1237,7 +1237,7 @@ mod tests {
                 proptest::option::of(text(session.clone())),
                 any::<bool>(),
             )
-                .prop_map(|(code, message, data_details, data_present)| RpcError {
+                .prop_map(|(code, message, data_details, data_present)| ErrorAnswer {
                     code,
                     message,
                     data_present: data_present || data_details.is_some(),
@@ -1306,7 +1306,7 @@ mod tests {
                         answer.load_capability == Some(true)
                             && matches!(
                                 error.code,
-                                RpcError::AUTH_REQUIRED | RpcError::REQUEST_CANCELLED
+                                ErrorAnswer::AUTH_REQUIRED | ErrorAnswer::REQUEST_CANCELLED
                             )
                     }
                 };

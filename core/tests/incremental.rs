@@ -8,7 +8,9 @@
 //! what breaks the invariants, so the comparison sees failing verdicts too).
 
 use palisade_core::audit::Checker;
-use palisade_core::classify::{LoadFailure, LoadOutcome, RpcError, SessionListing, TransportState};
+use palisade_core::classify::{
+    ErrorAnswer, LoadFailure, LoadOutcome, SessionListing, TransportState,
+};
 use palisade_core::driver::{Driver, LeaseCheck, Observer, Output, Step};
 use palisade_core::*;
 
@@ -195,7 +197,7 @@ impl World {
                 let result = if self.rng.below(4) == 0 {
                     LoadFailure::TimedOut
                 } else {
-                    LoadFailure::Rpc(RpcError {
+                    LoadFailure::Rpc(ErrorAnswer {
                         code,
                         message: "Resource not found: s".into(),
                         data_details: None,

@@ -9,7 +9,9 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 
 use common::*;
-use palisade_core::classify::{LoadFailure, LoadOutcome, RpcError, SessionListing, TransportState};
+use palisade_core::classify::{
+    ErrorAnswer, LoadFailure, LoadOutcome, SessionListing, TransportState,
+};
 use palisade_core::*;
 use proptest::prelude::*;
 
@@ -274,7 +276,7 @@ impl World {
                     result: if timeout {
                         LoadFailure::TimedOut
                     } else {
-                        LoadFailure::Rpc(RpcError {
+                        LoadFailure::Rpc(ErrorAnswer {
                             code,
                             message: MESSAGES[usize::from(m) % 3].into(),
                             data_details: None,

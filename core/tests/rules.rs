@@ -5,7 +5,7 @@
 mod common;
 use common::*;
 use palisade_core::classify::{
-    ClassifyReason, LoadFailure, LoadOutcome, RpcError, SessionListing, TransportState,
+    ClassifyReason, ErrorAnswer, LoadFailure, LoadOutcome, SessionListing, TransportState,
 };
 use palisade_core::*;
 
@@ -30,7 +30,7 @@ fn load_failed(code: i64, message: &str) -> RuntimeEvent {
     RuntimeEvent::LoadFailed(LoadOutcome {
         load_capability: Some(true),
         requested_session: "sess-1".into(),
-        result: LoadFailure::Rpc(RpcError {
+        result: LoadFailure::Rpc(ErrorAnswer {
             code,
             message: message.into(),
             data_details: None,

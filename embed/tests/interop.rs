@@ -41,7 +41,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use palisade_core::classify::{
-    classify, AgentProfile, ClassifyReason, LoadFailure, LoadOutcome, LoadVerdict, RpcError,
+    classify, AgentProfile, ClassifyReason, ErrorAnswer, LoadFailure, LoadOutcome, LoadVerdict,
     SessionListing, TransportState,
 };
 use palisade_core::{ExecutionId, SessionId, TurnId, TurnOutcome};
@@ -546,7 +546,7 @@ struct RealAgent {
     command: AgentCommand,
     profile: AgentProfile,
     /// The answer to `session/load` of an unknown session, as the agents' table has it.
-    unknown_load: RpcError,
+    unknown_load: ErrorAnswer,
     /// The raw `data` of that answer.
     unknown_load_data: Option<Value>,
     /// The table's verdict for it (with `loadSession: true` assumed, as when called).
@@ -562,8 +562,8 @@ struct RealAgent {
 }
 
 /// What the supervisor's JSON-RPC layer hands the classifier (as the engine builds it).
-fn classifier_view(error: &palisade_wire::RpcError) -> RpcError {
-    RpcError {
+fn classifier_view(error: &palisade_wire::RpcError) -> ErrorAnswer {
+    ErrorAnswer {
         code: error.code,
         message: error.message.clone(),
         data_details: error
@@ -873,8 +873,8 @@ async fn check(agent: RealAgent, scratch: &Path) {
 }
 
 /// codex-acp's answer to an unknown session: −32002, no data.
-fn codex_unknown_load() -> RpcError {
-    RpcError {
+fn codex_unknown_load() -> ErrorAnswer {
+    ErrorAnswer {
         code: -32002,
         message: "Resource not found".into(),
         data_details: None,
@@ -1044,7 +1044,7 @@ async fn typescript_sdk_example_agent() {
                 .env("HOME", scratch.join("home")),
             profile: AgentProfile::Generic,
             // The TS SDK's `RequestError.methodNotFound(method)`, data and all.
-            unknown_load: RpcError {
+            unknown_load: ErrorAnswer {
                 code: -32601,
                 message: "\"Method not found\": session/load".into(),
                 data_details: None,

@@ -17,8 +17,8 @@
 use arbitrary::Unstructured;
 use palisade_core::audit::Checker;
 use palisade_core::classify::{
-    classify, AgentProfile, ClassifyReason, LoadFailure, LoadOutcome, LoadVerdict, Projection,
-    RpcError, SessionListing, TransportState,
+    classify, AgentProfile, ClassifyReason, ErrorAnswer, LoadFailure, LoadOutcome, LoadVerdict,
+    Projection, SessionListing, TransportState,
 };
 use palisade_core::driver::{Driver, LeaseCheck, Output};
 use palisade_core::mutants::Mutant;
@@ -33,13 +33,13 @@ const TARGET: &str = "classify";
 const MAX_RAW_TEXT: usize = 255;
 
 const CODES: [i64; 12] = [
-    RpcError::RESOURCE_NOT_FOUND,
-    RpcError::METHOD_NOT_FOUND,
-    RpcError::INTERNAL_ERROR,
-    RpcError::AUTH_REQUIRED,
-    RpcError::REQUEST_CANCELLED,
-    RpcError::INVALID_PARAMS,
-    RpcError::INVALID_REQUEST,
+    ErrorAnswer::RESOURCE_NOT_FOUND,
+    ErrorAnswer::METHOD_NOT_FOUND,
+    ErrorAnswer::INTERNAL_ERROR,
+    ErrorAnswer::AUTH_REQUIRED,
+    ErrorAnswer::REQUEST_CANCELLED,
+    ErrorAnswer::INVALID_PARAMS,
+    ErrorAnswer::INVALID_REQUEST,
     1001,
     0,
     -32001,
@@ -235,7 +235,7 @@ impl Case {
         let result = match self.result % 4 {
             2 => LoadFailure::TimedOut,
             3 => LoadFailure::Cancelled,
-            _ => LoadFailure::Rpc(RpcError {
+            _ => LoadFailure::Rpc(ErrorAnswer {
                 code: if self.code >= 240 {
                     self.raw_code
                 } else {
@@ -386,9 +386,9 @@ fn check_table(o: &LoadOutcome, profile: AgentProfile) -> Result<(), Finding> {
             LoadFailure::TimedOut => o.load_capability == Some(true),
             LoadFailure::Rpc(e) => {
                 o.load_capability == Some(true)
-                    && (e.code == RpcError::AUTH_REQUIRED
-                        || e.code == RpcError::REQUEST_CANCELLED
-                        || (e.code == RpcError::INTERNAL_ERROR
+                    && (e.code == ErrorAnswer::AUTH_REQUIRED
+                        || e.code == ErrorAnswer::REQUEST_CANCELLED
+                        || (e.code == ErrorAnswer::INTERNAL_ERROR
                             && !reference_projection(o, &e.message)))
             }
         };
@@ -614,7 +614,7 @@ mod tests {
         let o = |code, message: &str| LoadOutcome {
             load_capability: Some(true),
             requested_session: "sess-1".into(),
-            result: LoadFailure::Rpc(RpcError::new(code, message)),
+            result: LoadFailure::Rpc(ErrorAnswer::new(code, message)),
             transport: TransportState::Open,
             listing: SessionListing::Unknown,
         };

@@ -21,7 +21,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use arbitrary::{Arbitrary, Unstructured};
 use palisade_core::audit::Checker;
-use palisade_core::classify::{LoadFailure, LoadOutcome, RpcError, SessionListing, TransportState};
+use palisade_core::classify::{
+    ErrorAnswer, LoadFailure, LoadOutcome, SessionListing, TransportState,
+};
 use palisade_core::driver::{Driver, LeaseCheck, Output};
 use palisade_core::mutants::Mutant;
 use palisade_core::*;
@@ -581,21 +583,21 @@ pub fn encode(header: Header, ops: &[Op]) -> Vec<u8> {
 }
 
 const CODES: [i64; 16] = [
-    RpcError::RESOURCE_NOT_FOUND,
-    RpcError::METHOD_NOT_FOUND,
-    RpcError::INTERNAL_ERROR,
-    RpcError::INTERNAL_ERROR,
-    RpcError::INTERNAL_ERROR,
-    RpcError::AUTH_REQUIRED,
-    RpcError::REQUEST_CANCELLED,
-    RpcError::INVALID_PARAMS,
-    RpcError::INVALID_REQUEST,
+    ErrorAnswer::RESOURCE_NOT_FOUND,
+    ErrorAnswer::METHOD_NOT_FOUND,
+    ErrorAnswer::INTERNAL_ERROR,
+    ErrorAnswer::INTERNAL_ERROR,
+    ErrorAnswer::INTERNAL_ERROR,
+    ErrorAnswer::AUTH_REQUIRED,
+    ErrorAnswer::REQUEST_CANCELLED,
+    ErrorAnswer::INVALID_PARAMS,
+    ErrorAnswer::INVALID_REQUEST,
     1001,
     0,
     -1,
     404,
-    RpcError::RESOURCE_NOT_FOUND,
-    RpcError::INTERNAL_ERROR,
+    ErrorAnswer::RESOURCE_NOT_FOUND,
+    ErrorAnswer::INTERNAL_ERROR,
     i64::MIN,
 ];
 
@@ -638,7 +640,7 @@ pub fn load_outcome(p: u8, q: u8) -> LoadOutcome {
     let result = match q % 16 {
         0 => LoadFailure::TimedOut,
         1 => LoadFailure::Cancelled,
-        m => LoadFailure::Rpc(RpcError {
+        m => LoadFailure::Rpc(ErrorAnswer {
             code: CODES[usize::from(q / 16)],
             message: MESSAGES[usize::from(m - 2)].to_owned(),
             data_details: ((p / 16) % 8 == 5).then(|| "Session not found".to_owned()),

@@ -24,7 +24,7 @@
 //!   `data: {method}`), Python-SDK agents that answer `{}` to any `session/load`.
 //!
 //! Every stream event a prompt produces carries a marker (`<tag>#<k>`, see
-//! [`StreamEvent`]) at the start of its text, so a checker can follow each event from the
+//! [`StreamedEvent`]) at the start of its text, so a checker can follow each event from the
 //! agent that wrote it to the client that received it.
 
 use std::collections::{BTreeSet, VecDeque};
@@ -692,7 +692,7 @@ pub enum NextLoad {
 
 /// One stream event a prompt produced, as the agent wrote it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StreamEvent {
+pub struct StreamedEvent {
     /// The marker at the start of its text: `<tag>#<k>`.
     pub marker: String,
     /// 1-based index within its prompt.
@@ -743,7 +743,7 @@ pub enum Seen {
         /// The prompt's tag.
         tag: String,
         /// The event.
-        event: StreamEvent,
+        event: StreamedEvent,
     },
     /// The prompt `tag` was answered.
     PromptAnswered {
@@ -1440,7 +1440,7 @@ impl AgentModel {
         line.push_str(tail);
         let note = Seen::Event {
             tag: p.tag.clone(),
-            event: StreamEvent {
+            event: StreamedEvent {
                 marker,
                 index: p.sent,
                 wire_bytes: line.len(),
@@ -1470,7 +1470,7 @@ impl AgentModel {
         );
         let note = Seen::Event {
             tag: p.tag.clone(),
-            event: StreamEvent {
+            event: StreamedEvent {
                 marker: format!("{}#{}", p.tag, p.sent),
                 index: p.sent,
                 wire_bytes: line.len(),
@@ -1890,7 +1890,7 @@ mod tests {
     #[test]
     fn the_core_classifier_agrees_with_every_catalogue_label() {
         use palisade_core::classify::{
-            classify, LoadFailure, LoadOutcome, LoadVerdict, RpcError as Classified,
+            classify, ErrorAnswer as Classified, LoadFailure, LoadOutcome, LoadVerdict,
             SessionListing, TransportState,
         };
         let id = "sess-7";

@@ -352,7 +352,7 @@ struct Counters {
 #[derive(Debug)]
 pub struct Engine {
     /// The core behind the one non-re-entrant driver (leases confirmed on pull).
-    driver: Driver<Watch>,
+    driver: Driver<StepWatch>,
     config: EngineConfig,
     books: BTreeMap<SessionId, Book>,
     runtimes: SortedMap<ExecutionId, Runtime>,
@@ -410,7 +410,7 @@ pub struct Engine {
 /// What the engine's driver shows every core step to: the engine's own counters, the
 /// reference model (feature `audit`, tests only), and an embedder's observer.
 #[derive(Default)]
-struct Watch {
+struct StepWatch {
     /// Inputs the core rejected.
     rejected: u64,
     #[cfg(feature = "audit")]
@@ -422,16 +422,16 @@ struct Watch {
     outer: Option<Box<dyn Observer + Send>>,
 }
 
-impl std::fmt::Debug for Watch {
+impl std::fmt::Debug for StepWatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Watch")
+        f.debug_struct("StepWatch")
             .field("rejected", &self.rejected)
             .field("outer", &self.outer.is_some())
             .finish_non_exhaustive()
     }
 }
 
-impl Observer for Watch {
+impl Observer for StepWatch {
     fn observe(&mut self, now: Timestamp, core: &Core, step: Step<'_>, effects: &[Effect]) {
         if let Step::Input { verdict, .. } = step {
             if verdict.is_reject() {
@@ -498,8 +498,8 @@ fn load_capability(support: acp::SessionSupport) -> Option<bool> {
 }
 
 /// The classifier's view of a JSON-RPC error.
-fn classify_error(error: &RpcError) -> classify::RpcError {
-    classify::RpcError {
+fn classify_error(error: &RpcError) -> classify::ErrorAnswer {
+    classify::ErrorAnswer {
         code: error.code,
         message: error.message.clone(),
         data_details: error
@@ -519,10 +519,10 @@ impl Engine {
         let core = Core::new(config.core.clone(), Epoch::FIRST).map_err(EngineConfigError::Core)?;
         #[cfg(feature = "audit")]
         let checker = config.audit.then(|| Checker::new(&config.core));
-        let watch = Watch {
+        let watch = StepWatch {
             #[cfg(feature = "audit")]
             checker,
-            ..Watch::default()
+            ..StepWatch::default()
         };
         Ok(Engine::with_driver(
             config,
@@ -530,7 +530,7 @@ impl Engine {
         ))
     }
 
-    fn with_driver(mut config: EngineConfig, driver: Driver<Watch>) -> Engine {
+    fn with_driver(mut config: EngineConfig, driver: Driver<StepWatch>) -> Engine {
         // A restored core keeps its own configuration; say so truthfully.
         config.core = driver.core().config().clone();
         Engine {

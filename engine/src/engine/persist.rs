@@ -31,9 +31,9 @@ impl Engine {
         // The auditor cannot know the attempts before the restart: it would flag their
         // legitimate callbacks, so it stays off. The restore's own effects (turns rolled
         // back, conversation requests re-issued) wait in the driver for the first pull.
-        let watch = Watch {
+        let watch = StepWatch {
             outer: observer,
-            ..Watch::default()
+            ..StepWatch::default()
         };
         // Restored at `now`: the core's clock starts there, not at its snapshot's last
         // step, so a clock reading earlier later cannot shorten a deadline.

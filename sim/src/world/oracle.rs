@@ -16,7 +16,7 @@ use palisade_core::{AttemptId, AttemptOutcome, ExecutionId, TurnId, TurnOutcome}
 use palisade_engine::replay::REPLAY_BLOCK_TAG;
 use palisade_engine::{EngineConfig, OutputEvent, SessionEvent};
 use palisade_reference::rule6;
-use palisade_testkit::agent_model::{Behaviour, LoadCapability, Seen, StreamEvent};
+use palisade_testkit::agent_model::{Behaviour, LoadCapability, Seen, StreamedEvent};
 use palisade_wire::jsonrpc::RpcError;
 
 use crate::oracle::{blames_agent_exit, strip_blocks, Violation};
@@ -64,7 +64,7 @@ pub(crate) struct PromptTruth {
     /// The client text it carried (replay blocks stripped).
     pub(crate) original: String,
     /// Events written, in order.
-    pub(crate) events: Vec<StreamEvent>,
+    pub(crate) events: Vec<StreamedEvent>,
     /// `Some(true)` answered end_turn / cancelled, `Some(false)` answered with an error.
     pub(crate) answered: Option<bool>,
 }
@@ -1329,7 +1329,7 @@ mod tests {
                 exec(n),
                 Seen::Event {
                     tag: tag.clone(),
-                    event: StreamEvent {
+                    event: StreamedEvent {
                         marker: format!("{tag}#{k}"),
                         index: k,
                         wire_bytes: 100,
