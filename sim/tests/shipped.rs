@@ -83,7 +83,7 @@ fn holds(haystack: &[u8], needle: &str) -> bool {
 
 #[test]
 fn the_binaries_the_tests_run_carry_no_auditor_and_no_mutant() {
-    for name in ["palisade-supervise", "palisade-watchdog"] {
+    for name in ["palisade-proxy", "palisade-supervise", "palisade-watchdog"] {
         let path = palisade_testkit::shipped::binary(name);
         let bytes = std::fs::read(&path).expect("the shipped binary is readable");
         for needle in TEST_ONLY_STRINGS {
