@@ -971,3 +971,78 @@ mod tests {
         assert_eq!(bench.answer_of(9)["result"], json!({}));
     }
 }
+
+#[cfg(test)]
+mod hostile {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Lines a client might write: well-formed requests of every method the router knows,
+    /// with members missing or of the wrong kind, answers to ids never sent, garbage.
+    fn client_line() -> impl Strategy<Value = Vec<u8>> {
+        let method = prop_oneof![
+            Just("initialize"),
+            Just("authenticate"),
+            Just("session/new"),
+            Just("session/load"),
+            Just("session/list"),
+            Just("session/prompt"),
+            Just("session/cancel"),
+            Just("session/set_mode"),
+            Just("_x/y"),
+            Just("nope"),
+        ];
+        let params = prop_oneof![
+            Just(json!({})),
+            Just(json!(null)),
+            Just(json!([1, 2])),
+            Just(json!({"sessionId": "pls_n_1", "prompt": [{"type": "text", "text": "x"}]})),
+            Just(json!({"sessionId": 7, "prompt": "x"})),
+            Just(json!({"sessionId": "pls_n_1"})),
+            Just(json!({"cwd": "/w", "mcpServers": []})),
+        ];
+        let id = prop_oneof![
+            Just(json!(1)),
+            Just(json!("a")),
+            Just(json!(null)),
+            Just(json!(2.5))
+        ];
+        prop_oneof![
+            (method.clone(), params.clone(), id.clone()).prop_map(|(m, p, id)| {
+                json!({"jsonrpc": "2.0", "id": id, "method": m, "params": p})
+                    .to_string()
+                    .into_bytes()
+            }),
+            (method, params).prop_map(|(m, p)| {
+                json!({"jsonrpc": "2.0", "method": m, "params": p})
+                    .to_string()
+                    .into_bytes()
+            }),
+            id.prop_map(|id| json!({"jsonrpc": "2.0", "id": id, "result": {}})
+                .to_string()
+                .into_bytes()),
+            proptest::collection::vec(any::<u8>(), 0..64),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+        /// Whatever a client writes, the router does not panic, and every line it writes
+        /// back is a JSON-RPC message.
+        #[test]
+        fn hostile_client_lines_get_json_rpc_or_nothing(lines in proptest::collection::vec(client_line(), 1..16)) {
+            let mut router = Router::new(std::iter::empty(), "n");
+            for line in &lines {
+                router.upstream_line(line);
+                while router.poll_command().is_some() {}
+            }
+            while let Some(out) = router.poll_upstream() {
+                prop_assert!(out.ends_with('\n'));
+                let message: Value = serde_json::from_str(&out).expect("the router writes JSON");
+                prop_assert_eq!(&message["jsonrpc"], "2.0");
+            }
+        }
+    }
+}
