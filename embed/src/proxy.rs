@@ -320,7 +320,11 @@ pub async fn run(options: Options, config: SupervisorConfig, io: Io) -> u8 {
         router.event(&event);
         events.done();
     }
-    let _ = write_out(&mut router, &mut writer).await;
+    // What the client got is written down as done with; what it could not be given is
+    // handed out again by the next start.
+    if write_out(&mut router, &mut writer).await.is_ok() {
+        supervisor.close().await;
+    }
     if let Some(error) = supervisor.fatal_error() {
         tracing::error!(%error, "stopped: the state file could not be written");
         return 1;

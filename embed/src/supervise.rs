@@ -653,6 +653,11 @@ async fn supervise(
             }
         }
     }
+    // What the caller got is written down as done with (not for a caller that is gone:
+    // what it did not get stays undelivered).
+    if caller_gone.is_none() {
+        supervisor.close().await;
+    }
     if let Some(error) = supervisor.fatal_error() {
         return Err((
             1,

@@ -210,6 +210,9 @@ enum Command {
     Shutdown {
         reply: oneshot::Sender<()>,
     },
+    Close {
+        reply: oneshot::Sender<()>,
+    },
     /// What a client behind the caller asks (`palisade-proxy`).
     Client(ClientCommand),
 }
@@ -331,6 +334,7 @@ impl std::fmt::Debug for Command {
             Command::Conversation { .. } => "Conversation",
             Command::Stats { .. } => "Stats",
             Command::Shutdown { .. } => "Shutdown",
+            Command::Close { .. } => "Close",
             Command::Client(_) => "Client",
         };
         f.write_str(name)
@@ -656,9 +660,20 @@ impl Supervisor {
     /// Hands the caller the output already admitted, stops every agent (stdin EOF, the
     /// stop grace, SIGTERM, SIGKILL: the whole process tree) and stops the driver. The state
     /// file keeps the last step's state, exactly as after a crash: a supervisor started from
-    /// it recovers what was in flight.
+    /// it recovers what was in flight. Then take the last events
+    /// ([`SessionEvents::try_recv`]) and [`close`](Supervisor::close).
     pub async fn shutdown(&self) {
         let _ = self.call(|reply| Command::Shutdown { reply }).await;
+    }
+
+    /// After [`shutdown`](Supervisor::shutdown), once the caller has written the last
+    /// events where they go: writes down which events the caller is done with
+    /// ([`SessionEvents::done`]), so that the next start on the same state file does not
+    /// hand them out again, and releases the state file's lock. A supervisor dropped
+    /// without it leaves them listed undelivered, as a crash does: the next start hands
+    /// them out again (at least once, never lost).
+    pub async fn close(&self) {
+        let _ = self.call(|reply| Command::Close { reply }).await;
     }
 }
 
@@ -998,12 +1013,13 @@ impl Shell {
             }
             Command::Shutdown { reply } => {
                 self.shutdown().await;
-                // Nothing is written after a shutdown: the state file's lock is released
-                // before the caller hears of it, so a supervisor it starts next on the same
-                // file finds it free.
-                self.store = None;
                 let _ = reply.send(());
+                self.closing().await;
                 return Flow::Stop;
+            }
+            // Only after a shutdown (below).
+            Command::Close { reply } => {
+                let _ = reply.send(());
             }
         }
         Flow::Continue
@@ -1096,6 +1112,71 @@ impl Shell {
             }
         }
         self.stop_agents().await;
+    }
+
+    /// After a shutdown, until the caller closes: every other command is refused (its
+    /// caller hears `Stopped`). The close writes down what the caller was done with, then
+    /// the state file's lock is released before the caller hears of it, so a supervisor it
+    /// starts next on the same file finds it free.
+    async fn closing(&mut self) {
+        while let Some(command) = self.commands.recv().await {
+            if let Command::Close { reply } = command {
+                self.write_acknowledged().await;
+                self.store = None;
+                let _ = reply.send(());
+                return;
+            }
+        }
+        // Every handle was dropped without a close: nothing more is written.
+        self.store = None;
+    }
+
+    /// Writes the state once more with what the caller is done with; nothing else runs any
+    /// more (the agents are stopped). Not after a failed write: what it would write is not
+    /// known to follow the last state written.
+    async fn write_acknowledged(&mut self) {
+        if self.fatal_error().is_some() {
+            return;
+        }
+        let done = self.done.load(Ordering::Acquire);
+        self.engine.acknowledge(done - self.acknowledged);
+        self.acknowledged = done;
+        // A write still in flight ends first; then the state as it is now, unless those
+        // are the bytes already written.
+        if !self.finish_write().await {
+            return;
+        }
+        self.start_write(self.clock.now());
+        self.finish_write().await;
+    }
+
+    /// Waits for the state write in flight, if any; false (and the error recorded) if it
+    /// failed.
+    async fn finish_write(&mut self) -> bool {
+        let Some((_, result)) = self.writing.as_mut() else {
+            return true;
+        };
+        let result = result
+            .await
+            .unwrap_or_else(|_| Err(io::Error::other("the state write was abandoned")));
+        match self.written(result) {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::error!(%error, "the state file could not be written at the close");
+                *self
+                    .fatal
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(error.to_string());
+                false
+            }
+        }
+    }
+
+    fn fatal_error(&self) -> Option<String> {
+        self.fatal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Stops every agent's tree as a StopExecution would: stdin EOF, the grace, SIGTERM,

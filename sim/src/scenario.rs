@@ -234,7 +234,15 @@ pub struct WorldSpec {
     /// Stack world only: the probability that the caller of `palisade-supervise` goes away
     /// for good at some point of the fault window (its pipes close).
     pub caller_gone: Bounds<f64>,
+    /// Stack world only: how many times the caller starts `palisade-supervise` again on
+    /// the same state file after it exited on its own (end of input, a failure), with no
+    /// new prompt: what a platform does at its next start. At most
+    /// [`MAX_RESTARTS_AFTER_EXIT`].
+    pub restarts_after_exit: u32,
 }
+
+/// The most restarts after an exit a stack scenario may ask for.
+pub const MAX_RESTARTS_AFTER_EXIT: u32 = 8;
 
 fn default_version() -> u32 {
     1
@@ -921,6 +929,22 @@ impl Scenario {
             }
         }
         {
+            let path = [Field("world"), Field("restarts_after_exit")];
+            if self.world.restarts_after_exit > MAX_RESTARTS_AFTER_EXIT {
+                return Err(invalid(
+                    &path,
+                    format!(
+                        "{} restarts after an exit is above MAX_RESTARTS_AFTER_EXIT ({MAX_RESTARTS_AFTER_EXIT})",
+                        self.world.restarts_after_exit
+                    ),
+                ));
+            }
+            if self.world.kind == WorldKind::Engine && self.world.restarts_after_exit > 0 {
+                return Err(invalid(
+                    &path,
+                    "restarts after an exit need the stack world (`kind = \"stack\"`): the engine world has no palisade-supervise to start again".into(),
+                ));
+            }
             if self.world.kind == WorldKind::Stack && self.workload.sessions != 1 {
                 return Err(invalid(
                     &[Field("workload"), Field("sessions")],

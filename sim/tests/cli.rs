@@ -70,6 +70,19 @@ fn shipped_scenario(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// How many scenarios ship (`scenarios/*.toml`): `--scenario all` runs each.
+fn shipped_scenarios() -> usize {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+    std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter(|entry| {
+            entry
+                .as_ref()
+                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "toml"))
+        })
+        .count()
+}
+
 /// The trace hash that `palisade run` prints on stderr (`... trace <16 hex digits>...`).
 fn run_hash(out: &Output) -> String {
     let err = stderr(out);
@@ -598,7 +611,10 @@ fn failing_hashes_do_not_depend_on_jobs_and_match_single_runs() {
         );
         expect_code(&out, 1);
         assert!(
-            stdout(&out).contains("determinism: 170 seeds re-run, 0 differed"),
+            stdout(&out).contains(&format!(
+                "determinism: {} seeds re-run, 0 differed",
+                10 * shipped_scenarios()
+            )),
             "{}",
             stdout(&out)
         );
@@ -829,11 +845,12 @@ fn mutants_scoreboard_is_written_and_exit_code_matches_it() {
         "{md}"
     );
     // The claim is checked, not trusted: the same search without the mutant made the same
-    // 1,020 runs, trace for trace.
+    // 60 runs per scenario, trace for trace.
     assert!(
-        md.contains(
-            "- `toctou-generation`: 1020 runs, every trace hash equal to the same run's without the mutant."
-        ),
+        md.contains(&format!(
+            "- `toctou-generation`: {} runs, every trace hash equal to the same run's without the mutant.",
+            60 * shipped_scenarios()
+        )),
         "{md}"
     );
     let last = stdout(&out);
@@ -858,11 +875,12 @@ fn every_shipped_scenario_holds_for_100_seeds() {
     let out = palisade(&dir.0, &["sweep", "--scenario", "all", "--seeds", "100"]);
     expect_code(&out, 0);
     let summary = read_json(&dir.path("reports/summary.json"));
+    let scenarios = shipped_scenarios();
     assert_eq!(
         summary["scenarios"].as_array().expect("scenarios").len(),
-        17
+        scenarios
     );
-    assert_eq!(summary["seeds"], 1700);
+    assert_eq!(summary["seeds"], 100 * scenarios);
 }
 
 #[test]

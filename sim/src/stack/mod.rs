@@ -170,6 +170,7 @@ pub(crate) async fn run(
     let mut violation = None;
     let mut finished = false;
     let mut incarnation = 0;
+    let mut restarts_left = scenario.world.restarts_after_exit;
 
     'incarnations: while incarnation < MAX_INCARNATIONS {
         incarnation += 1;
@@ -329,7 +330,22 @@ pub(crate) async fn run(
             }
         };
         if !crash {
-            break;
+            // The caller starts it again on the same state file, with nothing new to ask:
+            // what a platform does at its next start.
+            let now = env::now_ms(start);
+            if restarts_left == 0 || oracle::lock(&log).gone_at.is_some() || now >= end {
+                break;
+            }
+            restarts_left -= 1;
+            finished = false;
+            lock_logbook(&logbook).tracer.note(
+                now,
+                "caller",
+                "starts_again",
+                &[("incarnation", u64::from(incarnation))],
+            );
+            madsim::time::sleep(Duration::from_millis(RESTART_AFTER_MS)).await;
+            continue;
         }
         // The supervisor process is gone: its tasks stop; the watchdog takes down the
         // agent trees it guarded.

@@ -11,6 +11,11 @@
 //!   content. (The same event handed out again after a crash is the write-ahead's
 //!   at-least-once delivery: the state listing it undelivered was durable, the step that
 //!   marked it delivered was not; the caller drops it by its seq.)
+//! - `S-event-shown-again`: an event the caller was shown by an incarnation that exited on
+//!   its own (end of input, a failure; not a crash, not a failed state-file write, not a
+//!   caller gone) is not shown again by a later one: a turn's output seq or its end. What
+//!   a clean stop hands its caller is done with for good (issue 28, item 1: every start
+//!   printed the previous run's last turn again).
 //! - `S-persist-failure-hidden`: an incarnation whose state-file writes failed tells its
 //!   caller (a message) and does not exit 0.
 //! - `S-restart-spends-recovery`: a turn the caller saw end `Failed` had more of its
@@ -141,8 +146,39 @@ pub(crate) fn judge(
     // The process the caller was told runs each execution, per incarnation (a restart
     // from a lagging state file may hand an execution id out again).
     let mut pids: BTreeMap<(u32, ExecutionId), u32> = BTreeMap::new();
+    // Incarnations that exited on their own with their caller's events written down.
+    let stopped_cleanly = |incarnation: u32| {
+        log.exits.iter().any(|(i, _, _)| *i == incarnation)
+            && env.write_failures.get(&incarnation).copied().unwrap_or(0) == 0
+            && !log.write_failed.contains_key(&incarnation)
+    };
+    // Per turn's output seq (`None`: its end), the incarnation that showed it first.
+    let mut shown: BTreeMap<(TurnId, Option<u64>), u32> = BTreeMap::new();
     for (i, (incarnation, agent_prompts, event)) in log.events.iter().enumerate() {
         let line = line_of(&log.event_lines, i);
+        let keys: Vec<(TurnId, Option<u64>)> = match event {
+            SessionEvent::Output { turn, events, .. } => {
+                events.iter().map(|e| (*turn, Some(e.seq))).collect()
+            }
+            SessionEvent::TurnEnded { turn, .. } => vec![(*turn, None)],
+            _ => Vec::new(),
+        };
+        for key in keys {
+            let first = *shown.entry(key).or_insert(*incarnation);
+            if first < *incarnation && stopped_cleanly(first) {
+                let what = match key.1 {
+                    Some(seq) => format!("output seq {seq} of turn {}", key.0.get()),
+                    None => format!("the end of turn {}", key.0.get()),
+                };
+                return Err(v(
+                    "S-event-shown-again",
+                    format!(
+                        "{what} was shown by incarnation {first}, which exited on its own, and again by incarnation {incarnation}"
+                    ),
+                    line,
+                ));
+            }
+        }
         match event {
             SessionEvent::RuntimeStarted {
                 execution,
@@ -467,6 +503,22 @@ mod tests {
             caught(&env, &log, 3).as_deref(),
             Some("S-completed-turn-rerun")
         );
+    }
+
+    #[test]
+    fn an_end_shown_again_after_a_clean_exit_is_caught_and_after_a_crash_is_not() {
+        let env = environment();
+        let mut log = history(ended(1, TurnOutcome::Completed, None), 1);
+        // A second incarnation started on the same state file shows the end again.
+        log.event(2, 1, ended(1, TurnOutcome::Completed, None), 5);
+        log.exits.push((2, 0, Vec::new()));
+        assert_eq!(
+            caught(&env, &log, 3).as_deref(),
+            Some("S-event-shown-again")
+        );
+        // The same history where incarnation 1 crashed: at least once is the promise.
+        log.exits.remove(0);
+        assert_eq!(caught(&env, &log, 3), None);
     }
 
     #[test]
