@@ -1119,6 +1119,8 @@ impl Shell {
     /// the state file's lock is released before the caller hears of it, so a supervisor it
     /// starts next on the same file finds it free.
     async fn closing(&mut self) {
+        // No event comes after a shutdown: the caller's channel ends once drained.
+        self.events = mpsc::channel(1).0;
         while let Some(command) = self.commands.recv().await {
             if let Command::Close { reply } = command {
                 self.write_acknowledged().await;

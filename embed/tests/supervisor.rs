@@ -285,6 +285,7 @@ impl Harness {
         while let Some(event) = self.events.recv().await {
             self.seen.push(event);
         }
+        self.supervisor.close().await;
         assert_reaped(&self.pids()).await;
     }
 }
@@ -884,6 +885,7 @@ async fn restart_from_the_state_file_recovers_the_turn_and_rejects_old_epoch_cal
     let (c, _events) = Supervisor::start(config(), test_agent(&[]), Some(state.clone())).unwrap();
     assert_eq!(c.epoch().get(), 3);
     c.shutdown().await;
+    c.close().await;
     std::fs::write(&state, b"garbage").unwrap();
     assert!(Supervisor::start(config(), test_agent(&[]), Some(state.clone())).is_err());
     assert_eq!(std::fs::read(&state).unwrap(), b"garbage");
@@ -1151,10 +1153,15 @@ async fn a_state_file_saved_at_the_end_of_time_is_refused() {
     let state = temp_path("saved-at", "state");
     let mut a = Harness::start(config(), test_agent(&[]), Some(state.clone()));
     a.finish(true).await;
-    let mut bytes = std::fs::read(&state).expect("the start wrote the state file");
-    // "PLSV", the version (2 bytes), then saved_at_ms.
-    bytes[6..14].copy_from_slice(&u64::MAX.to_le_bytes());
-    std::fs::write(&state, &bytes).expect("rewrite the state file");
+    let bytes = std::fs::read(&state).expect("the start wrote the state file");
+    // "PLSV", the version (2 bytes), the checksum (4 bytes), then saved_at_ms. Rewritten
+    // as a version 1 file (the same without the checksum, still read), so that the
+    // checksum does not refuse it first.
+    let mut old = b"PLSV".to_vec();
+    old.extend_from_slice(&1u16.to_le_bytes());
+    old.extend_from_slice(&u64::MAX.to_le_bytes());
+    old.extend_from_slice(&bytes[18..]);
+    std::fs::write(&state, &old).expect("rewrite the state file");
     match Supervisor::start(config(), test_agent(&[]), Some(state.clone())) {
         Err(palisade_embed::StartError::State(palisade_embed::StateError::ImpossibleSavedAt(
             ms,
@@ -1218,7 +1225,7 @@ fn the_built_palisade_supervise_runs_on_real_time_with_real_processes() {
     // The state file is on the real disk, dated by the real wall clock.
     let bytes = std::fs::read(&state).expect("the state file is on disk");
     assert_eq!(&bytes[..4], b"PLSV");
-    let saved_at_ms = u64::from_le_bytes(bytes[6..14].try_into().unwrap());
+    let saved_at_ms = u64::from_le_bytes(bytes[10..18].try_into().unwrap());
     let wall_ms = |t: std::time::SystemTime| {
         t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
     };
