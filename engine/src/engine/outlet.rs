@@ -43,8 +43,10 @@ pub(super) struct PendingOutput {
 /// [`READY_EVENTS`], so backpressure starts when the caller stops reading, not 64 full
 /// batches later.
 ///
-/// Each event carries the state version it entered at: with persistence, it leaves only
-/// once a write covering that version is durable.
+/// Each event carries a state version: with persistence, it leaves only once a write
+/// covering that version is durable. An event's version is the one it entered at; a batch
+/// of output's is the latest that admitted any of it (`OutputItem::admitted`), so one
+/// write releases every output it covers.
 #[derive(Debug, Default)]
 pub(super) struct Ready {
     pub(super) events: VecDeque<(u64, SessionEvent)>,

@@ -1349,7 +1349,7 @@ fn one_write_releases_all_the_output_it_covers() {
     prompt_request(&mut engine);
     engine.set_caller_room(usize::MAX);
     let mut seqs = Vec::new();
-    let mut settle = |engine: &mut Engine, seqs: &mut Vec<u64>| -> Option<u64> {
+    let settle = |engine: &mut Engine, seqs: &mut Vec<u64>| -> Option<u64> {
         let mut writing = None;
         loop {
             match engine.poll_output(now) {
