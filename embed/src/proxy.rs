@@ -55,6 +55,9 @@ pub const MAX_CLIENT_LINE_BYTES: usize = 4 << 20;
 /// (and flush) carries a burst of updates, not one each.
 const EVENTS_AT_ONCE: usize = 256;
 
+/// The buffer of the client's lines: a burst of updates goes out in writes this large.
+const CLIENT_WRITE_BYTES: usize = 64 * 1024;
+
 /// How long the probe may take to answer `initialize` or `authenticate`.
 pub const PROBE_WITHIN: Duration = Duration::from_secs(60);
 
@@ -240,7 +243,7 @@ pub async fn run(options: Options, config: SupervisorConfig, io: Io) -> u8 {
     };
     let mut router = Router::new(known.iter().map(|(s, setup)| (*s, setup)), nonce);
     let mut reader = BufReader::new(upstream);
-    let mut writer = BufWriter::new(downstream);
+    let mut writer = BufWriter::with_capacity(CLIENT_WRITE_BYTES, downstream);
     let mut line = Vec::new();
     let mut probe: Option<Probe> = None;
     let mut stop = stop;
@@ -486,18 +489,39 @@ async fn drain(mut events: AgentEvents) {
 
 /// The real world: stdin, stdout, SIGINT and SIGTERM, tokio.
 pub mod real {
+    use tokio::io::AsyncWrite;
+
     use super::{Io, Options};
     use crate::Embedding;
 
-    /// The program's seams on the real world.
+    /// The program's seams on the real world. Must be called inside the tokio runtime
+    /// (the stdout pipe is registered with its reactor).
     #[must_use]
     pub fn io(options: &Options) -> Io {
         Io {
             embedding: Embedding::tokio(options.state.clone()),
             upstream: Box::new(tokio::io::stdin()),
-            downstream: Box::new(tokio::io::stdout()),
+            downstream: stdout(),
             stop: Box::pin(crate::supervise::real::stop_signal()),
             nonce: nonce(),
+        }
+    }
+
+    /// The client's end. A pipe (a client that launched the proxy) is written directly,
+    /// non-blocking, on the runtime's reactor; anything else (a socket, a file, a
+    /// terminal) through tokio's stdout, whose every write is a round trip to a blocking
+    /// thread: at 100,000 updates a second those round trips were most of the proxy's
+    /// system calls. The pipe's write end becomes non-blocking for whoever shares it: only
+    /// the proxy writes to it (its agents' stdout and stderr are pipes of their own).
+    fn stdout() -> Box<dyn AsyncWrite + Send + Unpin> {
+        use std::os::fd::AsFd;
+        let pipe = std::io::stdout()
+            .as_fd()
+            .try_clone_to_owned()
+            .and_then(tokio::net::unix::pipe::Sender::from_owned_fd);
+        match pipe {
+            Ok(pipe) => Box::new(pipe),
+            Err(_) => Box::new(tokio::io::stdout()),
         }
     }
 

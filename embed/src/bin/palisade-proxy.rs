@@ -42,6 +42,8 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let io = real::io(&options);
-    ExitCode::from(runtime.block_on(proxy::run(options, config, io)))
+    ExitCode::from(runtime.block_on(async {
+        let io = real::io(&options);
+        proxy::run(options, config, io).await
+    }))
 }

@@ -65,7 +65,12 @@ impl Engine {
             session,
             turn,
             kind,
-            item: OutputItem { update, wire_bytes },
+            item: OutputItem {
+                update,
+                wire_bytes,
+                // Set when the core admits it (`Deliver`).
+                admitted: 0,
+            },
         });
         let bytes = u32::try_from(wire_bytes).unwrap_or(u32::MAX);
         self.callback(now, execution, RuntimeEvent::Stream { turn, seq, bytes });

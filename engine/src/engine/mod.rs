@@ -18,7 +18,10 @@
 //! **Group commit.** With [`EngineConfig::persistence`], nothing an input causes (an
 //! action, an event) leaves before a write covering it is durable (write-ahead), and one
 //! write covers every input since the previous one: while a write is under way the engine
-//! goes on taking inputs, and their outputs wait for the next write.
+//! goes on taking inputs, and their outputs wait for the next write. A turn's output
+//! waits only for the write that covers its admission (the core's `Deliver`): the state
+//! lists it from then on, queued or undelivered, so one write releases all the output it
+//! covers, however much of it was still in the delivery queue.
 //!
 //! # How core effects become ACP traffic
 //!

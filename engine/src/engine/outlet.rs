@@ -9,6 +9,10 @@ use super::*;
 pub(super) struct OutputItem {
     pub(super) update: RawJson,
     pub(super) wire_bytes: usize,
+    /// The state version that admitted it (the core's `Deliver`): the state image of that
+    /// version lists it (queued, or undelivered once it moved on), so with persistence it
+    /// may leave once a write of that version is durable.
+    pub(super) admitted: u64,
 }
 
 impl Payload for OutputItem {
@@ -39,8 +43,10 @@ pub(super) struct PendingOutput {
 /// [`READY_EVENTS`], so backpressure starts when the caller stops reading, not 64 full
 /// batches later.
 ///
-/// Each event carries the state version it entered at: with persistence, it leaves only
-/// once a write covering that version is durable.
+/// Each event carries a state version: with persistence, it leaves only once a write
+/// covering that version is durable. An event's version is the one it entered at; a batch
+/// of output's is the latest that admitted any of it (`OutputItem::admitted`), so one
+/// write releases every output it covers.
 #[derive(Debug, Default)]
 pub(super) struct Ready {
     pub(super) events: VecDeque<(u64, SessionEvent)>,
@@ -51,10 +57,36 @@ pub(super) struct Ready {
 
 impl Ready {
     pub(super) fn push(&mut self, event: SessionEvent) {
+        self.push_at(self.version, event);
+    }
+
+    /// A batch of a turn's admitted output, tagged with the latest version that admitted
+    /// any of it: moving output from the delivery queue to here changes nothing a restart
+    /// would see differently (the state lists it either way), so it waits for no write of
+    /// its own. Events still leave in order: a batch behind a later-tagged event waits.
+    pub(super) fn push_output(
+        &mut self,
+        session: SessionId,
+        turn: TurnId,
+        batch: Batch<OutputItem>,
+    ) {
+        let admitted = batch
+            .events()
+            .iter()
+            .map(|e| e.payload.admitted)
+            .max()
+            .unwrap_or(self.version);
+        self.push_at(
+            admitted.min(self.version),
+            output_event(session, turn, batch),
+        );
+    }
+
+    fn push_at(&mut self, version: u64, event: SessionEvent) {
         if let SessionEvent::Output { events, .. } = &event {
             self.outputs += events.len();
         }
-        self.events.push_back((self.version, event));
+        self.events.push_back((version, event));
     }
 
     /// The oldest event, if it entered at or before `durable`.
@@ -84,7 +116,7 @@ impl Engine {
         let mut accept = true;
         for (session, outlet) in outlets.iter_mut() {
             if let Some(batch) = outlet.coalescer.handle_timeout(now) {
-                ready.push(output_event(*session, outlet.turn, batch));
+                ready.push_output(*session, outlet.turn, batch);
             }
             while room(ready) {
                 let Some((seq, (kind, item))) = outlet.queue.pop() else {
@@ -94,7 +126,7 @@ impl Engine {
                     .coalescer
                     .push(now, StreamEvent::new(seq, kind, item))
                 {
-                    ready.push(output_event(*session, outlet.turn, batch));
+                    ready.push_output(*session, outlet.turn, batch);
                 }
             }
             accept &= !outlet.queue.is_full();
@@ -159,6 +191,7 @@ impl Engine {
         // is dropped (found by the sweep: swarm, a queue of 1, a crash with two events in
         // the coalescer lost the second).
         let capacity = self.config.delivery_queue_capacity;
+        let version = self.version;
         let to_coalescer = items.len().saturating_sub(capacity);
         let mut items = items.into_iter().filter_map(|item| {
             let seq = Seq::new(item.seq)?;
@@ -169,13 +202,14 @@ impl Engine {
                 OutputItem {
                     update: item.update,
                     wire_bytes: item.wire_bytes,
+                    admitted: version,
                 },
             ))
         });
         let mut coalescer = Coalescer::new(self.config.coalescer);
         for (seq, kind, item) in items.by_ref().take(to_coalescer) {
             for batch in coalescer.push(now, StreamEvent::new(seq, kind, item)) {
-                self.ready.push(output_event(session, turn, batch));
+                self.ready.push_output(session, turn, batch);
             }
         }
         let mut rest = items.peekable();
@@ -212,11 +246,11 @@ impl Engine {
                 .coalescer
                 .push(now, StreamEvent::new(seq, kind, item))
             {
-                self.ready.push(output_event(session, outlet.turn, batch));
+                self.ready.push_output(session, outlet.turn, batch);
             }
         }
         if let Some(batch) = outlet.coalescer.flush() {
-            self.ready.push(output_event(session, outlet.turn, batch));
+            self.ready.push_output(session, outlet.turn, batch);
         }
     }
 
@@ -247,7 +281,15 @@ impl Engine {
             queue: NotificationQueue::starting_at(capacity, first).mutated(mutant),
             coalescer: Coalescer::new(coalescer),
         });
-        let mut item = (pending.kind, pending.item);
+        // Admitted now: the state of this version counts it.
+        let admitted = self.version;
+        let mut item = (
+            pending.kind,
+            OutputItem {
+                admitted,
+                ..pending.item
+            },
+        );
         loop {
             match outlet.queue.try_push(item) {
                 Ok(queued) => {
@@ -264,7 +306,7 @@ impl Engine {
                     let outlet_turn = outlet.turn;
                     while let Some((s, (k, i))) = outlet.queue.pop() {
                         for batch in outlet.coalescer.push(now, StreamEvent::new(s, k, i)) {
-                            self.ready.push(output_event(session, outlet_turn, batch));
+                            self.ready.push_output(session, outlet_turn, batch);
                         }
                     }
                     if outlet.queue.is_closed() {
