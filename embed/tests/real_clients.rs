@@ -279,6 +279,45 @@ fn assert_whole_turn(name: &str, what: &str, turn: &Turn) {
     );
 }
 
+/// A turn whose agent was killed after at least `min` chunks: every chunk once in order,
+/// the killed process's chunks `0..k` then the replacement's `0..CHUNKS`; `k`.
+fn assert_recovered(name: &str, what: &str, turn: &Turn, min: usize) -> usize {
+    assert_once_in_order(name, what, turn);
+    let indices: Vec<u64> = turn.chunks.iter().map(|c| c.1).collect();
+    let restart = indices
+        .iter()
+        .skip(1)
+        .position(|&i| i == 0)
+        .map(|p| p + 1)
+        .unwrap_or_else(|| panic!("{name} {what}: not re-run: {indices:?}"));
+    assert!(restart >= min, "{name} {what}: {indices:?}");
+    assert_eq!(
+        indices,
+        (0..restart as u64).chain(0..CHUNKS).collect::<Vec<_>>(),
+        "{name} {what}: the killed process's chunks, then the replacement's"
+    );
+    restart
+}
+
+/// The answers (lines without a method) the agent process started last received, from the
+/// test agent's `--log` (each process appends; the runtimes of one session do not overlap).
+fn answers_since_last_start(log: &Path) -> Vec<Value> {
+    let lines: Vec<Value> = std::fs::read_to_string(log)
+        .expect("the agent's log")
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    let last = lines
+        .iter()
+        .rposition(|l| l["event"] == "start" && l["role"] == "agent")
+        .expect("an agent started");
+    lines[last..]
+        .iter()
+        .filter(|l| l.get("method").is_some_and(Value::is_null) && !l["id"].is_null())
+        .cloned()
+        .collect()
+}
+
 /// The live agent processes the proxy `proxy` started (by its tree marker).
 fn agents_of(proxy: u32) -> Vec<u32> {
     tree_processes(proxy)
@@ -381,20 +420,7 @@ fn test_agent_checks(client: &RealClient, dir: &Path, report: &mut Vec<String>) 
         .answer(tag)
         .unwrap_or_else(|e| panic!("{name}: turn b: {e}"));
     let turn = turn_seen(&driver, from, &session, &answer);
-    assert_once_in_order(name, "turn b", &turn);
-    let indices: Vec<u64> = turn.chunks.iter().map(|c| c.1).collect();
-    let restart = indices
-        .iter()
-        .skip(1)
-        .position(|&i| i == 0)
-        .map(|p| p + 1)
-        .unwrap_or_else(|| panic!("{name}: turn b was not re-run: {indices:?}"));
-    assert!(restart >= 2, "{name}: turn b: {indices:?}");
-    assert_eq!(
-        indices,
-        (0..restart as u64).chain(0..CHUNKS).collect::<Vec<_>>(),
-        "{name}: turn b: the killed process's chunks, then the replacement's"
-    );
+    let restart = assert_recovered(name, "turn b", &turn, 2);
     let replacement = agents_of(first);
     assert!(
         replacement.len() == 1 && replacement != killed,
@@ -406,6 +432,84 @@ fn test_agent_checks(client: &RealClient, dir: &Path, report: &mut Vec<String>) 
         killed[0],
         restart - 1,
         turn.permissions.len()
+    ));
+
+    // d. SIGKILL of the agent while its permission request waits for the user: the
+    // user's late answer goes nowhere, the replacement asks again, the turn completes.
+    driver.call(json!({"op": "hold", "hold": true}));
+    let (from, tag) = prompt(&mut driver, &session, "The turn with a held permission.");
+    driver.until("the held permission request", |r| {
+        r["kind"] == "permission" && r["held"] == true
+    });
+    driver.call(json!({"op": "hold", "hold": false}));
+    let asking = agents_of(first);
+    assert_eq!(
+        asking.len(),
+        1,
+        "{name}: the agent processes under the proxy"
+    );
+    known.extend(descendants(first));
+    sigkill(asking[0]);
+    let released = driver.call(json!({"op": "release", "outcome": "selected"}));
+    assert_eq!(released["released"], 1, "{name}");
+    let answer = driver
+        .answer(tag)
+        .unwrap_or_else(|e| panic!("{name}: turn d: {e}"));
+    let turn = turn_seen(&driver, from, &session, &answer);
+    let restart = assert_recovered(name, "turn d", &turn, 3);
+    assert_eq!(
+        turn.permissions,
+        [3, restart + 3],
+        "{name}: turn d: one permission request per process, each after its chunk 2"
+    );
+    // Ground truth: the replacement (the agent last started) got one answer, its own.
+    let answers = answers_since_last_start(&dir.join("agent.log"));
+    assert_eq!(
+        answers.len(),
+        1,
+        "{name}: turn d: the replacement got {answers:?}"
+    );
+    report.push(format!(
+        "{name}: d. agent SIGKILLed while its permission request was held by the user; the \
+         late answer went nowhere; the replacement asked again (answered); end_turn, chunks \
+         0..{restart} then 0..{CHUNKS}, each once"
+    ));
+
+    // e. session/cancel while a permission request is open: the client answers it
+    // `cancelled` (as the protocol asks), the turn ends `cancelled`, once.
+    driver.call(json!({"op": "hold", "hold": true}));
+    let (from, tag) = prompt(&mut driver, &session, "The turn the user cancels.");
+    driver.until("the permission request of the cancelled turn", |r| {
+        r["kind"] == "permission" && r["held"] == true
+    });
+    driver.call(json!({"op": "hold", "hold": false}));
+    driver.call(json!({"op": "cancel", "sessionId": session}));
+    let released = driver.call(json!({"op": "release", "outcome": "cancelled"}));
+    assert_eq!(released["released"], 1, "{name}");
+    let answer = driver
+        .answer(tag)
+        .unwrap_or_else(|e| panic!("{name}: turn e: {e}"));
+    assert_eq!(answer["stopReason"], "cancelled", "{name}: turn e");
+    let mut turn = turn_seen(&driver, from, &session, &answer);
+    turn.stop_reason = json!("end_turn");
+    assert_once_in_order(name, "turn e", &turn);
+    let indices: Vec<u64> = turn.chunks.iter().map(|c| c.1).collect();
+    assert_eq!(
+        indices,
+        (0..indices.len() as u64).collect::<Vec<_>>(),
+        "{name}: turn e: chunks"
+    );
+    assert!(indices.len() >= 3, "{name}: turn e: {indices:?}");
+    let prompts = driver
+        .seen
+        .iter()
+        .filter(|r| r["kind"] == "answer" && r["tag"] == tag)
+        .count();
+    assert_eq!(prompts, 1, "{name}: turn e: one answer");
+    report.push(format!(
+        "{name}: e. session/cancel with a permission request open, answered cancelled by the \
+         client: the turn ended cancelled after chunks 0..{}",
+        indices.len()
     ));
 
     // c. SIGKILL of the proxy between turns; a new proxy on the same state.

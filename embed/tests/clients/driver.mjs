@@ -22,6 +22,10 @@ const failure = (error) => ({
 
 let proxy = null;
 let connection = null;
+// While `holding`, permission requests wait for a `release` command (a user who has not
+// decided yet).
+let holding = false;
+const held = [];
 
 class Client {
   async sessionUpdate(params) {
@@ -36,7 +40,11 @@ class Client {
       toolCallId: params.toolCall?.toolCallId ?? null,
       options: params.options.map((o) => o.optionId),
       selected: option.optionId,
+      held: holding,
     });
+    if (holding) {
+      return new Promise((resolve) => held.push({ resolve, optionId: option.optionId }));
+    }
     return { outcome: { outcome: "selected", optionId: option.optionId } };
   }
   async extNotification(method, params) {
@@ -67,6 +75,22 @@ const ops = {
     connection.loadSession({ sessionId: c.sessionId, cwd: c.cwd, mcpServers: [] }),
   prompt: async (c) =>
     connection.prompt({ sessionId: c.sessionId, prompt: [{ type: "text", text: c.text }] }),
+  cancel: async (c) => connection.cancel({ sessionId: c.sessionId }),
+  hold: async (c) => {
+    holding = c.hold;
+    return {};
+  },
+  release: async (c) => {
+    const released = held.splice(0);
+    for (const h of released) {
+      h.resolve(
+        c.outcome === "cancelled"
+          ? { outcome: { outcome: "cancelled" } }
+          : { outcome: { outcome: "selected", optionId: h.optionId } },
+      );
+    }
+    return { released: released.length };
+  },
   close: async () => {
     const exited = new Promise((resolve) => proxy.on("exit", (code) => resolve({ code })));
     proxy.stdin.end();

@@ -11,7 +11,13 @@ import sys
 import threading
 
 from acp import PROTOCOL_VERSION, connect_to_agent
-from acp.schema import AllowedOutcome, ClientCapabilities, RequestPermissionResponse, TextContentBlock
+from acp.schema import (
+    AllowedOutcome,
+    ClientCapabilities,
+    DeniedOutcome,
+    RequestPermissionResponse,
+    TextContentBlock,
+)
 
 
 def report(value):
@@ -26,6 +32,12 @@ def dump(model):
 
 
 class Client:
+    def __init__(self):
+        # While `holding`, permission requests wait for a `release` command (a user who has
+        # not decided yet).
+        self.holding = False
+        self.held = []
+
     async def session_update(self, session_id, update, **kwargs):
         report({"kind": "update", "sessionId": session_id, "update": dump(update)})
 
@@ -38,8 +50,14 @@ class Client:
                 "toolCallId": tool_call.tool_call_id,
                 "options": [o.option_id for o in options],
                 "selected": option.option_id,
+                "held": self.holding,
             }
         )
+        if self.holding:
+            decided = asyncio.get_running_loop().create_future()
+            self.held.append(decided)
+            if await decided == "cancelled":
+                return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
         return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=option.option_id))
 
     async def ext_notification(self, method, params):
@@ -52,6 +70,7 @@ class Driver:
         self.argv = argv
         self.proxy = None
         self.conn = None
+        self.client = Client()
 
     async def spawn(self, command):
         stderr = open(self.stderr_path, "ab")
@@ -63,7 +82,7 @@ class Driver:
             limit=16 << 20,
         )
         stderr.close()
-        self.conn = connect_to_agent(Client(), self.proxy.stdin, self.proxy.stdout)
+        self.conn = connect_to_agent(self.client, self.proxy.stdin, self.proxy.stdout)
         proxy = self.proxy
 
         async def watch():
@@ -88,6 +107,20 @@ class Driver:
     async def prompt(self, command):
         return dump(await self.conn.prompt(session_id=command["sessionId"],
                                            prompt=[TextContentBlock(type="text", text=command["text"])]))
+
+    async def cancel(self, command):
+        await self.conn.cancel(session_id=command["sessionId"])
+        return {}
+
+    async def hold(self, command):
+        self.client.holding = command["hold"]
+        return {}
+
+    async def release(self, command):
+        released, self.client.held = self.client.held, []
+        for decided in released:
+            decided.set_result(command["outcome"])
+        return {"released": len(released)}
 
     async def close(self, command):
         self.proxy.stdin.close()
