@@ -32,8 +32,19 @@
 //!    completes as in a.
 //!    Closing the proxy's stdin then ends it with 0 and leaves no agent process behind.
 //!
+//! d. holds a permission request (a user who has not decided) while its agent process is
+//!    SIGKILLed, then answers it: the answer reaches no one (the replacement, by its own
+//!    `--log`, got one answer: to its own request), the replacement asks again, the turn
+//!    ends `end_turn` with the chunks as in b;
+//! e. sends `session/cancel` while a permission request is open and answers it
+//!    `cancelled`: the prompt gets one answer, `cancelled`, its chunks once in order.
+//!
 //! And in front of the TS SDK's example agent (`dist/examples/agent.js`, which asks for a
-//! permission on every turn): a turn, its permission answered, `end_turn`.
+//! permission on every turn and cannot load a session): a turn, its permission answered,
+//! `end_turn`; then a turn whose agent is SIGKILLed after its first update: the
+//! conversation is replaced (`_palisade/conversation_replaced`, once), the turn re-run and
+//! ended `end_turn`, and the client got the killed process's updates then the whole turn
+//! of the replacement, each once.
 //!
 //! Judged only from what the client received and which processes ran. When node, npm or
 //! python3 is missing, or a registry cannot be reached and the package is not cached,
@@ -580,6 +591,8 @@ fn example_agent_check(client: &RealClient, dir: &Path, agent: &Path, report: &m
         proxy.into(),
         "--agent-cmd".into(),
         format!("node {}", agent.display()).into(),
+        "--recovery-delays-ms".into(),
+        "100,200,400".into(),
     ];
     let mut driver = client.driver(&dir.join("example-proxy.stderr"), &proxy_cmd);
     let started = Instant::now();
@@ -595,24 +608,79 @@ fn example_agent_check(client: &RealClient, dir: &Path, agent: &Path, report: &m
         .answer(tag)
         .unwrap_or_else(|e| panic!("{name}: example agent turn: {e}"));
     assert_eq!(answer["stopReason"], "end_turn", "{name}");
-    let turn: Vec<&Value> = driver.seen[from..]
-        .iter()
-        .filter(|r| r["sessionId"] == session.as_str())
-        .collect();
-    let permissions = turn.iter().filter(|r| r["kind"] == "permission").count();
-    let updates = turn.iter().filter(|r| r["kind"] == "update").count();
-    assert_eq!(permissions, 1, "{name}: {turn:#?}");
-    assert!(updates > 0, "{name}: {turn:#?}");
+    let (first, permissions) = example_turn(&driver, from, &session);
+    assert_eq!(permissions, 1, "{name}: {first:#?}");
+    assert!(first.len() > 1, "{name}: {first:#?}");
+
+    // SIGKILL of the agent after its first update: it cannot load (loadSession false), so
+    // the conversation is replaced, announced, and the turn re-run on the new one.
+    let (from, tag) = prompt(&mut driver, &session, "Hello again!");
+    driver.until("the first update of the second turn", |r| {
+        r["kind"] == "update"
+    });
+    let killed = agents_of(pid);
+    assert_eq!(
+        killed.len(),
+        1,
+        "{name}: the agent processes under the proxy"
+    );
     let mut known = descendants(pid);
+    sigkill(killed[0]);
+    let answer = driver
+        .answer(tag)
+        .unwrap_or_else(|e| panic!("{name}: example agent, killed turn: {e}"));
+    assert_eq!(answer["stopReason"], "end_turn", "{name}");
+    let (second, _) = example_turn(&driver, from, &session);
+    let k = second.len() - first.len();
+    assert!(
+        k >= 1 && second[..k] == first[..k] && second[k..] == first[..],
+        "{name}: the killed process's updates, then the replacement's, each once: \
+         {second:#?}, a whole turn being {first:#?}"
+    );
+    let replaced: Vec<Value> = driver.seen[from..]
+        .iter()
+        .filter(|r| {
+            r["kind"] == "ext_notification"
+                && r["method"].as_str().map(|m| m.trim_start_matches('_'))
+                    == Some("palisade/conversation_replaced")
+        })
+        .cloned()
+        .collect();
+    assert!(
+        replaced.len() == 1 && replaced[0]["params"]["sessionId"] == session.as_str(),
+        "{name}: the replacement announced once: {replaced:?}"
+    );
+    known.extend(descendants(pid));
+    known.retain(|&p| p != pid);
     known.retain(|&p| p != pid);
     let closed = driver.call(json!({"op": "close"}));
     assert_eq!(closed["code"], 0, "{name}");
     assert_no_tree_left(&format!("{name}: example agent"), pid, &known);
     report.push(format!(
-        "{name}: TS SDK example agent behind the proxy: {updates} updates, its permission \
-         answered, end_turn ({:.1} s)",
+        "{name}: TS SDK example agent behind the proxy: a turn of {} updates, its permission \
+         answered, end_turn; killed after {k} update(s) of the next turn: conversation \
+         replaced (announced once: {}), the turn re-run, end_turn, updates once each \
+         ({:.1} s)",
+        first.len(),
+        replaced[0]["params"],
         started.elapsed().as_secs_f64()
     ));
+}
+
+/// The updates of the session (each as its JSON text) and the permission requests, from
+/// `from` in the reports.
+fn example_turn(driver: &Driver, from: usize, session: &str) -> (Vec<String>, usize) {
+    let turn: Vec<&Value> = driver.seen[from..]
+        .iter()
+        .filter(|r| r["sessionId"] == session)
+        .collect();
+    let updates = turn
+        .iter()
+        .filter(|r| r["kind"] == "update")
+        .map(|r| r["update"].to_string())
+        .collect();
+    let permissions = turn.iter().filter(|r| r["kind"] == "permission").count();
+    (updates, permissions)
 }
 
 fn ts_sdk_dir() -> Result<PathBuf, Skip> {
