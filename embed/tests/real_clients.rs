@@ -51,9 +51,12 @@
 //! that client's checks are skipped with a note on stderr; never a failure for that alone.
 //! `PALISADE_INTEROP=skip` skips them all.
 //!
-//! Not here: the Rust conductor (`agent-client-protocol-conductor`): building it is a
-//! crates.io build of its own dependency tree (minutes on this machine), not a package a
-//! registry client installs in seconds.
+//! And through the Rust SDK's conductor, `agent-client-protocol-conductor` 5.0.0 from
+//! crates.io, with the proxy as its chain's agent (client → conductor → proxy → test
+//! agent): a and b, and no process of the chain left after the conductor's exit. Its
+//! binary is built once by `cargo install --locked` into `target/interop/cargo/` (its own
+//! dependency tree, nothing added to the workspace's build; about 9 minutes on a shared
+//! two-core machine the first time, cached after).
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
@@ -66,14 +69,17 @@ use serde_json::{json, Value};
 
 mod common;
 use common::registry::{
-    self, assert_no_tree_left, descendants, node_available, npm_install, pip_install, scratch,
-    sigkill, tree_processes, Skip,
+    self, assert_no_tree_left, cargo_install, descendants, node_available, npm_install,
+    pip_install, process_name, scratch, sigkill, tree_processes, Skip,
 };
 
 const TS_SDK_PACKAGE: &str = "@agentclientprotocol/sdk";
 const TS_SDK_VERSION: &str = "0.12.0";
 const PY_SDK_PACKAGE: &str = "agent-client-protocol";
 const PY_SDK_VERSION: &str = "0.12.1";
+
+const CONDUCTOR_CRATE: &str = "agent-client-protocol-conductor";
+const CONDUCTOR_VERSION: &str = "5.0.0";
 
 const TS_DRIVER: &str = include_str!("clients/driver.mjs");
 const PY_DRIVER: &str = include_str!("clients/driver.py");
@@ -360,17 +366,70 @@ fn prompt(driver: &mut Driver, session: &str, text: &str) -> (usize, u64) {
     (from, tag)
 }
 
-/// a, b and c in front of `palisade-test-agent`.
-fn test_agent_checks(client: &RealClient, dir: &Path, report: &mut Vec<String>) {
-    let name = client.name.as_str();
-    let agent = palisade_testkit::shipped::binary("palisade-test-agent");
-    let proxy = palisade_testkit::shipped::binary("palisade-proxy");
-    let agent_cmd = format!(
+/// A turn as a: the permission answered, `end_turn`, chunks 0..6 once in order.
+fn whole_turn(driver: &mut Driver, session: &str, what: &str) {
+    let (from, tag) = prompt(driver, session, &format!("The {what}."));
+    let answer = driver
+        .answer(tag)
+        .unwrap_or_else(|e| panic!("{}: {what}: {e}", driver.name));
+    let turn = turn_seen(driver, from, session, &answer);
+    assert_whole_turn(&driver.name, what, &turn);
+}
+
+/// b: SIGKILL of the agent process (the one the proxy `proxy` started) after its second
+/// chunk; the turn completes on a replacement, every chunk once. What happened.
+fn kill_mid_turn(driver: &mut Driver, session: &str, proxy: u32, what: &str) -> String {
+    let name = driver.name.clone();
+    let (from, tag) = prompt(driver, session, &format!("The turn {what}."));
+    driver.until("the second chunk", |r| {
+        r["kind"] == "update"
+            && r["update"]["content"]["text"]
+                .as_str()
+                .and_then(stamped_chunk)
+                .is_some_and(|(_, i)| i >= 1)
+    });
+    let killed = agents_of(proxy);
+    assert_eq!(
+        killed.len(),
+        1,
+        "{name}: the agent processes under the proxy"
+    );
+    sigkill(killed[0]);
+    let answer = driver
+        .answer(tag)
+        .unwrap_or_else(|e| panic!("{name}: turn {what}: {e}"));
+    let turn = turn_seen(driver, from, session, &answer);
+    let restart = assert_recovered(&name, &format!("turn {what}"), &turn, 2);
+    let replacement = agents_of(proxy);
+    assert!(
+        replacement.len() == 1 && replacement != killed,
+        "{name}: the replacement {replacement:?} (killed {killed:?})"
+    );
+    format!(
+        "{name}: {what}. agent {} SIGKILLed after chunk {}; end_turn, the killed process's \
+         chunks 0..{restart} then the replacement's 0..{CHUNKS}, each once, {} permission(s) \
+         answered",
+        killed[0],
+        restart - 1,
+        turn.permissions.len()
+    )
+}
+
+/// The test agent's command line (as `--agent-cmd` takes it), logging into `dir`.
+fn test_agent_cmd(dir: &Path) -> String {
+    format!(
         "{} --chunks {CHUNKS} --chunk-delay-ms {CHUNK_DELAY_MS} --stamp-chunks true \
          --ask-permission true --load-replay {HISTORY} --log {}",
-        agent.display(),
+        palisade_testkit::shipped::binary("palisade-test-agent").display(),
         dir.join("agent.log").display()
-    );
+    )
+}
+
+/// a, b, d, e and c in front of `palisade-test-agent`.
+fn test_agent_checks(client: &RealClient, dir: &Path, report: &mut Vec<String>) {
+    let name = client.name.as_str();
+    let proxy = palisade_testkit::shipped::binary("palisade-proxy");
+    let agent_cmd = test_agent_cmd(dir);
     let proxy_cmd: Vec<OsString> = vec![
         proxy.into(),
         "--agent-cmd".into(),
@@ -398,12 +457,7 @@ fn test_agent_checks(client: &RealClient, dir: &Path, report: &mut Vec<String>) 
     assert!(session.starts_with("pls_"), "{name}: {created}");
 
     // a. A turn with a permission request answered by the client.
-    let (from, tag) = prompt(&mut driver, &session, "The first turn.");
-    let answer = driver
-        .answer(tag)
-        .unwrap_or_else(|e| panic!("{name}: turn a: {e}"));
-    let turn = turn_seen(&driver, from, &session, &answer);
-    assert_whole_turn(name, "turn a", &turn);
+    whole_turn(&mut driver, &session, "turn a");
     report.push(format!(
         "{name}: a. permission answered (allow), end_turn, chunks 0..{CHUNKS} once in order \
          ({:.1} s in)",
@@ -411,39 +465,8 @@ fn test_agent_checks(client: &RealClient, dir: &Path, report: &mut Vec<String>) 
     ));
 
     // b. SIGKILL of the agent process in the middle of a turn.
-    let (from, tag) = prompt(&mut driver, &session, "The second turn.");
-    driver.until("the second chunk of turn b", |r| {
-        r["kind"] == "update"
-            && r["update"]["content"]["text"]
-                .as_str()
-                .and_then(stamped_chunk)
-                .is_some_and(|(_, i)| i >= 1)
-    });
-    let killed = agents_of(first);
-    assert_eq!(
-        killed.len(),
-        1,
-        "{name}: the agent processes under the proxy"
-    );
     let mut known: Vec<u32> = descendants(first);
-    sigkill(killed[0]);
-    let answer = driver
-        .answer(tag)
-        .unwrap_or_else(|e| panic!("{name}: turn b: {e}"));
-    let turn = turn_seen(&driver, from, &session, &answer);
-    let restart = assert_recovered(name, "turn b", &turn, 2);
-    let replacement = agents_of(first);
-    assert!(
-        replacement.len() == 1 && replacement != killed,
-        "{name}: the replacement {replacement:?} (killed {killed:?})"
-    );
-    report.push(format!(
-        "{name}: b. agent {} SIGKILLed after chunk {}; end_turn, the killed process's chunks \
-         0..{restart} then the replacement's 0..{CHUNKS}, each once, {} permission(s) answered",
-        killed[0],
-        restart - 1,
-        turn.permissions.len()
-    ));
+    report.push(kill_mid_turn(&mut driver, &session, first, "b"));
 
     // d. SIGKILL of the agent while its permission request waits for the user: the
     // user's late answer goes nowhere, the replacement asks again, the turn completes.
@@ -553,12 +576,7 @@ fn test_agent_checks(client: &RealClient, dir: &Path, report: &mut Vec<String>) 
             .collect::<Vec<_>>(),
         "{name}: the history the agent replayed, once, before the load's answer"
     );
-    let (from, tag) = prompt(&mut driver, &session, "The third turn.");
-    let answer = driver
-        .answer(tag)
-        .unwrap_or_else(|e| panic!("{name}: turn c: {e}"));
-    let turn = turn_seen(&driver, from, &session, &answer);
-    assert_whole_turn(name, "turn c", &turn);
+    whole_turn(&mut driver, &session, "turn c");
     let replaced: Vec<&Value> = driver
         .seen
         .iter()
@@ -667,6 +685,52 @@ fn example_agent_check(client: &RealClient, dir: &Path, agent: &Path, report: &m
     ));
 }
 
+/// The Rust SDK's conductor in front of the proxy: client → conductor → `palisade-proxy`
+/// (the chain's agent) → `palisade-test-agent`. a and b through the chain; the
+/// conductor's exit leaves no agent process behind.
+fn conductor_checks(client: &RealClient, dir: &Path, conductor: &Path, report: &mut Vec<String>) {
+    let name = format!("{} → conductor {CONDUCTOR_VERSION}", client.name);
+    let proxy = palisade_testkit::shipped::binary("palisade-proxy");
+    // The conductor splits each component's command line as a POSIX shell would.
+    let component = format!(
+        "{} --agent-cmd '{}' --recovery-delays-ms 100,200,400",
+        proxy.display(),
+        test_agent_cmd(dir)
+    );
+    let chain: Vec<OsString> = vec![conductor.into(), "agent".into(), component.into()];
+    let mut driver = client.driver(&dir.join("conductor.stderr"), &chain);
+    driver.name.clone_from(&name);
+    let started = Instant::now();
+    let pid = driver.call(json!({"op": "spawn"}))["pid"]
+        .as_u64()
+        .and_then(|p| u32::try_from(p).ok())
+        .expect("a pid");
+    let init = driver.call(json!({"op": "initialize"}));
+    let created = driver.call(json!({"op": "new", "cwd": dir.join("work")}));
+    let session = created["sessionId"].as_str().unwrap_or_default().to_owned();
+    assert!(session.starts_with("pls_"), "{name}: {created}");
+    let proxies: Vec<u32> = descendants(pid)
+        .into_iter()
+        .filter(|&p| process_name(p).as_deref() == Some("palisade-proxy"))
+        .collect();
+    assert_eq!(proxies.len(), 1, "{name}: the proxy under the conductor");
+    whole_turn(&mut driver, &session, "turn a");
+    let mut known = descendants(pid);
+    report.push(format!(
+        "{name}: initialize → {init}; a. permission answered, end_turn, chunks once in order"
+    ));
+    report.push(kill_mid_turn(&mut driver, &session, proxies[0], "b"));
+    known.extend(descendants(pid));
+    known.retain(|&p| p != pid);
+    let closed = driver.call(json!({"op": "close"}));
+    assert_no_tree_left(&format!("{name}: after its exit"), proxies[0], &known);
+    report.push(format!(
+        "{name}: stdin closed → exit {}, no process of the chain left ({:.1} s)",
+        closed["code"],
+        started.elapsed().as_secs_f64()
+    ));
+}
+
 /// The updates of the session (each as its JSON text) and the permission requests, from
 /// `from` in the reports.
 fn example_turn(driver: &Driver, from: usize, session: &str) -> (Vec<String>, usize) {
@@ -719,6 +783,12 @@ fn typescript_sdk_client_through_the_proxy() {
     test_agent_checks(&client, &dir, &mut report);
     let example = sdk.join("dist").join("examples").join("agent.js");
     example_agent_check(&client, &dir, &example, &mut report);
+    match cargo_install(CONDUCTOR_CRATE, CONDUCTOR_VERSION) {
+        Ok(bin) => conductor_checks(&client, &dir, &bin.join(CONDUCTOR_CRATE), &mut report),
+        Err(Skip(why)) => note(&format!(
+            "TS SDK client through the conductor: SKIPPED: {why}"
+        )),
+    }
     let _ = std::fs::remove_dir_all(&dir);
     for line in report {
         note(&line);

@@ -212,6 +212,73 @@ pub fn pip_install(package: &str, version: &str) -> Result<PathBuf, Skip> {
     Ok(python)
 }
 
+/// How long one `cargo install` may take: a crate's whole dependency tree, built once.
+pub const CARGO_INSTALL_WITHIN: Duration = Duration::from_secs(1500);
+
+/// Builds `krate` `version`'s binaries with `cargo install --locked` into its own
+/// directory of the cache (once, in a build directory of its own, removed after); the
+/// directory holding the binaries.
+pub fn cargo_install(krate: &str, version: &str) -> Result<PathBuf, Skip> {
+    if std::env::var("PALISADE_INTEROP").as_deref() == Ok("skip") {
+        return Err(Skip("PALISADE_INTEROP=skip".into()));
+    }
+    let dir = cache_dir().join("cargo").join(format!("{krate}@{version}"));
+    let done = dir.join(".installed");
+    if done.is_file() {
+        return Ok(dir.join("bin"));
+    }
+    let cargo = std::env::var_os("CARGO").map_or_else(|| PathBuf::from("cargo"), PathBuf::from);
+    let spec = format!("{krate}@{version}");
+    match run(Command::new(&cargo).args(["info", &spec]), REGISTRY_PROBE) {
+        Ok(output) if output.status.success() => {}
+        Ok(output) => {
+            return Err(Skip(format!(
+                "crates.io did not answer for {spec}: {}",
+                last_line(&output.stderr)
+            )))
+        }
+        Err(why) => return Err(Skip(format!("crates.io is not reachable: {why}"))),
+    }
+    let started = Instant::now();
+    let output = run(
+        Command::new(&cargo)
+            .args([
+                "install",
+                "--locked",
+                "--quiet",
+                "--version",
+                version,
+                "--root",
+            ])
+            .arg(&dir)
+            .arg("--target-dir")
+            .arg(dir.join("build"))
+            .arg(krate),
+        CARGO_INSTALL_WITHIN,
+    )
+    .unwrap_or_else(|why| panic!("cargo install {spec}: {why}"));
+    assert!(
+        output.status.success(),
+        "crates.io answered, but cargo install {spec} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let _ = std::fs::remove_dir_all(dir.join("build"));
+    std::fs::write(&done, spec.as_bytes()).expect("the cache is writable");
+    note(&format!(
+        "registry: installed {spec} into {} in {:.1} s",
+        dir.display(),
+        started.elapsed().as_secs_f64()
+    ));
+    Ok(dir.join("bin"))
+}
+
+/// The short name of a live process (`/proc/<pid>/comm`, at most 15 bytes).
+pub fn process_name(pid: u32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|name| name.trim_end().to_owned())
+}
+
 pub fn node_available() -> bool {
     run(Command::new("node").arg("--version"), REGISTRY_PROBE)
         .is_ok_and(|output| output.status.success())
