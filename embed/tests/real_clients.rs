@@ -32,6 +32,10 @@
 //!    completes as in a.
 //!    Closing the proxy's stdin then ends it with 0 and leaves no agent process behind.
 //!
+//! f. SIGKILLs the proxy in the middle of a turn: a new proxy on the same state starts
+//!    (it once exited 2, unable to read back the turn's content blocks), loads the
+//!    session, the interrupted turn recovers (chunks 0..6 once, in order; its prompt's
+//!    request died with the old proxy), and the next turn completes;
 //! d. holds a permission request (a user who has not decided) while its agent process is
 //!    SIGKILLed, then answers it: the answer reaches no one (the replacement, by its own
 //!    `--log`, got one answer: to its own request), the replacement asks again, the turn
@@ -583,19 +587,94 @@ fn test_agent_checks(client: &RealClient, dir: &Path, report: &mut Vec<String>) 
         .filter(|r| r["kind"] == "ext_notification")
         .collect();
     assert!(replaced.is_empty(), "{name}: {replaced:?}");
+    report.push(format!(
+        "{name}: c. proxy {first} SIGKILLed, no agent process left; proxy {second} on the \
+         same state: initialize, session/load {session} → {loaded} after its {HISTORY} \
+         history updates, the next turn end_turn with chunks 0..{CHUNKS} once in order"
+    ));
+
+    // f. SIGKILL of the proxy in the middle of a turn: a new proxy on the same state
+    // starts (once it could not read back a turn's content blocks, and exited 2), loads
+    // the session, the interrupted turn recovers (its chunks reach the client once, in
+    // order, with no prompt to answer: that request died with the proxy), and the next
+    // turn completes.
+    let (_, _dead) = prompt(&mut driver, &session, "The turn f the proxy dies in.");
+    driver.until("the second chunk of turn f", |r| {
+        r["kind"] == "update"
+            && r["update"]["content"]["text"]
+                .as_str()
+                .and_then(stamped_chunk)
+                .is_some_and(|(_, i)| i >= 1)
+    });
     let mut known = descendants(second);
-    known.retain(|&pid| pid != second);
+    sigkill(second);
+    driver.until("the proxy's exit", |r| {
+        r["kind"] == "exited" && r["pid"] == second
+    });
+    assert_no_tree_left(
+        &format!("{name}: after the proxy's SIGKILL mid-turn"),
+        second,
+        &known,
+    );
+    let third = driver.call(json!({"op": "spawn"}))["pid"]
+        .as_u64()
+        .and_then(|p| u32::try_from(p).ok())
+        .expect("a pid");
+    let before_load = driver.seen.len();
+    let init = driver.call(json!({"op": "initialize"}));
+    assert_eq!(
+        init["agentCapabilities"]["loadSession"], true,
+        "{name}: the proxy started again after a SIGKILL mid-turn: {init}"
+    );
+    let from = driver.seen.len();
+    driver.call(json!({"op": "load", "sessionId": session, "cwd": cwd}));
+    driver.until("the recovered turn's last chunk", |r| {
+        r["kind"] == "update"
+            && r["update"]["content"]["text"]
+                .as_str()
+                .and_then(stamped_chunk)
+                .is_some_and(|(_, i)| i == CHUNKS - 1)
+    });
+    let recovered = turn_seen(&driver, from, &session, &json!({"stopReason": "end_turn"}));
+    assert_eq!(
+        recovered.history.len(),
+        HISTORY,
+        "{name}: turn f: the load's history"
+    );
+    let indices: Vec<u64> = recovered.chunks.iter().map(|c| c.1).collect();
+    assert_eq!(
+        indices,
+        (0..CHUNKS).collect::<Vec<_>>(),
+        "{name}: turn f: the recovered turn's chunks"
+    );
+    assert!(
+        recovered.chunks.windows(2).all(|w| w[0].0 < w[1].0),
+        "{name}: turn f: {:?}",
+        recovered.chunks
+    );
+    // Before the client's initialize, what the dead proxy had queued for it and not yet
+    // known delivered (at least once across the proxy's own crash).
+    let early: Vec<String> = driver.seen[before_load..from]
+        .iter()
+        .filter(|r| r["kind"] == "update")
+        .map(|r| r["update"]["content"]["text"].to_string())
+        .collect();
+    // The recovered turn's end reaches the engine right after its last chunk.
+    std::thread::sleep(Duration::from_millis(300));
+    whole_turn(&mut driver, &session, "turn after f");
+    known = descendants(third);
+    known.retain(|&pid| pid != third);
     let closed = driver.call(json!({"op": "close"}));
     assert_eq!(
         closed["code"], 0,
         "{name}: the proxy's exit after stdin EOF"
     );
-    assert_no_tree_left(&format!("{name}: after the proxy's exit"), second, &known);
+    assert_no_tree_left(&format!("{name}: after the proxy's exit"), third, &known);
     report.push(format!(
-        "{name}: c. proxy {first} SIGKILLed, no agent process left; proxy {second} on the \
-         same state: initialize, session/load {session} → {loaded} after its {HISTORY} \
-         history updates, the next turn end_turn \
-         with chunks 0..{CHUNKS} once in order; stdin closed → exit 0, no agent left \
+        "{name}: f. proxy {second} SIGKILLed mid-turn, no agent left; proxy {third} on the \
+         same state started, initialize, session/load; the interrupted turn recovered \
+         (chunks 0..{CHUNKS} once in order), the next turn end_turn; updates written \
+         before the client's initialize: {early:?}; stdin closed → exit 0, no agent left \
          ({:.1} s in all)",
         started.elapsed().as_secs_f64()
     ));
