@@ -15,7 +15,7 @@
 //!
 //! In front of `palisade-test-agent` (6 chunks 150 ms apart, each stamped with the wall
 //! clock when the agent wrote it, and a permission request in the middle of each turn),
-//! with `--state` in the scratch directory, each client:
+//! with `--state` in the scratch directory, each client, in this order:
 //!
 //! a. runs a turn: the permission request is answered by the client, the turn ends
 //!    `end_turn`, and the chunks reached the client once each, in order (indices 0..6,
@@ -25,23 +25,22 @@
 //!    killed process's chunks then the replacement's, each once (no text twice, stamps
 //!    strictly increasing), no conversation replaced, and the history the replacement
 //!    replayed when it loaded the conversation is not forwarded into the turn;
-//! c. SIGKILLs the proxy between turns: no agent process of the dead proxy survives
-//!    (its watchdog), a new proxy on the same state file answers `initialize` and
-//!    `session/load` of the same proxy session id, the history the agent replays on that
-//!    load (2 updates) reaches the client once, before the answer, and the next turn
-//!    completes as in a.
-//!    Closing the proxy's stdin then ends it with 0 and leaves no agent process behind.
-//!
-//! f. SIGKILLs the proxy in the middle of a turn: a new proxy on the same state starts
-//!    (it once exited 2, unable to read back the turn's content blocks), loads the
-//!    session, the interrupted turn recovers (chunks 0..6 once, in order; its prompt's
-//!    request died with the old proxy), and the next turn completes;
 //! d. holds a permission request (a user who has not decided) while its agent process is
 //!    SIGKILLed, then answers it: the answer reaches no one (the replacement, by its own
 //!    `--log`, got one answer: to its own request), the replacement asks again, the turn
 //!    ends `end_turn` with the chunks as in b;
 //! e. sends `session/cancel` while a permission request is open and answers it
-//!    `cancelled`: the prompt gets one answer, `cancelled`, its chunks once in order.
+//!    `cancelled`: the prompt gets one answer, `cancelled`, its chunks once in order;
+//! c. SIGKILLs the proxy between turns: no agent process of the dead proxy survives
+//!    (its watchdog), a new proxy on the same state file answers `initialize` and
+//!    `session/load` of the same proxy session id, the history the agent replays on that
+//!    load (2 updates) reaches the client once, before the answer, and the next turn
+//!    completes as in a;
+//! f. SIGKILLs that proxy in the middle of a turn: no agent process survives; a new proxy
+//!    on the same state starts (it once exited 2, unable to read back the turn's content
+//!    blocks), loads the session, the interrupted turn recovers (chunks 0..6 once, in
+//!    order; its prompt's request died with the old proxy), and the next turn completes.
+//!    Closing the proxy's stdin then ends it with 0 and leaves no agent process behind.
 //!
 //! And in front of the TS SDK's example agent (`dist/examples/agent.js`, which asks for a
 //! permission on every turn and cannot load a session): a turn, its permission answered,
