@@ -35,7 +35,6 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,13 +44,18 @@ use palisade_core::classify::{
     SessionListing, TransportState,
 };
 use palisade_core::{ExecutionId, SessionId, TurnId, TurnOutcome};
-use palisade_embed::process::TREE_ENV;
 use palisade_embed::{
     AgentCommand, AgentConnection, ConnectionConfig, ConversationOrigin, RpcFailure, SessionEvent,
     SessionEvents, StderrMode, Supervisor, SupervisorConfig,
 };
 use palisade_wire::acp;
 use serde_json::{json, Value};
+
+mod common;
+use common::registry::{
+    self, assert_no_tree_left, descendants, node_available, npm_install, pip_install, scratch,
+    sigkill, Skip,
+};
 
 const CODEX_PACKAGE: &str = "@zed-industries/codex-acp";
 const CODEX_VERSION: &str = "0.16.0";
@@ -63,14 +67,8 @@ const PY_SDK_VERSION: &str = "0.12.1";
 /// An ACP session id no agent has: `session/load` of it must say "unknown".
 const UNKNOWN_SESSION: &str = "0199a213-81c0-7800-8aa1-bbab2a035a53";
 
-/// Nothing of any agent tree may be alive this long after the supervisor's shutdown.
-const GONE_WITHIN: Duration = Duration::from_secs(3);
 /// Generous waits for one event: the machine is shared and small.
 const WITHIN: Duration = Duration::from_secs(60);
-/// How long `npm view` may take to tell whether the registry is reachable.
-const REGISTRY_PROBE: Duration = Duration::from_secs(60);
-/// How long one `npm install` may take (codex-acp's native package is about 200 MB).
-const INSTALL_WITHIN: Duration = Duration::from_secs(240);
 
 /// Deltas the fake model streams per reply, and the pause before each.
 const FAKE_DELTAS: usize = 6;
@@ -82,209 +80,7 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Says something on stderr, past the harness's capture, so a CI log shows it.
 fn note(message: &str) {
-    let _ = writeln!(std::io::stderr(), "interop: {message}");
-}
-
-/// The cache of installed agents: `interop/` in the workspace's target directory.
-fn cache_dir() -> PathBuf {
-    palisade_testkit::shipped::target_dir()
-        .parent()
-        .expect("the shipped binaries live in <target>/shipped")
-        .join("interop")
-}
-
-/// Runs a command with a deadline; its output, or why not.
-fn run(command: &mut Command, within: Duration) -> Result<Output, String> {
-    let mut child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run {command:?}: {e}"))?;
-    let until = Instant::now() + within;
-    // Read both pipes on threads so a chatty command cannot block on a full pipe.
-    let mut stdout = child.stdout.take().expect("piped");
-    let mut stderr = child.stderr.take().expect("piped");
-    let out = std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let _ = stdout.read_to_end(&mut bytes);
-        bytes
-    });
-    let err = std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let _ = stderr.read_to_end(&mut bytes);
-        bytes
-    });
-    let status = loop {
-        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
-            break status;
-        }
-        if Instant::now() >= until {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!("{command:?} took longer than {within:?}"));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    Ok(Output {
-        status,
-        stdout: out.join().unwrap_or_default(),
-        stderr: err.join().unwrap_or_default(),
-    })
-}
-
-/// The last non-empty line of a tool's stderr: its conclusion.
-fn last_line(stderr: &[u8]) -> String {
-    String::from_utf8_lossy(stderr)
-        .lines()
-        .rev()
-        .find(|line| !line.trim().is_empty())
-        .unwrap_or_default()
-        .trim()
-        .to_owned()
-}
-
-/// Why an agent's checks did not run.
-#[derive(Debug)]
-struct Skip(String);
-
-/// Installs `package@version` with npm into its own directory of the cache (once).
-fn npm_install(package: &str, version: &str) -> Result<PathBuf, Skip> {
-    if std::env::var("PALISADE_INTEROP").as_deref() == Ok("skip") {
-        return Err(Skip("PALISADE_INTEROP=skip".into()));
-    }
-    let dir = cache_dir()
-        .join("npm")
-        .join(format!("{}@{version}", package.replace('/', "+")));
-    let done = dir.join(".installed");
-    if done.is_file() {
-        return Ok(dir);
-    }
-    match run(Command::new("npm").arg("--version"), REGISTRY_PROBE) {
-        Ok(output) if output.status.success() => {}
-        _ => return Err(Skip("npm is not installed".into())),
-    }
-    let spec = format!("{package}@{version}");
-    match run(
-        Command::new("npm").args(["view", &spec, "version"]),
-        REGISTRY_PROBE,
-    ) {
-        Ok(output) if output.status.success() => {}
-        Ok(output) => {
-            return Err(Skip(format!(
-                "the npm registry did not answer for {spec}: {}",
-                last_line(&output.stderr)
-            )))
-        }
-        Err(why) => return Err(Skip(format!("the npm registry is not reachable: {why}"))),
-    }
-    std::fs::create_dir_all(&dir).expect("the cache directory can be made");
-    let started = Instant::now();
-    let output = run(
-        Command::new("npm")
-            .args(["install", "--no-audit", "--no-fund", "--no-save"])
-            .args(["--ignore-scripts", "--loglevel=error", "--prefix"])
-            .arg(&dir)
-            .arg(&spec),
-        INSTALL_WITHIN,
-    )
-    .unwrap_or_else(|why| panic!("npm install {spec}: {why}"));
-    assert!(
-        output.status.success(),
-        "the registry answered, but npm install {spec} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    std::fs::write(&done, spec.as_bytes()).expect("the cache is writable");
-    note(&format!(
-        "installed {spec} into {} in {:.1} s",
-        dir.display(),
-        started.elapsed().as_secs_f64()
-    ));
-    Ok(dir)
-}
-
-/// Makes a venv in the cache and installs `package==version` into it (once); its python.
-fn pip_install(package: &str, version: &str) -> Result<PathBuf, Skip> {
-    if std::env::var("PALISADE_INTEROP").as_deref() == Ok("skip") {
-        return Err(Skip("PALISADE_INTEROP=skip".into()));
-    }
-    let dir = cache_dir()
-        .join("pip")
-        .join(format!("{package}=={version}"));
-    let python = dir.join("bin").join("python");
-    let done = dir.join(".installed");
-    if done.is_file() {
-        return Ok(python);
-    }
-    let spec = format!("{package}=={version}");
-    let probe = cache_dir().join("pip").join("probe");
-    let _ = std::fs::create_dir_all(&probe);
-    match run(
-        Command::new("python3")
-            .args(["-m", "pip", "download", "--no-deps", "--quiet", "-d"])
-            .arg(&probe)
-            .arg(&spec),
-        REGISTRY_PROBE,
-    ) {
-        Ok(output) if output.status.success() => {}
-        Ok(output) => {
-            return Err(Skip(format!(
-                "python3 -m pip cannot fetch {spec} (PyPI not reachable?): {}",
-                last_line(&output.stderr)
-            )))
-        }
-        Err(why) => return Err(Skip(format!("PyPI is not reachable: {why}"))),
-    }
-    let started = Instant::now();
-    let _ = std::fs::remove_dir_all(&dir);
-    match run(
-        Command::new("python3").args(["-m", "venv"]).arg(&dir),
-        INSTALL_WITHIN,
-    ) {
-        Ok(output) if output.status.success() => {}
-        _ => return Err(Skip("python3 cannot make a venv".into())),
-    }
-    let output = run(
-        Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-            ])
-            .arg(&spec),
-        INSTALL_WITHIN,
-    )
-    .unwrap_or_else(|why| panic!("pip install {spec}: {why}"));
-    assert!(
-        output.status.success(),
-        "PyPI answered, but pip install {spec} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    std::fs::write(&done, spec.as_bytes()).expect("the cache is writable");
-    note(&format!(
-        "installed {spec} into {} in {:.1} s",
-        dir.display(),
-        started.elapsed().as_secs_f64()
-    ));
-    Ok(python)
-}
-
-fn node_available() -> bool {
-    run(Command::new("node").arg("--version"), REGISTRY_PROBE)
-        .is_ok_and(|output| output.status.success())
-}
-
-/// A scratch directory for one run (its HOME, its workspace).
-fn scratch(name: &str) -> PathBuf {
-    let dir = cache_dir()
-        .join("run")
-        .join(format!("{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("home")).unwrap();
-    std::fs::create_dir_all(dir.join("work")).unwrap();
-    dir
+    registry::note(&format!("interop: {message}"));
 }
 
 // ----- a loopback fake of the OpenAI Responses API -----------------------------------------
@@ -416,128 +212,6 @@ fn serve(stream: TcpStream, replies: &AtomicUsize, others: &AtomicUsize) {
     ));
 }
 
-// ----- ground truth: the processes of this test's agent trees -----------------------------
-
-/// Live processes whose environment carries a tree marker minted by this test process
-/// (markers start with the minting process's pid).
-fn tree_processes() -> Vec<(u32, String)> {
-    let needle = format!("{TREE_ENV}={}-", std::process::id());
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        let zombie = stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X'));
-        if zombie {
-            continue;
-        }
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
-            continue;
-        };
-        if environ
-            .split(|&b| b == 0)
-            .any(|e| e.starts_with(needle.as_bytes()))
-        {
-            let name = stat
-                .split_once(" (")
-                .and_then(|(_, rest)| rest.rsplit_once(')'))
-                .map_or(String::new(), |(name, _)| name.to_owned());
-            found.push((pid, name));
-        }
-    }
-    found
-}
-
-/// `pid` and its live descendants, by parent links in `/proc`: ground truth that does
-/// not depend on the supervisor's own marker.
-fn descendants(pid: u32) -> Vec<u32> {
-    let mut parent_of = Vec::new();
-    if let Ok(entries) = std::fs::read_dir("/proc") {
-        for entry in entries.flatten() {
-            let Some(child) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-                continue;
-            };
-            let ppid = stat
-                .rsplit_once(") ")
-                .and_then(|(_, rest)| rest.split(' ').nth(1))
-                .and_then(|p| p.parse::<u32>().ok());
-            if let Some(ppid) = ppid {
-                parent_of.push((child, ppid));
-            }
-        }
-    }
-    let mut tree = vec![pid];
-    let mut i = 0;
-    while i < tree.len() {
-        let parent = tree[i];
-        tree.extend(
-            parent_of
-                .iter()
-                .filter(|(_, ppid)| *ppid == parent)
-                .map(|(child, _)| *child),
-        );
-        i += 1;
-    }
-    tree
-}
-
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rsplit_once(") ")
-            .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'))
-    })
-}
-
-/// Waits until no process of this test's trees is left, neither by marker nor among
-/// `known` (pids seen in the agents' trees by parent links); panics after [`GONE_WITHIN`].
-fn assert_no_tree_left(what: &str, known: &[u32]) {
-    let until = Instant::now() + GONE_WITHIN;
-    loop {
-        let mut left = tree_processes();
-        left.extend(
-            known
-                .iter()
-                .filter(|pid| alive(**pid))
-                .map(|pid| (*pid, "(seen in the tree)".to_owned())),
-        );
-        if left.is_empty() {
-            return;
-        }
-        assert!(
-            Instant::now() < until,
-            "{what}: agent processes alive {GONE_WITHIN:?} later: {left:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn sigkill(pid: u32) {
-    let status = Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success(), "kill -9 {pid}");
-}
-
 // ----- the checks -------------------------------------------------------------------------
 
 /// A real agent and what `docs/real-agents.md` says it answers.
@@ -655,7 +329,11 @@ async fn connection_checks(agent: &RealAgent, report: &mut Vec<String>) {
     conn.stop(tokio::time::Instant::now() + Duration::from_millis(500))
         .await;
     drain.abort();
-    assert_no_tree_left(&format!("{} after a connection stop", agent.name), &known);
+    assert_no_tree_left(
+        &format!("{} after a connection stop", agent.name),
+        std::process::id(),
+        &known,
+    );
 }
 
 struct Run {
@@ -846,7 +524,11 @@ async fn supervisor_checks(agent: &RealAgent, report: &mut Vec<String>) {
     // Exit: nothing of any tree is left.
     known.extend(descendants(run.runtime().1));
     run.supervisor.shutdown().await;
-    assert_no_tree_left(&format!("{} after shutdown", agent.name), &known);
+    assert_no_tree_left(
+        &format!("{} after shutdown", agent.name),
+        std::process::id(),
+        &known,
+    );
     report.push(format!(
         "{}: turn completed; killed between turns → next turn completed ({between:?}); \
          killed mid-turn → recovered once ({mid_turn:?}); shutdown → no process left",
@@ -1160,7 +842,7 @@ async fn python_sdk_agents_answer_session_load_as_the_table_says() {
          unknown id answers {{}} (success); no load_session → -32601 \"Method not found\" \
          data={{\"method\":\"session/load\"}}"
     ));
-    assert_no_tree_left("Python SDK agents", &[]);
+    assert_no_tree_left("Python SDK agents", std::process::id(), &[]);
     let _ = std::fs::remove_dir_all(scratch);
 }
 

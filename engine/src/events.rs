@@ -18,14 +18,31 @@ use palisade_wire::jsonrpc::RawJson;
 use serde_json::value::RawValue;
 
 /// What a prompt asks: a text (`palisade-supervise`), or the content blocks a client sent
-/// (`palisade-proxy`), passed to the agent as they came.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+/// (`palisade-proxy`), passed to the agent as they came. Written as a JSON string or as the
+/// blocks themselves.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[serde(untagged)]
 pub enum PromptContent {
     /// One text block.
     Text(String),
     /// A JSON array of ACP content blocks.
     Blocks(RawJson),
+}
+
+/// Read by hand, not by serde's `untagged`: that buffers the value first, and a raw value
+/// (the blocks) cannot be read from serde's buffer, so a state file holding a turn with
+/// content blocks could not be read back.
+impl<'de> serde::Deserialize<'de> for PromptContent {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = RawJson::deserialize(deserializer)?;
+        if raw.get().trim_start().starts_with('"') {
+            raw.parse::<String>()
+                .map(PromptContent::Text)
+                .map_err(serde::de::Error::custom)
+        } else {
+            Ok(PromptContent::Blocks(raw))
+        }
+    }
 }
 
 impl PromptContent {
@@ -580,6 +597,28 @@ pub(crate) fn kind_of(head: &UpdateHead<'_>) -> EventKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A prompt's content is persisted with its turn (`--state`): both kinds read back as
+    /// they were written. Content blocks (what `palisade-proxy` keeps) inside an untagged
+    /// enum once failed to read back, so a proxy killed mid-turn could not start again.
+    #[test]
+    fn prompt_content_reads_back_as_written() {
+        let blocks = RawJson::from_text(r#"[{"type":"text","text":"one"}]"#).unwrap();
+        for content in [
+            PromptContent::Text("one".into()),
+            PromptContent::Blocks(blocks),
+        ] {
+            let text = serde_json::to_string(&content).unwrap();
+            let back: PromptContent = serde_json::from_str(&text)
+                .unwrap_or_else(|e| panic!("{text} does not read back: {e}"));
+            assert_eq!(back, content);
+            // Inside a larger value, as the state file holds it.
+            let turn = serde_json::to_string(&(1, &content)).unwrap();
+            let (_, back): (u64, PromptContent) = serde_json::from_str(&turn)
+                .unwrap_or_else(|e| panic!("{turn} does not read back: {e}"));
+            assert_eq!(back, content);
+        }
+    }
 
     /// The largest integer every JSON reader keeps exactly (an `f64` mantissa).
     const EXACT_IN_F64: u64 = 1 << 53;
