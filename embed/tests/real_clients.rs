@@ -59,9 +59,10 @@
 //! And through the Rust SDK's conductor, `agent-client-protocol-conductor` 5.0.0 from
 //! crates.io, with the proxy as its chain's agent (client → conductor → proxy → test
 //! agent): a and b, and no process of the chain left after the conductor's exit. Its
-//! binary is built once by `cargo install --locked` into `target/interop/cargo/` (its own
+//! binary is built once by `cargo install --locked` into `~/.cache/palisade/interop/cargo/` (its own
 //! dependency tree, nothing added to the workspace's build; about 9 minutes on a shared
-//! two-core machine the first time, cached after).
+//! two-core machine the first time, cached for the machine after, clean clones included:
+//! `common::registry::tool_cache_dir`).
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};

@@ -34,6 +34,23 @@ pub fn cache_dir() -> PathBuf {
         .join("interop")
 }
 
+/// Where a tool built from source (`cargo install`, minutes) is cached: for the machine,
+/// not the checkout, so that a clean clone (CI's) reuses it as cargo reuses its registry.
+/// `PALISADE_INTEROP_CACHE` if set, else `$XDG_CACHE_HOME/palisade/interop`, else
+/// `$HOME/.cache/palisade/interop`, else [`cache_dir`].
+pub fn tool_cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("PALISADE_INTEROP_CACHE") {
+        return PathBuf::from(dir);
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")));
+    match base {
+        Some(base) if base.is_absolute() => base.join("palisade").join("interop"),
+        _ => cache_dir(),
+    }
+}
+
 /// Runs a command with a deadline; its output, or why not.
 pub fn run(command: &mut Command, within: Duration) -> Result<Output, String> {
     let mut child = command
@@ -222,7 +239,9 @@ pub fn cargo_install(krate: &str, version: &str) -> Result<PathBuf, Skip> {
     if std::env::var("PALISADE_INTEROP").as_deref() == Ok("skip") {
         return Err(Skip("PALISADE_INTEROP=skip".into()));
     }
-    let dir = cache_dir().join("cargo").join(format!("{krate}@{version}"));
+    let dir = tool_cache_dir()
+        .join("cargo")
+        .join(format!("{krate}@{version}"));
     let done = dir.join(".installed");
     if done.is_file() {
         return Ok(dir.join("bin"));
