@@ -13,6 +13,7 @@ const STACK: &[&str] = &[
     "stack-crash-restart",
     "stack-caller-gone",
     "stack-crash-caller-stalled",
+    "proxy-basic",
 ];
 
 /// A seed's trace hash from `palisade run`'s last line (`held: … trace <hash>, …` or
