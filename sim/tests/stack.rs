@@ -14,6 +14,7 @@ const STACK: &[&str] = &[
     "stack-caller-gone",
     "stack-crash-caller-stalled",
     "proxy-basic",
+    "proxy-crash-restart",
 ];
 
 /// A seed's trace hash from `palisade run`'s last line (`held: … trace <hash>, …` or
