@@ -18,14 +18,29 @@ use palisade_wire::jsonrpc::RawJson;
 use serde_json::value::RawValue;
 
 /// What a prompt asks: a text (`palisade-supervise`), or the content blocks a client sent
-/// (`palisade-proxy`), passed to the agent as they came.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+/// (`palisade-proxy`), passed to the agent as they came. Written as a JSON string or as the
+/// blocks' array.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[serde(untagged)]
 pub enum PromptContent {
     /// One text block.
     Text(String),
     /// A JSON array of ACP content blocks.
     Blocks(RawJson),
+}
+
+impl<'de> serde::Deserialize<'de> for PromptContent {
+    /// Read as raw JSON first: an untagged enum buffers its input, and raw JSON (the blocks)
+    /// cannot be read back from that buffer, so a state file holding a client's prompt
+    /// could not be restored.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = RawJson::deserialize(deserializer)?;
+        if raw.get().starts_with('"') {
+            let text: String = raw.parse().map_err(serde::de::Error::custom)?;
+            return Ok(PromptContent::Text(text));
+        }
+        Ok(PromptContent::Blocks(raw))
+    }
 }
 
 impl PromptContent {
@@ -580,6 +595,35 @@ pub(crate) fn kind_of(head: &UpdateHead<'_>) -> EventKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A prompt's content reads back as it was written, alone and inside a record (as the
+    /// state file keeps it): a client's blocks (raw JSON) too.
+    #[test]
+    fn prompt_content_reads_back_what_it_wrote() {
+        #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+        struct Kept {
+            turn: u64,
+            content: Option<PromptContent>,
+        }
+        let blocks =
+            RawJson::from_text(r#"[{"type":"text","text":"fix the \"build\""}]"#).expect("json");
+        for content in [
+            PromptContent::Text("fix the \"build\"\n".into()),
+            PromptContent::Blocks(blocks),
+        ] {
+            let kept = Kept {
+                turn: 3,
+                content: Some(content.clone()),
+            };
+            let text = serde_json::to_string(&kept).expect("writes");
+            let back: Kept = serde_json::from_str(&text).expect("reads back");
+            assert_eq!(back, kept, "{text}");
+            let alone: PromptContent =
+                serde_json::from_str(&serde_json::to_string(&content).expect("writes"))
+                    .expect("reads back");
+            assert_eq!(alone, content);
+        }
+    }
 
     /// The largest integer every JSON reader keeps exactly (an `f64` mantissa).
     const EXACT_IN_F64: u64 = 1 << 53;
