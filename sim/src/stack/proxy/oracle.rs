@@ -13,6 +13,10 @@
 //!   (answered `end_turn`) reach the client on that connection, each once, in order,
 //!   before the answer.
 //! - `P-update-twice`: no update of an agent reaches the client twice on one connection.
+//! - `P-update-before-open`: on a connection, no `session/update` and no agent's request
+//!   reaches the client before it sent its `session/new` or `session/load` there (after a
+//!   crash of the proxy, the restored turns' output and the last load's history are not
+//!   the new connection's until it loads the session).
 //! - `P-history-forwarded`: history an agent replays on a `session/load` reaches the
 //!   client only while its own `session/load` is open, once per load: never the history
 //!   of a recovery's load, never twice.
@@ -95,10 +99,23 @@ pub(crate) fn judge(
         let mut markers: BTreeSet<&str> = BTreeSet::new();
         // The open `session/load` and the history it got.
         let mut loading: Option<(i64, u32)> = None;
+        // The client asked for its session on this connection (`session/new` or `load`).
+        let mut opened = false;
         for (i, (_, item)) in conn.items.iter().enumerate() {
+            if matches!(item, Item::Update { .. } | Item::Asked { .. }) && !opened {
+                return Err(v(
+                    "P-update-before-open",
+                    format!(
+                        "the client got a session/update or an agent's request on connection {} before it opened its session there",
+                        conn.incarnation
+                    ),
+                    line(i),
+                ));
+            }
             match item {
                 Item::Sent { id, method, .. } => {
                     sent.insert(*id, (method, i));
+                    opened |= matches!(*method, "session/new" | "session/load");
                     if *method == "session/load" {
                         loading = Some((*id, 0));
                     }
