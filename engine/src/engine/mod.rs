@@ -728,7 +728,15 @@ impl Engine {
         }
         book.setup.history = setup.history;
         self.touch();
-        self.resume(now, session)
+        let verdict = self.resume(now, session);
+        if matches!(verdict, Verdict::AlreadyReady | Verdict::Reject(_)) {
+            // Nothing loads for this open: the history of a later load (a recovery's) is
+            // not the caller's.
+            if let Some(book) = self.books.get_mut(&session) {
+                book.setup.history = false;
+            }
+        }
+        verdict
     }
 
     /// The sessions the engine knows, with what they were opened with.
