@@ -15,6 +15,7 @@ const STACK: &[&str] = &[
     "stack-crash-caller-stalled",
     "proxy-basic",
     "proxy-crash-restart",
+    "proxy-permission-races",
 ];
 
 /// A seed's trace hash from `palisade run`'s last line (`held: … trace <hash>, …` or
