@@ -553,6 +553,17 @@ impl Router {
                 self.open_failures.insert(session, cause.clone());
             }
             SessionEvent::AttemptSettled {
+                outcome: AttemptOutcome::Ready,
+                ..
+            } => {
+                // A load that joined an attempt whose conversation was ready before it
+                // came (a restored turn's recovery) hears no ConversationReady of its own.
+                if let Some(request) = self.opening.remove(&session) {
+                    self.open_failures.remove(&session);
+                    self.answer(&request, Ok(json!({"sessionId": label})));
+                }
+            }
+            SessionEvent::AttemptSettled {
                 outcome: AttemptOutcome::Failed | AttemptOutcome::Cancelled,
                 ..
             } => {
@@ -632,7 +643,6 @@ impl Router {
             | SessionEvent::ConversationLoading { .. }
             | SessionEvent::RecoveryStarted { .. }
             | SessionEvent::RecoveryExhausted { .. }
-            | SessionEvent::AttemptSettled { .. }
             | SessionEvent::JoinTimedOut { .. }
             | SessionEvent::RuntimeExited { .. } => {}
         }
