@@ -143,6 +143,9 @@ pub struct Router {
     /// the last connection) are not this client's until it loads the session, whose
     /// history then tells it the conversation.
     attached: BTreeSet<SessionId>,
+    /// Sessions whose open joined an attempt in flight: its conversation may have been
+    /// ready before, and the attempt settling ready answers the open.
+    joined: BTreeSet<SessionId>,
     /// The agents' requests shown to the client, by the id the client sees.
     asked: BTreeMap<i64, u64>,
     next_asked: i64,
@@ -172,6 +175,7 @@ impl Router {
             turns: BTreeMap::new(),
             forwards: BTreeMap::new(),
             attached: BTreeSet::new(),
+            joined: BTreeSet::new(),
             asked: BTreeMap::new(),
             next_asked: 1,
             out: VecDeque::new(),
@@ -435,6 +439,9 @@ impl Router {
                 let label = self.label(session);
                 self.answer(request, Ok(json!({"sessionId": label})));
             }
+            Verdict::Joined { .. } => {
+                self.joined.insert(session);
+            }
             Verdict::Reject(reason) => {
                 self.opening.remove(&session);
                 self.answer(
@@ -534,6 +541,7 @@ impl Router {
             }
             SessionEvent::ConversationReady { origin, answer, .. } => {
                 self.open_failures.remove(&session);
+                self.joined.remove(&session);
                 if let ConversationOrigin::Replaced(reason) = origin {
                     self.notify(
                         CONVERSATION_REPLACED,
@@ -558,15 +566,18 @@ impl Router {
             } => {
                 // A load that joined an attempt whose conversation was ready before it
                 // came (a restored turn's recovery) hears no ConversationReady of its own.
-                if let Some(request) = self.opening.remove(&session) {
-                    self.open_failures.remove(&session);
-                    self.answer(&request, Ok(json!({"sessionId": label})));
+                if self.joined.remove(&session) {
+                    if let Some(request) = self.opening.remove(&session) {
+                        self.open_failures.remove(&session);
+                        self.answer(&request, Ok(json!({"sessionId": label})));
+                    }
                 }
             }
             SessionEvent::AttemptSettled {
                 outcome: AttemptOutcome::Failed | AttemptOutcome::Cancelled,
                 ..
             } => {
+                self.joined.remove(&session);
                 if let Some(request) = self.opening.remove(&session) {
                     let cause = self
                         .open_failures
