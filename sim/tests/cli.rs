@@ -598,7 +598,7 @@ fn failing_hashes_do_not_depend_on_jobs_and_match_single_runs() {
         );
         expect_code(&out, 1);
         assert!(
-            stdout(&out).contains("determinism: 170 seeds re-run, 0 differed"),
+            stdout(&out).contains("determinism: 200 seeds re-run, 0 differed"),
             "{}",
             stdout(&out)
         );
@@ -829,10 +829,10 @@ fn mutants_scoreboard_is_written_and_exit_code_matches_it() {
         "{md}"
     );
     // The claim is checked, not trusted: the same search without the mutant made the same
-    // 1,020 runs, trace for trace.
+    // 1,200 runs, trace for trace.
     assert!(
         md.contains(
-            "- `toctou-generation`: 1020 runs, every trace hash equal to the same run's without the mutant."
+            "- `toctou-generation`: 1200 runs, every trace hash equal to the same run's without the mutant."
         ),
         "{md}"
     );
@@ -860,9 +860,9 @@ fn every_shipped_scenario_holds_for_100_seeds() {
     let summary = read_json(&dir.path("reports/summary.json"));
     assert_eq!(
         summary["scenarios"].as_array().expect("scenarios").len(),
-        17
+        20
     );
-    assert_eq!(summary["seeds"], 1700);
+    assert_eq!(summary["seeds"], 2000);
 }
 
 #[test]

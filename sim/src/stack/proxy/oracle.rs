@@ -314,3 +314,167 @@ pub(crate) fn judge(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    //! The checker fed recorded histories: each check fails on a history that breaks it
+    //! and holds on the same history without the break.
+
+    use palisade_wire::RequestId;
+
+    use super::super::super::env::{AgentAsk, AgentGot, EnvState, ProcTruth, ProxyTruth};
+    use super::super::client::{ClientLog, Conn, Item};
+    use super::*;
+
+    /// One connection (incarnation 1): initialize, session/new, then the agent 1001's
+    /// permission request shown as id 1 and answered; process 1001 got the answer.
+    fn history() -> (EnvState, ClientLog) {
+        let mut env = EnvState::default();
+        env.procs.insert(
+            1001,
+            ProcTruth {
+                incarnation: 1,
+                alive: false,
+                guarded: true,
+                died_at_ms: Some(900),
+                died_with_supervisor: false,
+                asked_at_ms: Some(800),
+                died_unasked: false,
+                agent: None,
+            },
+        );
+        let mut truth = ProxyTruth::default();
+        truth.asked.push(AgentAsk {
+            pid: 1001,
+            id: RequestId::Number(1_000_001),
+            tool: "p1001.1-perm".into(),
+            at_ms: 50,
+            after_retired: false,
+        });
+        truth.got.push(AgentGot {
+            pid: 1001,
+            id: RequestId::Number(1_000_001),
+            answers: Some("p1001.1-perm".into()),
+            at_ms: 60,
+        });
+        env.proxy = Some(truth);
+        let items = vec![
+            (
+                0,
+                Item::Sent {
+                    id: 1,
+                    method: "initialize",
+                    send: None,
+                },
+            ),
+            (
+                1,
+                Item::Answer {
+                    id: RequestId::Number(1),
+                    ok: Some(String::new()),
+                },
+            ),
+            (
+                1,
+                Item::Sent {
+                    id: 2,
+                    method: "session/new",
+                    send: None,
+                },
+            ),
+            (
+                5,
+                Item::Answer {
+                    id: RequestId::Number(2),
+                    ok: Some(String::new()),
+                },
+            ),
+            (
+                50,
+                Item::Asked {
+                    id: 1,
+                    tool: "p1001.1-perm".into(),
+                },
+            ),
+            (
+                55,
+                Item::Answered {
+                    id: 1,
+                    tool: "p1001.1-perm".into(),
+                },
+            ),
+        ];
+        let lines = (0..items.len() as u64).collect();
+        let log = ClientLog {
+            conns: vec![Conn {
+                incarnation: 1,
+                items,
+                lines,
+            }],
+            ..ClientLog::default()
+        };
+        (env, log)
+    }
+
+    fn caught(env: &EnvState, log: &ClientLog) -> Option<String> {
+        judge(env, log, 0, &[], true, 99).err().map(|v| v.invariant)
+    }
+
+    #[test]
+    fn the_history_holds_and_each_break_is_caught() {
+        let (env, log) = history();
+        assert_eq!(caught(&env, &log), None);
+
+        // The request was written after the proxy asked the process to go.
+        let (mut env2, log2) = history();
+        env2.proxy.as_mut().expect("set").asked[0].after_retired = true;
+        assert_eq!(
+            caught(&env2, &log2).as_deref(),
+            Some("P-retired-request-shown")
+        );
+
+        // The process got a second answer, or the answer to another request.
+        let (mut env3, log3) = history();
+        let again = env3.proxy.as_ref().expect("set").got[0].clone();
+        env3.proxy.as_mut().expect("set").got.push(again);
+        assert_eq!(caught(&env3, &log3).as_deref(), Some("P-answer-misrouted"));
+        let (mut env4, log4) = history();
+        env4.proxy.as_mut().expect("set").got[0].answers = Some("p1001.2-perm".into());
+        assert_eq!(caught(&env4, &log4).as_deref(), Some("P-answer-misrouted"));
+
+        // The client's request answered twice.
+        let (env5, mut log5) = history();
+        let answer = log5.conns[0].items[3].clone();
+        log5.conns[0].items.push(answer);
+        log5.conns[0].lines.push(6);
+        assert_eq!(caught(&env5, &log5).as_deref(), Some("P-answered-twice"));
+
+        // History outside the client's own session/load, and an update before it opened.
+        let (env6, mut log6) = history();
+        log6.conns[0].items.push((
+            70,
+            Item::Update {
+                marker: None,
+                history: true,
+            },
+        ));
+        log6.conns[0].lines.push(6);
+        assert_eq!(caught(&env6, &log6).as_deref(), Some("P-history-forwarded"));
+        let (env7, mut log7) = history();
+        log7.conns[0].items.insert(
+            1,
+            (
+                0,
+                Item::Update {
+                    marker: Some("p1001.1#1".into()),
+                    history: false,
+                },
+            ),
+        );
+        log7.conns[0].lines.push(6);
+        assert_eq!(
+            caught(&env7, &log7).as_deref(),
+            Some("P-update-before-open")
+        );
+    }
+}
