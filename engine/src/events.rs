@@ -19,7 +19,7 @@ use serde_json::value::RawValue;
 
 /// What a prompt asks: a text (`palisade-supervise`), or the content blocks a client sent
 /// (`palisade-proxy`), passed to the agent as they came. Written as a JSON string or as the
-/// blocks themselves.
+/// blocks' array.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[serde(untagged)]
 pub enum PromptContent {
@@ -29,19 +29,17 @@ pub enum PromptContent {
     Blocks(RawJson),
 }
 
-/// Read by hand, not by serde's `untagged`: that buffers the value first, and a raw value
-/// (the blocks) cannot be read from serde's buffer, so a state file holding a turn with
-/// content blocks could not be read back.
 impl<'de> serde::Deserialize<'de> for PromptContent {
+    /// Read as raw JSON first: an untagged enum buffers its input, and raw JSON (the blocks)
+    /// cannot be read back from that buffer, so a state file holding a client's prompt
+    /// could not be restored.
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let raw = RawJson::deserialize(deserializer)?;
-        if raw.get().trim_start().starts_with('"') {
-            raw.parse::<String>()
-                .map(PromptContent::Text)
-                .map_err(serde::de::Error::custom)
-        } else {
-            Ok(PromptContent::Blocks(raw))
+        if raw.get().starts_with('"') {
+            let text: String = raw.parse().map_err(serde::de::Error::custom)?;
+            return Ok(PromptContent::Text(text));
         }
+        Ok(PromptContent::Blocks(raw))
     }
 }
 
@@ -598,25 +596,32 @@ pub(crate) fn kind_of(head: &UpdateHead<'_>) -> EventKind {
 mod tests {
     use super::*;
 
-    /// A prompt's content is persisted with its turn (`--state`): both kinds read back as
-    /// they were written. Content blocks (what `palisade-proxy` keeps) inside an untagged
-    /// enum once failed to read back, so a proxy killed mid-turn could not start again.
+    /// A prompt's content reads back as it was written, alone and inside a record (as the
+    /// state file keeps it): a client's blocks (raw JSON) too.
     #[test]
-    fn prompt_content_reads_back_as_written() {
-        let blocks = RawJson::from_text(r#"[{"type":"text","text":"one"}]"#).unwrap();
+    fn prompt_content_reads_back_what_it_wrote() {
+        #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+        struct Kept {
+            turn: u64,
+            content: Option<PromptContent>,
+        }
+        let blocks =
+            RawJson::from_text(r#"[{"type":"text","text":"fix the \"build\""}]"#).expect("json");
         for content in [
-            PromptContent::Text("one".into()),
+            PromptContent::Text("fix the \"build\"\n".into()),
             PromptContent::Blocks(blocks),
         ] {
-            let text = serde_json::to_string(&content).unwrap();
-            let back: PromptContent = serde_json::from_str(&text)
-                .unwrap_or_else(|e| panic!("{text} does not read back: {e}"));
-            assert_eq!(back, content);
-            // Inside a larger value, as the state file holds it.
-            let turn = serde_json::to_string(&(1, &content)).unwrap();
-            let (_, back): (u64, PromptContent) = serde_json::from_str(&turn)
-                .unwrap_or_else(|e| panic!("{turn} does not read back: {e}"));
-            assert_eq!(back, content);
+            let kept = Kept {
+                turn: 3,
+                content: Some(content.clone()),
+            };
+            let text = serde_json::to_string(&kept).expect("writes");
+            let back: Kept = serde_json::from_str(&text).expect("reads back");
+            assert_eq!(back, kept, "{text}");
+            let alone: PromptContent =
+                serde_json::from_str(&serde_json::to_string(&content).expect("writes"))
+                    .expect("reads back");
+            assert_eq!(alone, content);
         }
     }
 

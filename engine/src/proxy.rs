@@ -27,7 +27,7 @@
 //! only on proof (rule 6), and the client is told with the extension notification
 //! [`CONVERSATION_REPLACED`].
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use palisade_core::{AttemptOutcome, SessionId, TurnId, TurnOutcome, Verdict};
 use palisade_wire::jsonrpc::{codes, encode_message, encode_response, parse_frame, Frame};
@@ -137,6 +137,15 @@ pub struct Router {
     turns: BTreeMap<(SessionId, TurnId), RequestId>,
     /// Forwarded requests by ticket.
     forwards: BTreeMap<u64, RequestId>,
+    /// The sessions the client opened on this connection (`session/new`, `session/load`):
+    /// only theirs are its updates and the agents' requests. After a restart, a restored
+    /// session's undelivered events (a turn's output, the history of a load asked for on
+    /// the last connection) are not this client's until it loads the session, whose
+    /// history then tells it the conversation.
+    attached: BTreeSet<SessionId>,
+    /// Sessions whose open joined an attempt in flight: its conversation may have been
+    /// ready before, and the attempt settling ready answers the open.
+    joined: BTreeSet<SessionId>,
     /// The agents' requests shown to the client, by the id the client sees.
     asked: BTreeMap<i64, u64>,
     next_asked: i64,
@@ -165,6 +174,8 @@ impl Router {
             open_failures: BTreeMap::new(),
             turns: BTreeMap::new(),
             forwards: BTreeMap::new(),
+            attached: BTreeSet::new(),
+            joined: BTreeSet::new(),
             asked: BTreeMap::new(),
             next_asked: 1,
             out: VecDeque::new(),
@@ -262,6 +273,7 @@ impl Router {
                     },
                 );
                 self.opening.insert(session, request.clone());
+                self.attached.insert(session);
                 self.commands.push_back(Command::Open {
                     request,
                     session,
@@ -291,6 +303,7 @@ impl Router {
                         .or(upstream.cwd.take());
                 }
                 self.opening.insert(session, request.clone());
+                self.attached.insert(session);
                 self.commands.push_back(Command::Open {
                     request,
                     session,
@@ -426,6 +439,9 @@ impl Router {
                 let label = self.label(session);
                 self.answer(request, Ok(json!({"sessionId": label})));
             }
+            Verdict::Joined { .. } => {
+                self.joined.insert(session);
+            }
             Verdict::Reject(reason) => {
                 self.opening.remove(&session);
                 self.answer(
@@ -492,6 +508,28 @@ impl Router {
     pub fn event(&mut self, event: &SessionEvent) {
         let session = event.session();
         let label = self.label(session);
+        if !self.attached.contains(&session) {
+            match event {
+                SessionEvent::Output { .. }
+                | SessionEvent::Update { .. }
+                | SessionEvent::History { .. } => {
+                    tracing::debug!(%label, "an update of a session the client has not opened here is not its");
+                    return;
+                }
+                SessionEvent::ClientRequest { ticket, .. } => {
+                    // Nobody here can answer it: the agent hears so now.
+                    self.commands.push_back(Command::AnswerClient {
+                        ticket: *ticket,
+                        outcome: Err(RpcError::new(
+                            codes::INTERNAL_ERROR,
+                            "the client cannot be asked now",
+                        )),
+                    });
+                    return;
+                }
+                _ => {}
+            }
+        }
         match event {
             SessionEvent::Output { events, .. } => {
                 for OutputEvent { update, .. } in events {
@@ -503,6 +541,7 @@ impl Router {
             }
             SessionEvent::ConversationReady { origin, answer, .. } => {
                 self.open_failures.remove(&session);
+                self.joined.remove(&session);
                 if let ConversationOrigin::Replaced(reason) = origin {
                     self.notify(
                         CONVERSATION_REPLACED,
@@ -522,9 +561,23 @@ impl Router {
                 self.open_failures.insert(session, cause.clone());
             }
             SessionEvent::AttemptSettled {
+                outcome: AttemptOutcome::Ready,
+                ..
+            } => {
+                // A load that joined an attempt whose conversation was ready before it
+                // came (a restored turn's recovery) hears no ConversationReady of its own.
+                if self.joined.remove(&session) {
+                    if let Some(request) = self.opening.remove(&session) {
+                        self.open_failures.remove(&session);
+                        self.answer(&request, Ok(json!({"sessionId": label})));
+                    }
+                }
+            }
+            SessionEvent::AttemptSettled {
                 outcome: AttemptOutcome::Failed | AttemptOutcome::Cancelled,
                 ..
             } => {
+                self.joined.remove(&session);
                 if let Some(request) = self.opening.remove(&session) {
                     let cause = self
                         .open_failures
@@ -601,7 +654,6 @@ impl Router {
             | SessionEvent::ConversationLoading { .. }
             | SessionEvent::RecoveryStarted { .. }
             | SessionEvent::RecoveryExhausted { .. }
-            | SessionEvent::AttemptSettled { .. }
             | SessionEvent::JoinTimedOut { .. }
             | SessionEvent::RuntimeExited { .. } => {}
         }
@@ -1044,5 +1096,62 @@ mod hostile {
                 prop_assert_eq!(&message["jsonrpc"], "2.0");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod restored_tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// After a restart, a restored session's events are not the new client's until it
+    /// loads the session: its updates and history are not written, its agents' requests
+    /// are answered that the client cannot be asked; once it loads, they are its.
+    #[test]
+    fn a_restored_session_is_the_clients_once_it_loads_it() {
+        let session = SessionId::new(1).expect("not zero");
+        let setup = SessionSetup {
+            label: Some("pls_a_1".into()),
+            params: None,
+            history: false,
+        };
+        let mut router = Router::new([(session, &setup)], "b");
+        let update = RawJson::from_value(&json!({"sessionUpdate": "agent_message_chunk"}));
+        router.event(&SessionEvent::Update {
+            session,
+            update: update.clone(),
+        });
+        router.event(&SessionEvent::History {
+            session,
+            update: update.clone(),
+        });
+        router.event(&SessionEvent::ClientRequest {
+            session,
+            ticket: 7,
+            method: "session/request_permission".into(),
+            params: RawJson::from_value(&json!({"sessionId": "agent-1"})),
+        });
+        assert_eq!(
+            router.poll_upstream(),
+            None,
+            "nothing for a client that never loaded it"
+        );
+        assert!(matches!(
+            router.poll_command(),
+            Some(Command::AnswerClient {
+                ticket: 7,
+                outcome: Err(_)
+            })
+        ));
+        let load = json!({"jsonrpc": "2.0", "id": 1, "method": "session/load",
+            "params": {"sessionId": "pls_a_1", "cwd": "/w", "mcpServers": []}});
+        router.upstream_line(load.to_string().as_bytes());
+        assert!(matches!(router.poll_command(), Some(Command::Open { .. })));
+        router.event(&SessionEvent::History { session, update });
+        let line = router
+            .poll_upstream()
+            .expect("its load's history is the client's");
+        assert!(line.contains("pls_a_1"), "{line}");
     }
 }

@@ -141,6 +141,15 @@ fn run_once(
     capture: bool,
 ) -> Finished {
     let rt = madsim::runtime::Runtime::with_seed_and_config(seed, madsim::Config::default());
+    if scenario.world.kind == WorldKind::Proxy {
+        return rt.block_on(stack::proxy::run(
+            Rc::new(scenario.clone()),
+            seed,
+            plan.clone(),
+            mutant,
+            capture,
+        ));
+    }
     if scenario.world.kind == WorldKind::Stack {
         return rt.block_on(stack::run(
             Rc::new(scenario.clone()),

@@ -210,6 +210,9 @@ pub enum WorldKind {
     /// The whole supervisor stack: `palisade-supervise`'s loop, the tokio `Supervisor`,
     /// the `Engine`, the process seam, a simulated disk (`sim/src/stack/`).
     Stack,
+    /// The stack world with `palisade-proxy`'s loop in front of the `Supervisor`, driven by
+    /// a simulated ACP client (`sim/src/stack/proxy/`).
+    Proxy,
 }
 
 impl WorldKind {
@@ -218,7 +221,14 @@ impl WorldKind {
         match self {
             WorldKind::Engine => "engine",
             WorldKind::Stack => "stack",
+            WorldKind::Proxy => "proxy",
         }
+    }
+
+    /// Whether the world runs the supervisor stack on a simulated disk (the stack world
+    /// and the proxy world, built on it).
+    pub const fn is_stack(self) -> bool {
+        matches!(self, WorldKind::Stack | WorldKind::Proxy)
     }
 }
 
@@ -939,13 +949,13 @@ impl Scenario {
                     ),
                 ));
             }
-            if self.world.kind == WorldKind::Engine && self.world.restarts_after_exit > 0 {
+            if self.world.kind != WorldKind::Stack && self.world.restarts_after_exit > 0 {
                 return Err(invalid(
                     &path,
-                    "restarts after an exit need the stack world (`kind = \"stack\"`): the engine world has no palisade-supervise to start again".into(),
+                    "restarts after an exit need the stack world (`kind = \"stack\"`): only there does a caller start palisade-supervise again".into(),
                 ));
             }
-            if self.world.kind == WorldKind::Stack && self.workload.sessions != 1 {
+            if self.world.kind.is_stack() && self.workload.sessions != 1 {
                 return Err(invalid(
                     &[Field("workload"), Field("sessions")],
                     "the stack world runs palisade-supervise, which drives one session: sessions must be 1".into(),

@@ -13,6 +13,9 @@ const STACK: &[&str] = &[
     "stack-crash-restart",
     "stack-caller-gone",
     "stack-crash-caller-stalled",
+    "proxy-basic",
+    "proxy-crash-restart",
+    "proxy-permission-races",
 ];
 
 /// A seed's trace hash from `palisade run`'s last line (`held: … trace <hash>, …` or
@@ -152,10 +155,16 @@ fn scenarios_lists_the_stack_world() {
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let text = String::from_utf8_lossy(&out.stdout);
     for scenario in STACK {
+        // The proxy world is the stack world with palisade-proxy's loop in front.
+        let world = if scenario.starts_with("proxy-") {
+            " proxy "
+        } else {
+            " stack "
+        };
         assert!(
             text.lines()
-                .any(|l| l.starts_with(scenario) && l.contains(" stack ")),
-            "{scenario} not listed as a stack scenario:\n{text}"
+                .any(|l| l.starts_with(scenario) && l.contains(world)),
+            "{scenario} not listed with its world ({world}):\n{text}"
         );
     }
 }

@@ -731,7 +731,21 @@ impl Engine {
         }
         book.setup.history = setup.history;
         self.touch();
-        self.resume(now, session)
+        let verdict = self.resume(now, session);
+        // A joined attempt whose conversation is loaded already loads nothing more either.
+        let loaded = self.runtimes.values().any(|r| {
+            r.session == session && r.alive() && r.conversation.is_some() && r.loading.is_none()
+        });
+        if matches!(verdict, Verdict::AlreadyReady | Verdict::Reject(_))
+            || (matches!(verdict, Verdict::Joined { .. }) && loaded)
+        {
+            // Nothing loads for this open: the history of a later load (a recovery's) is
+            // not the caller's.
+            if let Some(book) = self.books.get_mut(&session) {
+                book.setup.history = false;
+            }
+        }
+        verdict
     }
 
     /// The sessions the engine knows, with what they were opened with.

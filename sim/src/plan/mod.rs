@@ -473,7 +473,7 @@ impl FaultPlan {
                 | FaultKind::LoadError { .. }
                 | FaultKind::LoadTimeout => {}
                 FaultKind::CallerGone => {
-                    if scenario.world.kind != crate::scenario::WorldKind::Stack {
+                    if !scenario.world.kind.is_stack() {
                         return bad(
                             at("fault"),
                             "a caller that goes away needs a stack-world scenario (the engine world's clients are not palisade-supervise's callers)".into(),
@@ -481,7 +481,7 @@ impl FaultPlan {
                     }
                 }
                 FaultKind::DiskFault { count, .. } => {
-                    if scenario.world.kind != crate::scenario::WorldKind::Stack {
+                    if !scenario.world.kind.is_stack() {
                         return bad(
                             at("fault"),
                             "a disk fault needs a stack-world scenario (the engine world has no state file)".into(),
@@ -806,7 +806,7 @@ pub fn draw(scenario: &Scenario, seed: u64) -> FaultPlan {
     }
     // Drawn after everything else and only for stack scenarios, so no other scenario's
     // plans change.
-    if scenario.world.kind == crate::scenario::WorldKind::Stack {
+    if scenario.world.kind.is_stack() {
         let disk = p("disk_fault", scenario.world.disk_fault, &mut rng);
         for slot in 0..slots {
             if disk > 0.0 && rng.gen_bool(disk.clamp(0.0, 1.0)) {

@@ -16,8 +16,9 @@ use palisade_embed::platform::{
 };
 use palisade_embed::state_file::{StateFs, StateLock};
 use palisade_embed::watch;
-use palisade_testkit::agent_model::{AgentModel, Behaviour, MemoryStore, Out, Seen};
-use palisade_wire::ProcessExit;
+use palisade_testkit::agent_model::{AgentModel, Behaviour, MemoryStore, Out, Script, Seen};
+use palisade_wire::jsonrpc::{parse_frame, Frame};
+use palisade_wire::{ProcessExit, RequestId};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::time::Instant;
 
@@ -132,6 +133,48 @@ pub(crate) struct EnvState {
     /// crash. After it, every prompt the caller sends must complete.
     pub(crate) last_disruption_ms: u64,
     next_pid: u32,
+    /// The proxy world's records of what the agents asked, got and wrote (`None` in the
+    /// supervise world, which records none of it).
+    pub(crate) proxy: Option<ProxyTruth>,
+    /// History updates every successful `session/load` replays (the proxy world's agents).
+    pub(crate) load_replay: u32,
+}
+
+/// A `session/request_permission` an agent process wrote.
+#[derive(Debug, Clone)]
+pub(crate) struct AgentAsk {
+    pub(crate) pid: u32,
+    /// The agent's own request id.
+    pub(crate) id: RequestId,
+    /// The request's `toolCall.toolCallId` (`<tag>-perm`).
+    pub(crate) tool: String,
+    pub(crate) at_ms: u64,
+    /// The supervisor had already asked the process to go when it wrote the request.
+    pub(crate) after_retired: bool,
+}
+
+/// An answer an agent process received to one of its own requests.
+#[derive(Debug, Clone)]
+pub(crate) struct AgentGot {
+    pub(crate) pid: u32,
+    pub(crate) id: RequestId,
+    /// The `_meta.answers` of the answer: the request the client meant to answer (`None`:
+    /// not the simulated client's answer, e.g. the engine's `cancelled`).
+    pub(crate) answers: Option<String>,
+    pub(crate) at_ms: u64,
+}
+
+/// What the proxy world's agents did, for its oracle.
+#[derive(Debug, Default)]
+pub(crate) struct ProxyTruth {
+    /// Prompts received: pid, tag, text.
+    pub(crate) prompts: Vec<(u32, String, String)>,
+    /// The markers each prompt (by tag) wrote, in order.
+    pub(crate) events: BTreeMap<String, Vec<String>>,
+    /// Each prompt's answer: `Some(stopReason)`, `None` for an error.
+    pub(crate) answers: BTreeMap<String, Option<String>>,
+    pub(crate) asked: Vec<AgentAsk>,
+    pub(crate) got: Vec<AgentGot>,
 }
 
 /// The shared environment.
@@ -176,6 +219,42 @@ impl EnvState {
             .map(|(pid, _)| *pid)
             .collect()
     }
+}
+
+impl ProxyTruth {
+    fn saw(&mut self, pid: u32, seen: &Seen) {
+        match seen {
+            Seen::Prompt { tag, text, .. } => self.prompts.push((pid, tag.clone(), text.clone())),
+            Seen::Event { tag, event } => self
+                .events
+                .entry(tag.clone())
+                .or_default()
+                .push(event.marker.clone()),
+            Seen::PromptAnswered { tag, answer } => {
+                self.answers
+                    .insert(tag.clone(), answer.as_ref().ok().cloned());
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A permission request's `toolCall.toolCallId`.
+fn tool_call_id(params: &palisade_wire::RawJson) -> Option<String> {
+    let value: serde_json::Value = params.parse().ok()?;
+    Some(
+        value
+            .get("toolCall")?
+            .get("toolCallId")?
+            .as_str()?
+            .to_owned(),
+    )
+}
+
+/// The `_meta.answers` of an answer the simulated client wrote.
+fn answers_of(result: &palisade_wire::RawJson) -> Option<String> {
+    let value: serde_json::Value = result.parse().ok()?;
+    Some(value.get("_meta")?.get("answers")?.as_str()?.to_owned())
 }
 
 /// Simulated milliseconds since the world started.
@@ -265,13 +344,17 @@ impl Platform for SimPlatform {
         let (agent_out, ours_out) = tokio::io::duplex(PIPE_BYTES);
         let (kill_tx, kill_rx) = watch::channel(false);
         let (exit_tx, exit_rx) = watch::channel(None);
-        let (pid, ignores_eof) = {
+        let (pid, ignores_eof, load_replay) = {
             let mut env = lock(&self.env);
             env.next_pid += 1;
             let pid = 1000 + env.next_pid;
             env.procs.insert(pid, ProcTruth::started(self.incarnation));
             env.kills.insert(pid, kill_tx);
-            (pid, std::mem::take(&mut env.next_ignores_eof))
+            (
+                pid,
+                std::mem::take(&mut env.next_ignores_eof),
+                env.load_replay,
+            )
         };
         let mut behaviour = (self.behaviour)(u64::from(pid));
         if ignores_eof {
@@ -300,6 +383,14 @@ impl Platform for SimPlatform {
             crate::mix::mix(self.seed, u64::from(pid), 0x57ac, 0),
             now_ms(self.start),
         );
+        let model = if load_replay > 0 {
+            model.with_script(Script {
+                load_replay,
+                ..Script::default()
+            })
+        } else {
+            model
+        };
         // An agent process is not the supervisor's task: a crash does not abort it.
         madsim::task::spawn(agent_process(
             self.env.clone(),
@@ -362,6 +453,9 @@ async fn agent_process(
             let mut answered = false;
             if let Some(seen) = seen {
                 let mut e = lock(&env);
+                if let Some(truth) = e.proxy.as_mut() {
+                    truth.saw(pid, &seen);
+                }
                 match seen {
                     Seen::Prompt { text, .. } => e.prompts.push(Received { at_ms: now, text }),
                     Seen::PromptAnswered { .. } => answered = true,
@@ -370,6 +464,22 @@ async fn agent_process(
             }
             match out {
                 Out::Line(line) => {
+                    if line.contains("\"session/request_permission\"") {
+                        let mut e = lock(&env);
+                        let after_retired =
+                            e.procs.get(&pid).is_some_and(|p| p.asked_at_ms.is_some());
+                        if let (Some(truth), Ok(Frame::Request { id, params, .. })) =
+                            (e.proxy.as_mut(), parse_frame(line.trim_end().as_bytes()))
+                        {
+                            truth.asked.push(AgentAsk {
+                                pid,
+                                id,
+                                tool: tool_call_id(&params).unwrap_or_default(),
+                                at_ms: now,
+                                after_retired,
+                            });
+                        }
+                    }
                     tokio::select! {
                         biased;
                         _ = kill.wait_for(|k| *k) => break 'life ProcessExit::Signal(9),
@@ -409,7 +519,30 @@ async fn agent_process(
             line = lines.next_line(), if stdin_open => match line {
                 Ok(Some(line)) => {
                     let mut e = lock(&env);
-                    model.on_line(now_ms(start), line.as_bytes(), &mut e.store);
+                    let frame = parse_frame(line.as_bytes());
+                    if let (Some(truth), Ok(Frame::Response { id, outcome })) = (e.proxy.as_mut(), &frame) {
+                        truth.got.push(AgentGot {
+                            pid,
+                            id: id.clone(),
+                            answers: match outcome {
+                                Ok(result) => answers_of(result),
+                                Err(error) => error
+                                    .data
+                                    .as_ref()
+                                    .and_then(|d| d.get("answers"))
+                                    .and_then(serde_json::Value::as_str)
+                                    .map(str::to_owned),
+                            },
+                            at_ms: now_ms(start),
+                        });
+                    }
+                    model.on_frame(now_ms(start), frame, &mut e.store);
+                    if let Some(truth) = e.proxy.as_mut() {
+                        // What it received (its prompts) comes apart from what it wrote.
+                        for seen in model.poll_seen() {
+                            truth.saw(pid, &seen);
+                        }
+                    }
                 }
                 _ => {
                     // The supervisor closed its end: its way of asking an agent to go.

@@ -26,6 +26,7 @@
 
 mod env;
 mod oracle;
+pub(crate) mod proxy;
 
 use std::collections::VecDeque;
 use std::path::PathBuf;

@@ -1,0 +1,480 @@
+//! The proxy world's invariants (issue 27, item 5), judged from what the simulated client
+//! read and wrote (per connection) and what each agent process wrote and received. Never
+//! from the proxy's, the engine's or the core's view of themselves.
+//!
+//! - `P-answered-twice`: on one connection, no request of the client is answered twice,
+//!   and nothing answers a request it never sent.
+//! - `P-prompt-unanswered` (liveness): every prompt of the workload gets an answer (a
+//!   `stopReason` or a JSON-RPC error) on some connection: one the client sent again
+//!   after a crash of the proxy counts.
+//! - `P-stop-unfounded`: a prompt answered `end_turn` was answered so by an agent that
+//!   received it.
+//! - `P-update-lost`: the updates the agent wrote for the prompt that completed the turn
+//!   (answered `end_turn`) reach the client on that connection, each once, in order,
+//!   before the answer.
+//! - `P-update-twice`: no update of an agent reaches the client twice on one connection.
+//! - `P-update-before-open`: on a connection, no `session/update` and no agent's request
+//!   reaches the client before it sent its `session/new` or `session/load` there (after a
+//!   crash of the proxy, the restored turns' output and the last load's history are not
+//!   the new connection's until it loads the session).
+//! - `P-history-forwarded`: history an agent replays on a `session/load` reaches the
+//!   client only while its own `session/load` is open, once per load: never the history
+//!   of a recovery's load, never twice.
+//! - `P-answer-misrouted`: an agent process receives answers only to requests it asked,
+//!   each at most once, and a client's answer only for the request the client meant.
+//! - `P-retired-request-shown`: no request an agent wrote after the proxy retired its
+//!   process (asked it to go) reaches the client, nor one of an earlier incarnation's.
+//! - `P-agent-outlives-proxy`: no agent process runs once its proxy exited.
+//! - `P-no-exit` (liveness): the proxy exits once the client closed its end.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use palisade_wire::RequestId;
+
+use super::super::env::EnvState;
+use super::client::{ClientLog, Item};
+use super::LOAD_REPLAY;
+use crate::oracle::{strip_blocks, CaughtBy, Violation};
+
+fn v(invariant: &str, message: String, line: u64) -> Violation {
+    let liveness = matches!(invariant, "P-no-exit" | "P-prompt-unanswered");
+    Violation {
+        invariant: invariant.into(),
+        message,
+        events: vec![line],
+        by: if liveness {
+            CaughtBy::Liveness
+        } else {
+            CaughtBy::GroundTruth
+        },
+    }
+}
+
+/// Judges a finished run: `exits` are the proxy's exits (incarnation, code, agents alive,
+/// trace line); `finished` whether the last one ended the run.
+pub(crate) fn judge(
+    env: &EnvState,
+    log: &ClientLog,
+    prompts: usize,
+    exits: &[(u32, u8, Vec<u32>, u64)],
+    finished: bool,
+    idx: u64,
+) -> Result<(), Violation> {
+    let Some(truth) = env.proxy.as_ref() else {
+        return Ok(());
+    };
+    // Safety first: what reached whom.
+    let mut got: BTreeMap<(u32, &RequestId), usize> = BTreeMap::new();
+    for g in &truth.got {
+        let ask = truth.asked.iter().find(|a| a.pid == g.pid && a.id == g.id);
+        let count = got.entry((g.pid, &g.id)).or_insert(0);
+        *count += 1;
+        let wrong = match (ask, &g.answers) {
+            (None, _) => Some(format!(
+                "process {} received an answer to {:?}, a request it never made",
+                g.pid, g.id
+            )),
+            (Some(_), _) if *count > 1 => Some(format!(
+                "process {} received a second answer to its request {:?}",
+                g.pid, g.id
+            )),
+            (Some(a), Some(meant)) if *meant != a.tool => Some(format!(
+                "process {} received, for its request {:?} ({}), the client's answer to {meant}",
+                g.pid, g.id, a.tool
+            )),
+            _ => None,
+        };
+        if let Some(message) = wrong {
+            return Err(v(
+                "P-answer-misrouted",
+                format!("{message} at {} ms", g.at_ms),
+                idx,
+            ));
+        }
+    }
+    for conn in &log.conns {
+        let line = |i: usize| conn.lines.get(i).copied().unwrap_or(idx);
+        let mut sent: BTreeMap<i64, (&'static str, usize)> = BTreeMap::new();
+        let mut answers: BTreeSet<i64> = BTreeSet::new();
+        let mut markers: BTreeSet<&str> = BTreeSet::new();
+        // The open `session/load` and the history it got.
+        let mut loading: Option<(i64, u32)> = None;
+        // The client asked for its session on this connection (`session/new` or `load`).
+        let mut opened = false;
+        for (i, (_, item)) in conn.items.iter().enumerate() {
+            if matches!(item, Item::Update { .. } | Item::Asked { .. }) && !opened {
+                return Err(v(
+                    "P-update-before-open",
+                    format!(
+                        "the client got a session/update or an agent's request on connection {} before it opened its session there",
+                        conn.incarnation
+                    ),
+                    line(i),
+                ));
+            }
+            match item {
+                Item::Sent { id, method, .. } => {
+                    sent.insert(*id, (method, i));
+                    opened |= matches!(*method, "session/new" | "session/load");
+                    if *method == "session/load" {
+                        loading = Some((*id, 0));
+                    }
+                }
+                Item::Answer { id, .. } => {
+                    let RequestId::Number(n) = id else {
+                        return Err(v(
+                            "P-answered-twice",
+                            format!("the client got an answer to {id:?}, which it never sent"),
+                            line(i),
+                        ));
+                    };
+                    if !sent.contains_key(n) {
+                        return Err(v(
+                            "P-answered-twice",
+                            format!(
+                                "the client got an answer to its request {n}, which it never sent"
+                            ),
+                            line(i),
+                        ));
+                    }
+                    if !answers.insert(*n) {
+                        return Err(v(
+                            "P-answered-twice",
+                            format!("the client's {} {n} was answered twice", sent[n].0),
+                            line(i),
+                        ));
+                    }
+                    if loading.is_some_and(|(id, _)| id == *n) {
+                        loading = None;
+                    }
+                }
+                Item::Update {
+                    marker: Some(marker),
+                    ..
+                } if !markers.insert(marker) => {
+                    return Err(v(
+                        "P-update-twice",
+                        format!(
+                            "the update {marker} reached the client twice on connection {}",
+                            conn.incarnation
+                        ),
+                        line(i),
+                    ));
+                }
+                Item::Update { history: true, .. } => match loading.as_mut() {
+                    Some((_, n)) if *n < LOAD_REPLAY => *n += 1,
+                    Some((id, _)) => {
+                        return Err(v(
+                            "P-history-forwarded",
+                            format!("more history than one load replays reached the client during its session/load {id}"),
+                            line(i),
+                        ));
+                    }
+                    None => {
+                        return Err(v(
+                            "P-history-forwarded",
+                            "history an agent replayed reached the client outside its own session/load".into(),
+                            line(i),
+                        ));
+                    }
+                },
+                Item::Asked { tool, .. } => {
+                    let Some(ask) = truth.asked.iter().find(|a| a.tool == *tool) else {
+                        return Err(v(
+                            "P-retired-request-shown",
+                            format!("the client was shown a request ({tool}) no agent made"),
+                            line(i),
+                        ));
+                    };
+                    let incarnation = env.procs.get(&ask.pid).map(|p| p.incarnation);
+                    if ask.after_retired || incarnation != Some(conn.incarnation) {
+                        return Err(v(
+                            "P-retired-request-shown",
+                            format!(
+                                "the client (connection {}) was shown the request {tool} of process {} (incarnation {incarnation:?}), written at {} ms{}",
+                                conn.incarnation,
+                                ask.pid,
+                                ask.at_ms,
+                                if ask.after_retired { " after the proxy asked it to go" } else { "" }
+                            ),
+                            line(i),
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    // The prompts answered `end_turn`: their completing prompt's updates, once, in order.
+    for send in &log.sends {
+        let conn = &log.conns[send.conn];
+        let answer = conn.items.iter().position(|(_, item)| {
+            matches!(item, Item::Answer { id: RequestId::Number(n), ok: Some(stop) } if *n == send.id && stop == "end_turn")
+        });
+        let Some(answer) = answer else { continue };
+        let answer_line = conn.lines.get(answer).copied().unwrap_or(idx);
+        let tags: Vec<&str> = truth
+            .prompts
+            .iter()
+            .filter(|(_, _, text)| strip_blocks(text) == send.text)
+            .map(|(_, tag, _)| tag.as_str())
+            .filter(|tag| {
+                truth
+                    .answers
+                    .get(*tag)
+                    .is_some_and(|a| a.as_deref() == Some("end_turn"))
+            })
+            .collect();
+        if tags.is_empty() {
+            return Err(v(
+                "P-stop-unfounded",
+                format!(
+                    "the client's prompt {:?} was answered end_turn, and no agent that received it answered so",
+                    send.text
+                ),
+                answer_line,
+            ));
+        }
+        let positions: BTreeMap<&str, Vec<usize>> = {
+            let mut m: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+            for (i, (_, item)) in conn.items.iter().enumerate() {
+                if let Item::Update {
+                    marker: Some(marker),
+                    ..
+                } = item
+                {
+                    m.entry(marker.as_str()).or_default().push(i);
+                }
+            }
+            m
+        };
+        let delivered = |tag: &str| -> Result<(), String> {
+            let mut last = None;
+            for marker in truth.events.get(tag).into_iter().flatten() {
+                match positions.get(marker.as_str()).map(Vec::as_slice) {
+                    Some([at]) if *at < answer && last.is_none_or(|l| l < *at) => last = Some(*at),
+                    Some([at]) if *at > answer => {
+                        return Err(format!("{marker} reached the client after the answer"))
+                    }
+                    Some([_]) => return Err(format!("{marker} reached the client out of order")),
+                    Some(_) => return Err(format!("{marker} reached the client twice")),
+                    None => return Err(format!("{marker} never reached the client")),
+                }
+            }
+            Ok(())
+        };
+        let verdicts: Vec<Result<(), String>> = tags.iter().map(|t| delivered(t)).collect();
+        if let Some(Err(why)) = verdicts
+            .iter()
+            .find(|_| verdicts.iter().all(Result::is_err))
+        {
+            return Err(v(
+                "P-update-lost",
+                format!(
+                    "the client's prompt {:?} was answered end_turn, but of the updates of the agent's prompt {} that completed it, {why}",
+                    send.text,
+                    tags.last().copied().unwrap_or_default()
+                ),
+                answer_line,
+            ));
+        }
+    }
+    for (incarnation, code, alive, line) in exits {
+        if !alive.is_empty() {
+            return Err(v(
+                "P-agent-outlives-proxy",
+                format!("incarnation {incarnation} exited ({code}) with agent processes {alive:?} still running"),
+                *line,
+            ));
+        }
+    }
+    let last = |log: &ClientLog| {
+        log.conns
+            .last()
+            .and_then(|c| c.lines.last().copied())
+            .unwrap_or(idx)
+    };
+    if log.unfinished(prompts) {
+        let missing: Vec<usize> = (0..prompts)
+            .filter(|k| !log.answered.contains_key(k))
+            .map(|k| k + 1)
+            .collect();
+        return Err(v(
+            "P-prompt-unanswered",
+            format!("prompts {missing:?} never got an answer on any connection"),
+            last(log),
+        ));
+    }
+    if !finished {
+        return Err(v(
+            "P-no-exit",
+            "the client closed its end and the proxy never exited".into(),
+            last(log),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The checker fed recorded histories: each check fails on a history that breaks it
+    //! and holds on the same history without the break.
+
+    use palisade_wire::RequestId;
+
+    use super::super::super::env::{AgentAsk, AgentGot, EnvState, ProcTruth, ProxyTruth};
+    use super::super::client::{ClientLog, Conn, Item};
+    use super::*;
+
+    /// One connection (incarnation 1): initialize, session/new, then the agent 1001's
+    /// permission request shown as id 1 and answered; process 1001 got the answer.
+    fn history() -> (EnvState, ClientLog) {
+        let mut env = EnvState::default();
+        env.procs.insert(
+            1001,
+            ProcTruth {
+                incarnation: 1,
+                alive: false,
+                guarded: true,
+                died_at_ms: Some(900),
+                died_with_supervisor: false,
+                asked_at_ms: Some(800),
+                died_unasked: false,
+                agent: None,
+            },
+        );
+        let mut truth = ProxyTruth::default();
+        truth.asked.push(AgentAsk {
+            pid: 1001,
+            id: RequestId::Number(1_000_001),
+            tool: "p1001.1-perm".into(),
+            at_ms: 50,
+            after_retired: false,
+        });
+        truth.got.push(AgentGot {
+            pid: 1001,
+            id: RequestId::Number(1_000_001),
+            answers: Some("p1001.1-perm".into()),
+            at_ms: 60,
+        });
+        env.proxy = Some(truth);
+        let items = vec![
+            (
+                0,
+                Item::Sent {
+                    id: 1,
+                    method: "initialize",
+                    send: None,
+                },
+            ),
+            (
+                1,
+                Item::Answer {
+                    id: RequestId::Number(1),
+                    ok: Some(String::new()),
+                },
+            ),
+            (
+                1,
+                Item::Sent {
+                    id: 2,
+                    method: "session/new",
+                    send: None,
+                },
+            ),
+            (
+                5,
+                Item::Answer {
+                    id: RequestId::Number(2),
+                    ok: Some(String::new()),
+                },
+            ),
+            (
+                50,
+                Item::Asked {
+                    id: 1,
+                    tool: "p1001.1-perm".into(),
+                },
+            ),
+            (
+                55,
+                Item::Answered {
+                    id: 1,
+                    tool: "p1001.1-perm".into(),
+                },
+            ),
+        ];
+        let lines = (0..items.len() as u64).collect();
+        let log = ClientLog {
+            conns: vec![Conn {
+                incarnation: 1,
+                items,
+                lines,
+            }],
+            ..ClientLog::default()
+        };
+        (env, log)
+    }
+
+    fn caught(env: &EnvState, log: &ClientLog) -> Option<String> {
+        judge(env, log, 0, &[], true, 99).err().map(|v| v.invariant)
+    }
+
+    #[test]
+    fn the_history_holds_and_each_break_is_caught() {
+        let (env, log) = history();
+        assert_eq!(caught(&env, &log), None);
+
+        // The request was written after the proxy asked the process to go.
+        let (mut env2, log2) = history();
+        env2.proxy.as_mut().expect("set").asked[0].after_retired = true;
+        assert_eq!(
+            caught(&env2, &log2).as_deref(),
+            Some("P-retired-request-shown")
+        );
+
+        // The process got a second answer, or the answer to another request.
+        let (mut env3, log3) = history();
+        let again = env3.proxy.as_ref().expect("set").got[0].clone();
+        env3.proxy.as_mut().expect("set").got.push(again);
+        assert_eq!(caught(&env3, &log3).as_deref(), Some("P-answer-misrouted"));
+        let (mut env4, log4) = history();
+        env4.proxy.as_mut().expect("set").got[0].answers = Some("p1001.2-perm".into());
+        assert_eq!(caught(&env4, &log4).as_deref(), Some("P-answer-misrouted"));
+
+        // The client's request answered twice.
+        let (env5, mut log5) = history();
+        let answer = log5.conns[0].items[3].clone();
+        log5.conns[0].items.push(answer);
+        log5.conns[0].lines.push(6);
+        assert_eq!(caught(&env5, &log5).as_deref(), Some("P-answered-twice"));
+
+        // History outside the client's own session/load, and an update before it opened.
+        let (env6, mut log6) = history();
+        log6.conns[0].items.push((
+            70,
+            Item::Update {
+                marker: None,
+                history: true,
+            },
+        ));
+        log6.conns[0].lines.push(6);
+        assert_eq!(caught(&env6, &log6).as_deref(), Some("P-history-forwarded"));
+        let (env7, mut log7) = history();
+        log7.conns[0].items.insert(
+            1,
+            (
+                0,
+                Item::Update {
+                    marker: Some("p1001.1#1".into()),
+                    history: false,
+                },
+            ),
+        );
+        log7.conns[0].lines.push(6);
+        assert_eq!(
+            caught(&env7, &log7).as_deref(),
+            Some("P-update-before-open")
+        );
+    }
+}
