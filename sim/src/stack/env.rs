@@ -456,10 +456,9 @@ async fn agent_process(
                 if let Some(truth) = e.proxy.as_mut() {
                     truth.saw(pid, &seen);
                 }
-                match seen {
-                    Seen::Prompt { text, .. } => e.prompts.push(Received { at_ms: now, text }),
-                    Seen::PromptAnswered { .. } => answered = true,
-                    _ => {}
+                // (A prompt is seen when it is read, below: it comes with no output.)
+                if let Seen::PromptAnswered { .. } = seen {
+                    answered = true;
                 }
             }
             match out {
@@ -536,11 +535,15 @@ async fn agent_process(
                             at_ms: now_ms(start),
                         });
                     }
-                    model.on_frame(now_ms(start), frame, &mut e.store);
-                    if let Some(truth) = e.proxy.as_mut() {
-                        // What it received (its prompts) comes apart from what it wrote.
-                        for seen in model.poll_seen() {
+                    let now = now_ms(start);
+                    model.on_frame(now, frame, &mut e.store);
+                    // What it received (its prompts) comes apart from what it wrote.
+                    for seen in model.poll_seen() {
+                        if let Some(truth) = e.proxy.as_mut() {
                             truth.saw(pid, &seen);
+                        }
+                        if let Seen::Prompt { text, .. } = seen {
+                            e.prompts.push(Received { at_ms: now, text });
                         }
                     }
                 }
