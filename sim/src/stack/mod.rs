@@ -144,6 +144,76 @@ impl Console for SimConsole {
     }
 }
 
+/// What every incarnation of the program under test (palisade-supervise's loop, or
+/// palisade-proxy's) starts on: the world's environment, agents and disk.
+pub(crate) struct Stage<'a> {
+    pub(crate) env: &'a Env,
+    pub(crate) seed: u64,
+    pub(crate) behaviour: &'a env::BehaviourTable,
+    /// madsim's elapsed time at the world's start, and the `Instant` standing for it.
+    pub(crate) start: Duration,
+    pub(crate) base: Instant,
+    pub(crate) logbook: &'a Arc<Mutex<Logbook>>,
+    pub(crate) config: &'a palisade_embed::EngineConfig,
+    pub(crate) mutant: Option<Mutant>,
+}
+
+impl Stage<'_> {
+    /// Starts incarnation `incarnation`: its platform (and the notification of its death
+    /// inside a state-file write), the embedding on the simulated disk with the engine's
+    /// observer; after the first, the checker rewound to what reached the disk. Traced as
+    /// `world <started>`.
+    pub(crate) fn incarnation(
+        &self,
+        incarnation: u32,
+        started: &str,
+    ) -> (Arc<SimPlatform>, Arc<Notify>, Embedding) {
+        {
+            let mut e = lock(self.env);
+            e.incarnation = incarnation;
+            e.crash_requested = false;
+        }
+        let mutant = self.mutant;
+        let crashed = Arc::new(Notify::new());
+        let platform = Arc::new(SimPlatform {
+            env: self.env.clone(),
+            seed: self.seed,
+            behaviour: self.behaviour.clone(),
+            incarnation,
+            start: self.start,
+            base: self.base,
+            tasks: Mutex::new(Vec::new()),
+            crashed: crashed.clone(),
+        });
+        let now = env::now_ms(self.start);
+        if incarnation > 1 {
+            lock_logbook(self.logbook).rewind_to_durable(self.config);
+        }
+        lock_logbook(self.logbook).tracer.note(
+            now,
+            "world",
+            started,
+            &[("incarnation", u64::from(incarnation))],
+        );
+        let embedding = Embedding {
+            platform: platform.clone(),
+            state: Some(StateFile {
+                fs: Arc::new(SimDisk {
+                    env: self.env.clone(),
+                    logbook: self.logbook.clone(),
+                }),
+                path: PathBuf::from(STATE_PATH),
+            }),
+            observer: Some(Box::new(StackObserve {
+                logbook: self.logbook.clone(),
+                start: self.start,
+            })),
+            setup: Some(Box::new(move |engine| engine.set_mutant(mutant))),
+        };
+        (platform, crashed, embedding)
+    }
+}
+
 /// Runs one seed of a stack scenario inside the current madsim runtime.
 pub(crate) async fn run(
     scenario: Rc<Scenario>,
@@ -175,47 +245,17 @@ pub(crate) async fn run(
 
     'incarnations: while incarnation < MAX_INCARNATIONS {
         incarnation += 1;
-        {
-            let mut e = lock(&env);
-            e.incarnation = incarnation;
-            e.crash_requested = false;
-        }
-        let crashed = Arc::new(Notify::new());
-        let platform = Arc::new(SimPlatform {
-            env: env.clone(),
+        let (platform, crashed, embedding) = Stage {
+            env: &env,
             seed,
-            behaviour: behaviour.clone(),
-            incarnation,
+            behaviour: &behaviour,
             start,
             base,
-            tasks: Mutex::new(Vec::new()),
-            crashed: crashed.clone(),
-        });
-        let now = env::now_ms(start);
-        if incarnation > 1 {
-            lock_logbook(&logbook).rewind_to_durable(&config);
+            logbook: &logbook,
+            config: &config,
+            mutant,
         }
-        lock_logbook(&logbook).tracer.note(
-            now,
-            "world",
-            "supervisor_started",
-            &[("incarnation", u64::from(incarnation))],
-        );
-        let embedding = Embedding {
-            platform: platform.clone(),
-            state: Some(StateFile {
-                fs: Arc::new(SimDisk {
-                    env: env.clone(),
-                    logbook: logbook.clone(),
-                }),
-                path: PathBuf::from(STATE_PATH),
-            }),
-            observer: Some(Box::new(StackObserve {
-                logbook: logbook.clone(),
-                start,
-            })),
-            setup: Some(Box::new(move |engine| engine.set_mutant(mutant))),
-        };
+        .incarnation(incarnation, "supervisor_started");
         let options = Options {
             agent: vec!["sim-agent".into()],
             state: Some(PathBuf::from(STATE_PATH)),

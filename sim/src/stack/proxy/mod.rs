@@ -24,12 +24,11 @@ use std::time::Duration;
 
 use palisade_core::mutants::Mutant;
 use palisade_embed::proxy::{self, Io, Options};
-use palisade_embed::{Embedding, StateFile};
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::env::{self, lock, Env, EnvState, ProxyTruth, SimDisk, SimPlatform};
-use super::{StackObserve, MAX_INCARNATIONS, RESTART_AFTER_MS, STATE_PATH};
+use super::env::{self, lock, Env, EnvState, ProxyTruth};
+use super::{Stage, MAX_INCARNATIONS, RESTART_AFTER_MS, STATE_PATH};
 use crate::logbook::{lock as lock_logbook, Finished, Logbook};
 use crate::mix::{chance, mix};
 use crate::plan::{Fault, FaultKind, FaultPlan};
@@ -80,47 +79,17 @@ pub(crate) async fn run(
 
     'incarnations: while incarnation < MAX_INCARNATIONS {
         incarnation += 1;
-        {
-            let mut e = lock(&env);
-            e.incarnation = incarnation;
-            e.crash_requested = false;
-        }
-        let crashed = Arc::new(Notify::new());
-        let platform = Arc::new(SimPlatform {
-            env: env.clone(),
+        let (platform, crashed, embedding) = Stage {
+            env: &env,
             seed,
-            behaviour: behaviour.clone(),
-            incarnation,
+            behaviour: &behaviour,
             start,
             base,
-            tasks: Mutex::new(Vec::new()),
-            crashed: crashed.clone(),
-        });
-        let now = env::now_ms(start);
-        if incarnation > 1 {
-            lock_logbook(&logbook).rewind_to_durable(&config);
+            logbook: &logbook,
+            config: &config,
+            mutant,
         }
-        lock_logbook(&logbook).tracer.note(
-            now,
-            "world",
-            "proxy_started",
-            &[("incarnation", u64::from(incarnation))],
-        );
-        let embedding = Embedding {
-            platform: platform.clone(),
-            state: Some(StateFile {
-                fs: Arc::new(SimDisk {
-                    env: env.clone(),
-                    logbook: logbook.clone(),
-                }),
-                path: PathBuf::from(STATE_PATH),
-            }),
-            observer: Some(Box::new(StackObserve {
-                logbook: logbook.clone(),
-                start,
-            })),
-            setup: Some(Box::new(move |engine| engine.set_mutant(mutant))),
-        };
+        .incarnation(incarnation, "proxy_started");
         let options = Options {
             agent: vec!["sim-agent".into()],
             state: Some(PathBuf::from(STATE_PATH)),
