@@ -452,6 +452,42 @@ pub(crate) async fn run(
 
 /// Carries out a planned fault; true if it crashes the supervisor now.
 fn apply(env: &Env, log: &Arc<Mutex<CallerLog>>, f: &Fault, now: u64) -> bool {
+    match apply_to_env(env, f, now) {
+        ToCaller::Nothing => false,
+        ToCaller::Stall { ms } => {
+            let mut l = oracle::lock(log);
+            l.stall_until = l.stall_until.max(now + ms);
+            false
+        }
+        ToCaller::Crash => {
+            oracle::lock(log).crash_now = true;
+            true
+        }
+        ToCaller::Gone => {
+            lock(env).last_disruption_ms = now;
+            oracle::lock(log).gone_at.get_or_insert(now);
+            false
+        }
+    }
+}
+
+/// What a planned fault asks of the world's caller (palisade-supervise's, or the proxy's
+/// client) once the environment's part is done.
+pub(crate) enum ToCaller {
+    Nothing,
+    /// It takes nothing for `ms`.
+    Stall {
+        ms: u64,
+    },
+    /// The program under test crashes now.
+    Crash,
+    /// The caller goes away for good.
+    Gone,
+}
+
+/// Carries out the environment's part of a planned fault (agents, disk), shared by the
+/// stack and proxy worlds; the caller's part is returned.
+pub(crate) fn apply_to_env(env: &Env, f: &Fault, now: u64) -> ToCaller {
     let mut e = lock(env);
     if matches!(
         f.kind,
@@ -467,24 +503,15 @@ fn apply(env: &Env, log: &Arc<Mutex<CallerLog>>, f: &Fault, now: u64) -> bool {
         }
         FaultKind::ExitAfterTurn => e.exit_after_answer = true,
         FaultKind::LateCallback { .. } | FaultKind::HangTeardown => e.next_ignores_eof = true,
-        FaultKind::CallerStall { ms } => {
-            let mut l = oracle::lock(log);
-            l.stall_until = l.stall_until.max(now + ms);
-        }
+        FaultKind::CallerStall { ms } => return ToCaller::Stall { ms },
         FaultKind::DiskFault { class, count } => {
             e.disk_faults
                 .extend(std::iter::repeat_n(class, count as usize));
         }
-        FaultKind::CrashRestart => {
-            oracle::lock(log).crash_now = true;
-            return true;
-        }
-        FaultKind::CallerGone => {
-            e.last_disruption_ms = now;
-            oracle::lock(log).gone_at.get_or_insert(now);
-        }
-        // The caller of palisade-supervise only pipes prompts; the agents' load answers
-        // and the message network are the engine world's.
+        FaultKind::CrashRestart => return ToCaller::Crash,
+        FaultKind::CallerGone => return ToCaller::Gone,
+        // The callers only send prompts (the proxy's client draws its own cancels); the
+        // agents' load answers and the message network are the engine world's.
         FaultKind::Prompt
         | FaultKind::Resume
         | FaultKind::Retry
@@ -495,7 +522,7 @@ fn apply(env: &Env, log: &Arc<Mutex<CallerLog>>, f: &Fault, now: u64) -> bool {
         | FaultKind::ClockJump { .. }
         | FaultKind::Jitter { .. } => {}
     }
-    false
+    ToCaller::Nothing
 }
 
 #[cfg(test)]

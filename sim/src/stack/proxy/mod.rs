@@ -28,10 +28,10 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::env::{self, lock, Env, EnvState, ProxyTruth};
-use super::{Stage, MAX_INCARNATIONS, RESTART_AFTER_MS, STATE_PATH};
+use super::{apply_to_env, Stage, ToCaller, MAX_INCARNATIONS, RESTART_AFTER_MS, STATE_PATH};
 use crate::logbook::{lock as lock_logbook, Finished, Logbook};
 use crate::mix::{chance, mix};
-use crate::plan::{Fault, FaultKind, FaultPlan};
+use crate::plan::{Fault, FaultPlan};
 use crate::scenario::Scenario;
 use client::ClientLog;
 
@@ -247,44 +247,16 @@ pub(crate) async fn run(
     }
 }
 
-/// Carries out a planned fault; true if it crashes the proxy now.
+/// Carries out a planned fault; true if it crashes the proxy now. (A caller that goes
+/// away is not this world's: its client runs until everything is answered.)
 fn apply(env: &Env, log: &Arc<Mutex<ClientLog>>, f: &Fault, now: u64) -> bool {
-    let mut e = lock(env);
-    if matches!(
-        f.kind,
-        FaultKind::ProviderExit | FaultKind::DiskFault { .. } | FaultKind::CrashRestart
-    ) {
-        e.last_disruption_ms = now;
-    }
-    match f.kind {
-        FaultKind::ProviderExit => {
-            if let Some(&pid) = e.alive().last() {
-                e.kill(pid);
-            }
-        }
-        FaultKind::ExitAfterTurn => e.exit_after_answer = true,
-        FaultKind::LateCallback { .. } | FaultKind::HangTeardown => e.next_ignores_eof = true,
-        FaultKind::CallerStall { ms } => {
+    match apply_to_env(env, f, now) {
+        ToCaller::Nothing | ToCaller::Gone => false,
+        ToCaller::Stall { ms } => {
             let mut l = client::lock(log);
             l.stall_until = l.stall_until.max(now + ms);
+            false
         }
-        FaultKind::DiskFault { class, count } => {
-            e.disk_faults
-                .extend(std::iter::repeat_n(class, count as usize));
-        }
-        FaultKind::CrashRestart => return true,
-        // The client's cancels are its own (drawn per prompt); the engine world's message
-        // network and load answers are not this world's.
-        FaultKind::CallerGone
-        | FaultKind::Prompt
-        | FaultKind::Resume
-        | FaultKind::Retry
-        | FaultKind::Cancel
-        | FaultKind::Burst { .. }
-        | FaultKind::LoadError { .. }
-        | FaultKind::LoadTimeout
-        | FaultKind::ClockJump { .. }
-        | FaultKind::Jitter { .. } => {}
+        ToCaller::Crash => true,
     }
-    false
 }
