@@ -49,7 +49,8 @@ pub trait StateFs: Send + Sync + std::fmt::Debug {
     /// Takes the exclusive lock of the state file `path` for as long as the returned
     /// [`StateLock`] lives, and at most for the process's life. An error of kind
     /// `WouldBlock` if another process holds it (the message says which, when it can); any
-    /// other error if it cannot be taken (and then nothing was created).
+    /// other error if it cannot be taken (and then nothing was created). [`RealFs`] waits
+    /// up to [`LOCK_WAIT`] for a lock released that moment before it refuses.
     fn lock(&self, path: &Path) -> io::Result<StateLock>;
 }
 
@@ -183,7 +184,7 @@ impl StateFs for RealFs {
             Mode::from_raw_mode(0o666),
         )
         .map_err(|error| io::Error::new(error.kind(), format!("{}: {error}", lock.display())))?;
-        match rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive) {
+        match lock_within(&file, LOCK_WAIT) {
             Ok(()) => {}
             Err(rustix::io::Errno::WOULDBLOCK) => {
                 let mut holder = String::new();
@@ -208,6 +209,32 @@ impl StateFs for RealFs {
             .set_len(0)
             .and_then(|()| (&file).write_all(format!("{}\n", std::process::id()).as_bytes()));
         Ok(StateLock::new(file))
+    }
+}
+
+/// How long [`RealFs::lock`] waits for a held lock before it refuses: 500 ms.
+///
+/// A lock is an open file description's, and a child process shares its parent's until it
+/// executes its program (the lock file is opened close-on-exec): a process that drops its
+/// supervisor and at once starts the next one on the same state file, while another of its
+/// threads is starting an agent, can find the released lock still held for the moment
+/// between that fork and that exec. (The test suite, which runs supervisors side by side
+/// in one process, did.) The wait covers that moment; a lock another supervisor really
+/// holds is refused after it.
+pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Takes `file`'s exclusive `flock`, trying again every few milliseconds for up to `wait`;
+/// `WOULDBLOCK` if it is still held then.
+fn lock_within(file: &File, wait: std::time::Duration) -> Result<(), rustix::io::Errno> {
+    let until = std::time::Instant::now() + wait;
+    loop {
+        match rustix::fs::flock(file, FlockOperation::NonBlockingLockExclusive) {
+            Err(rustix::io::Errno::WOULDBLOCK) if std::time::Instant::now() < until => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            done => return done,
+        }
     }
 }
 
@@ -398,6 +425,42 @@ mod tests {
         let error = RealFs.lock(Path::new("/dev/null")).unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
         assert!(!Path::new("/dev/null.lock").exists());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// The CI run of 2026-12-02: a supervisor closed, and the next one started at once on
+    /// the same state file in the same process was refused as "in use by another
+    /// supervisor (process <its own pid>)": another test's agent, forked at that moment,
+    /// still shared the lock until its exec. Here another process holds the lock for
+    /// 100 ms; the next lock waits for it instead of refusing.
+    #[test]
+    fn a_lock_held_for_a_moment_is_waited_for() {
+        let dir = fresh_dir("lock-moment");
+        let state = dir.join("state");
+        let lock = lock_path(&state);
+        std::fs::write(&lock, b"").unwrap();
+        let mut child = std::process::Command::new("flock")
+            .arg(&lock)
+            .args(["sleep", "0.1"])
+            .spawn()
+            .expect("flock(1) runs");
+        // Until the child holds it.
+        let probe = File::open(&lock).unwrap();
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while rustix::fs::flock(&probe, FlockOperation::NonBlockingLockExclusive).is_ok() {
+            rustix::fs::flock(&probe, FlockOperation::Unlock).unwrap();
+            assert!(
+                std::time::Instant::now() < until,
+                "flock(1) never took the lock"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        drop(probe);
+        let again = RealFs
+            .lock(&state)
+            .expect("a lock released within the wait is taken");
+        drop(again);
+        assert!(child.wait().unwrap().success());
         std::fs::remove_dir_all(dir).unwrap();
     }
 
