@@ -76,8 +76,7 @@ pub struct MutantResult {
     pub runs: u64,
     /// How it was caught, if it was.
     pub caught: Option<Caught>,
-    /// For a mutant [`unreachable_reason`] names and no run caught: its runs compared with
-    /// the same search's without it.
+    /// For a mutant no run caught: its runs compared with the same search's without it.
     pub equivalence: Option<Equivalence>,
 }
 
@@ -228,10 +227,13 @@ fn first_failures(
         Some(r) if catches(r) => runs.pop().map(|r| (n, r)),
         _ => None,
     };
-    // A mutant called unreachable and not caught: the claim is checked, not trusted. The
-    // same search without the mutant must make the very same runs, trace for trace (a
-    // guided search steers by what its runs showed, so equal traces mean equal plans).
-    let equivalence = (first.is_none() && unreachable_reason(mutant).is_some()).then(|| {
+    // A mutant not caught: were its runs the unmutated runs? For a mutant called
+    // unreachable that is the claim, checked and not trusted; for any other it tells a
+    // path these scenarios never reach (the mutant still survives) from behaviour they
+    // reach and no check caught. The same search without the mutant must make the very
+    // same runs, trace for trace (a guided search steers by what its runs showed, so equal
+    // traces mean equal plans).
+    let equivalence = first.is_none().then(|| {
         let mut bar = Progress::new(progress, total, "(unmutated)");
         let none = |_: &SeedRecord| false;
         let plain = search_runs(
@@ -595,12 +597,31 @@ pub fn render(
                     r.runs
                 );
             }
-            None if r.equivalence.is_some() => {
+            None if unreachable_reason(r.mutant).is_some() => {
                 let _ = writeln!(
                     md,
                     "| `{}` | ❌ survived: called unreachable, but {} | – ({} runs) | – | – | – | – | – | – |",
                     r.mutant.name(),
                     r.equivalence.as_ref().map_or(String::new(), Equivalence::describe),
+                    r.runs
+                );
+            }
+            None if matches!(r.equivalence, Some(Equivalence::Same { .. })) => {
+                let _ = writeln!(
+                    md,
+                    "| `{}` | ❌ survived, never reached: every trace as without it | – ({} runs) | – | – | – | – | – | – |",
+                    r.mutant.name(),
+                    r.runs
+                );
+            }
+            None if r.equivalence.is_some() => {
+                let _ = writeln!(
+                    md,
+                    "| `{}` | ❌ survived, reached: {} | – ({} runs) | – | – | – | – | – | – |",
+                    r.mutant.name(),
+                    r.equivalence
+                        .as_ref()
+                        .map_or(String::new(), Equivalence::describe),
                     r.runs
                 );
             }
@@ -635,7 +656,10 @@ pub fn render(
              must make the very same runs, each with the same trace hash (a difference would \
              be behaviour no check caught, and the mutant would count as survived)."
         );
-        for r in results.iter().filter(|r| r.caught.is_none()) {
+        for r in results
+            .iter()
+            .filter(|r| r.caught.is_none() && unreachable_reason(r.mutant).is_some())
+        {
             if let Some(e) = &r.equivalence {
                 let _ = writeln!(md, "- `{}`: {}.", r.mutant.name(), e.describe());
             }
