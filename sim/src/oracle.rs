@@ -159,3 +159,12 @@ pub(crate) fn strip_blocks(text: &str) -> &str {
     }
     rest
 }
+
+/// The `delivered-through` count of a prompt's first replay block, if it carries one.
+pub(crate) fn replay_delivered_through(text: &str) -> Option<u64> {
+    const KEY: &str = "delivered-through=\"";
+    let block = text.strip_prefix(REPLAY_BLOCK_TAG)?;
+    let at = block.find(KEY)? + KEY.len();
+    let rest = &block[at..];
+    rest[..rest.find('"')?].parse().ok()
+}

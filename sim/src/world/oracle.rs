@@ -19,7 +19,7 @@ use palisade_reference::rule6;
 use palisade_testkit::agent_model::{Behaviour, LoadCapability, Seen, StreamedEvent};
 use palisade_wire::jsonrpc::RpcError;
 
-use crate::oracle::{blames_agent_exit, strip_blocks, Violation};
+use crate::oracle::{blames_agent_exit, replay_delivered_through, strip_blocks, Violation};
 use crate::scenario::Expect;
 
 /// Slack for a deadline judged by the environment: the core acts on a deadline when the
@@ -1083,15 +1083,6 @@ fn p_alive(procs: &BTreeMap<ExecutionId, ProcTruth>, exec: ExecutionId) -> bool 
 /// Whether a turn's end names its cause.
 fn cause_given(event: &SessionEvent) -> bool {
     matches!(event, SessionEvent::TurnEnded { cause: Some(_), .. })
-}
-
-/// The `delivered-through` count of a prompt's first replay block, if it carries one.
-fn replay_delivered_through(text: &str) -> Option<u64> {
-    const KEY: &str = "delivered-through=\"";
-    let block = text.strip_prefix(REPLAY_BLOCK_TAG)?;
-    let at = block.find(KEY)? + KEY.len();
-    let rest = &block[at..];
-    rest[..rest.find('"')?].parse().ok()
 }
 
 /// The marker an agent put at the start of an event (its prompt's tag and index), read

@@ -24,17 +24,22 @@
 //!   each at most once, and a client's answer only for the request the client meant.
 //! - `P-retired-request-shown`: no request an agent wrote after the proxy retired its
 //!   process (asked it to go) reaches the client, nor one of an earlier incarnation's.
+//! - `P-replay-once`: no prompt an agent receives carries more than one replay block.
+//! - `P-replay-behind-client`: a re-prompt's replay block tells the agent to go on after
+//!   at least the updates of its turn the client had already read when the agent got it
+//!   (else the agent repeats output the client has).
 //! - `P-agent-outlives-proxy`: no agent process runs once its proxy exited.
 //! - `P-no-exit` (liveness): the proxy exits once the client closed its end.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use palisade_engine::replay::REPLAY_BLOCK_TAG;
 use palisade_wire::RequestId;
 
 use super::super::env::EnvState;
 use super::client::{ClientLog, Item};
 use super::LOAD_REPLAY;
-use crate::oracle::{strip_blocks, CaughtBy, Violation};
+use crate::oracle::{replay_delivered_through, strip_blocks, CaughtBy, Violation};
 
 fn v(invariant: &str, message: String, line: u64) -> Violation {
     let liveness = matches!(invariant, "P-no-exit" | "P-prompt-unanswered");
@@ -205,6 +210,37 @@ pub(crate) fn judge(
             }
         }
     }
+    // Rule 8 and 9 on what the agents read: a re-prompt carries one replay block, and it
+    // tells the agent to go on after at least the output the client already read.
+    for received in &env.prompts {
+        let blocks = received.text.matches(REPLAY_BLOCK_TAG).count();
+        if blocks > 1 {
+            return Err(v(
+                "P-replay-once",
+                format!(
+                    "an agent received, at {} ms, a prompt with {blocks} replay blocks",
+                    received.at_ms
+                ),
+                idx,
+            ));
+        }
+        let Some(through) = replay_delivered_through(&received.text) else {
+            continue;
+        };
+        let original = strip_blocks(&received.text);
+        if let Some(has) = client_has(log, env, original, received.at_ms) {
+            if has > through {
+                return Err(v(
+                    "P-replay-behind-client",
+                    format!(
+                        "an agent re-prompted at {} ms was told the client has the turn's output through event {through}, but the client had read {has} of its updates",
+                        received.at_ms
+                    ),
+                    idx,
+                ));
+            }
+        }
+    }
     // The prompts answered `end_turn`: their completing prompt's updates, once, in order.
     for send in &log.sends {
         let conn = &log.conns[send.conn];
@@ -315,6 +351,49 @@ pub(crate) fn judge(
     Ok(())
 }
 
+/// How many of the updates of the client's prompt `text` the client had read before
+/// `at_ms`, counted on the connection of its last send of that text before then, from that
+/// send on (a proxy restarted since may know of more, from the connection before: not
+/// counted, so this is a lower bound); `None` if the client had not sent it then.
+fn client_has(log: &ClientLog, env: &EnvState, text: &str, at_ms: u64) -> Option<u64> {
+    let truth = env.proxy.as_ref()?;
+    let tags: BTreeSet<&str> = truth
+        .prompts
+        .iter()
+        .filter(|(_, _, t)| strip_blocks(t) == text)
+        .map(|(_, tag, _)| tag.as_str())
+        .collect();
+    let (conn, from) = log
+        .sends
+        .iter()
+        .filter(|send| send.text == text)
+        .filter_map(|send| {
+            let conn = log.conns.get(send.conn)?;
+            let at = conn.items.iter().position(|(t, item)| {
+                *t < at_ms && matches!(item, Item::Sent { id, method: "session/prompt", .. } if *id == send.id)
+            })?;
+            Some((conn, at))
+        })
+        .max_by_key(|(conn, at)| (conn.incarnation, conn.items[*at].0))?;
+    let read: BTreeSet<&str> = conn.items[from..]
+        .iter()
+        .take_while(|(t, _)| *t < at_ms)
+        .filter_map(|(_, item)| match item {
+            Item::Update {
+                marker: Some(marker),
+                history: false,
+            } => Some(marker.as_str()),
+            _ => None,
+        })
+        .filter(|marker| {
+            marker
+                .rsplit_once('#')
+                .is_some_and(|(tag, _)| tags.contains(tag))
+        })
+        .collect();
+    Some(read.len() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     //! The checker fed recorded histories: each check fails on a history that breaks it
@@ -323,7 +402,7 @@ mod tests {
     use palisade_wire::RequestId;
 
     use super::super::super::env::{AgentAsk, AgentGot, EnvState, ProcTruth, ProxyTruth};
-    use super::super::client::{ClientLog, Conn, Item};
+    use super::super::client::{ClientLog, Conn, Item, PromptSend};
     use super::*;
 
     /// One connection (incarnation 1): initialize, session/new, then the agent 1001's
@@ -475,6 +554,77 @@ mod tests {
         assert_eq!(
             caught(&env7, &log7).as_deref(),
             Some("P-update-before-open")
+        );
+    }
+
+    /// A prompt re-sent to a new agent: its replay block says how much of the turn's
+    /// output the client has. The client read two updates of the first agent's prompt.
+    fn replayed(blocks: u8, through: u64) -> (EnvState, ClientLog) {
+        let (mut env, mut log) = history();
+        let text = "p1";
+        let again = palisade_engine::replay::render_prompt(
+            text,
+            &palisade_core::PromptRequest {
+                replay_blocks: blocks,
+                replay_generation: 2,
+                delivered_through: through,
+            },
+        );
+        let truth = env.proxy.as_mut().expect("set");
+        truth.prompts.push((1001, "1001.1".into(), text.into()));
+        truth.prompts.push((1002, "1002.1".into(), again.clone()));
+        env.prompts.push(super::super::super::env::Received {
+            at_ms: 10,
+            text: text.into(),
+        });
+        env.prompts.push(super::super::super::env::Received {
+            at_ms: 40,
+            text: again,
+        });
+        let conn = &mut log.conns[0];
+        conn.items.insert(
+            4,
+            (
+                6,
+                Item::Sent {
+                    id: 3,
+                    method: "session/prompt",
+                    send: Some(0),
+                },
+            ),
+        );
+        for (at, k) in [(20, 0), (21, 1)] {
+            conn.items.insert(
+                5 + k,
+                (
+                    at,
+                    Item::Update {
+                        marker: Some(format!("1001.1#{k}")),
+                        history: false,
+                    },
+                ),
+            );
+        }
+        conn.lines = (0..conn.items.len() as u64).collect();
+        log.sends.push(PromptSend {
+            k: 0,
+            text: text.into(),
+            conn: 0,
+            id: 3,
+        });
+        (env, log)
+    }
+
+    #[test]
+    fn a_replay_block_says_once_what_the_client_has() {
+        let (env, log) = replayed(1, 2);
+        assert_eq!(caught(&env, &log), None);
+        let (env, log) = replayed(2, 2);
+        assert_eq!(caught(&env, &log).as_deref(), Some("P-replay-once"));
+        let (env, log) = replayed(1, 1);
+        assert_eq!(
+            caught(&env, &log).as_deref(),
+            Some("P-replay-behind-client")
         );
     }
 }
