@@ -16,13 +16,16 @@ use palisade_embed::platform::{
 };
 use palisade_embed::state_file::{StateFs, StateLock};
 use palisade_embed::watch;
-use palisade_testkit::agent_model::{AgentModel, Behaviour, MemoryStore, Out, Script, Seen};
+use palisade_testkit::agent_model::{
+    AgentModel, Behaviour, LoadCapability, MemoryStore, Out, Script, Seen,
+};
 use palisade_wire::jsonrpc::{parse_frame, Frame};
 use palisade_wire::{ProcessExit, RequestId};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::time::Instant;
 
 use crate::plan::DiskFaultClass;
+use crate::world::oracle::LoadTruth;
 
 /// The Unix time the simulated wall clock starts at (2026-01-01T00:00:00Z): any fixed
 /// value works; deadlines only take differences.
@@ -175,6 +178,14 @@ pub(crate) struct ProxyTruth {
     pub(crate) answers: BTreeMap<String, Option<String>>,
     pub(crate) asked: Vec<AgentAsk>,
     pub(crate) got: Vec<AgentGot>,
+    /// Each agent's `loadSession` capability and whether it lists its sessions, by pid.
+    pub(crate) caps: BTreeMap<u32, (LoadCapability, bool)>,
+    /// The loads agents answered: pid, when, the load.
+    pub(crate) loads: Vec<(u32, u64, LoadTruth)>,
+    /// The conversations agents created: pid, when, its id.
+    pub(crate) created: Vec<(u32, u64, String)>,
+    /// The conversation of each prompt an agent received, in order.
+    pub(crate) prompted: Vec<String>,
 }
 
 /// The shared environment.
@@ -222,9 +233,27 @@ impl EnvState {
 }
 
 impl ProxyTruth {
-    fn saw(&mut self, pid: u32, seen: &Seen) {
+    fn saw(&mut self, pid: u32, at_ms: u64, seen: &Seen) {
         match seen {
-            Seen::Prompt { tag, text, .. } => self.prompts.push((pid, tag.clone(), text.clone())),
+            Seen::New(Ok(conversation)) => self.created.push((pid, at_ms, conversation.clone())),
+            Seen::Load {
+                id,
+                existed,
+                answer,
+                ..
+            } => self.loads.push((
+                pid,
+                at_ms,
+                LoadTruth {
+                    id: id.clone(),
+                    existed: *existed,
+                    answer: Some(answer.clone()),
+                },
+            )),
+            Seen::Prompt { tag, text, session } => {
+                self.prompts.push((pid, tag.clone(), text.clone()));
+                self.prompted.push(session.clone());
+            }
             Seen::Event { tag, event } => self
                 .events
                 .entry(tag.clone())
@@ -360,6 +389,11 @@ impl Platform for SimPlatform {
         if ignores_eof {
             behaviour.exits_on_eof = false;
         }
+        if let Some(truth) = lock(&self.env).proxy.as_mut() {
+            truth
+                .caps
+                .insert(pid, (behaviour.load_capability, behaviour.lists_sessions));
+        }
         // The codex npm launcher: the supervisor's child is the launcher, which runs the
         // real agent as its own child and passes its stdio on.
         let top = behaviour.launcher.then(|| {
@@ -454,7 +488,7 @@ async fn agent_process(
             if let Some(seen) = seen {
                 let mut e = lock(&env);
                 if let Some(truth) = e.proxy.as_mut() {
-                    truth.saw(pid, &seen);
+                    truth.saw(pid, now, &seen);
                 }
                 // (A prompt is seen when it is read, below: it comes with no output.)
                 if let Seen::PromptAnswered { .. } = seen {
@@ -540,7 +574,7 @@ async fn agent_process(
                     // What it received (its prompts) comes apart from what it wrote.
                     for seen in model.poll_seen() {
                         if let Some(truth) = e.proxy.as_mut() {
-                            truth.saw(pid, &seen);
+                            truth.saw(pid, now, &seen);
                         }
                         if let Seen::Prompt { text, .. } = seen {
                             e.prompts.push(Received { at_ms: now, text });

@@ -8,7 +8,7 @@
 
 mod agenda;
 mod dense;
-mod oracle;
+pub(crate) mod oracle;
 mod run;
 
 pub(crate) use run::run;

@@ -793,67 +793,15 @@ impl Oracle {
             },
             idx,
         )?;
-        let capability = match p.behaviour.load_capability {
-            LoadCapability::True => rule6::Capability::True,
-            LoadCapability::False => rule6::Capability::False,
-            LoadCapability::Absent => rule6::Capability::Absent,
-        };
         let load = self.loads.get(&exec).filter(|l| l.id == old);
-        let (answer, existed, listing) = match load {
-            None => (None, false, rule6::Listing::Unknown),
-            Some(l) => (
-                Some(l.answer.clone()),
-                l.existed,
-                match (p.behaviour.lists_sessions, l.existed) {
-                    (false, _) => rule6::Listing::Unknown,
-                    (true, true) => rule6::Listing::Listed,
-                    (true, false) => rule6::Listing::NotListed,
-                },
-            ),
-        };
-        let details = |e: &RpcError| {
-            e.data
-                .as_ref()
-                .and_then(|d| d.get("details"))
-                .and_then(|d| d.as_str())
-                .map(str::to_owned)
-        };
-        let (code, message, detail) = match &answer {
-            Some(Some(Err(e))) => (e.code, e.message.clone(), details(e)),
-            _ => (0, String::new(), None),
-        };
-        let wire_answer = match &answer {
-            // No load reached this agent: only its capability can be the proof.
-            None => rule6::Answer::NoAnswer,
-            Some(None) => rule6::Answer::NoAnswer,
-            // A load that succeeded is no proof of anything.
-            Some(Some(Ok(()))) => rule6::Answer::NoAnswer,
-            Some(Some(Err(_))) => rule6::Answer::Error {
-                code,
-                message: &message,
-                details: detail.as_deref(),
-            },
-        };
-        let judged = rule6::judge(&rule6::FailedLoad {
-            agent: reference_agent(self.profile),
-            capability,
-            requested: &old,
-            answer: wire_answer,
-            listing,
-            // The agent answered (or was silent) on an open connection: the new
-            // conversation came over the same one.
-            transport: rule6::Transport::Open,
-        });
-        if judged == rule6::Judgement::Replace {
+        let (lists, capability, profile) = (
+            p.behaviour.lists_sessions,
+            p.behaviour.load_capability,
+            self.profile,
+        );
+        let Err((existed, said)) = rule6_allows(profile, capability, lists, load, &old) else {
             return Ok(());
-        }
-        let said = match &answer {
-            None => format!("no load; loadSession {:?}", p.behaviour.load_capability),
-            Some(None) => "no answer to its load".to_owned(),
-            Some(Some(Ok(()))) => "it loaded the conversation".to_owned(),
-            Some(Some(Err(e))) => format!("{} {:?} (data {:?})", e.code, e.message, e.data),
         };
-        let lists = p.behaviour.lists_sessions;
         let invariant = if existed {
             "R6-conversation-kept"
         } else {
@@ -866,13 +814,12 @@ impl Oracle {
                 format!(
                     "session {session}: {exec} replaced conversation {old} (which {}) with \
                      {conversation}, but the agent's answer proves nothing under rule 6 \
-                     ({:?} profile): {said}; its session/list: {}",
+                     ({profile:?} profile): {said}; its session/list: {}",
                     if existed {
                         "the agent still has"
                     } else {
                         "is gone"
                     },
-                    self.profile,
                     if lists { "lists sessions" } else { "none" }
                 )
             },
@@ -1063,6 +1010,80 @@ impl Oracle {
 }
 
 /// The configured profile, as the reference names it.
+/// Rule 6 on ground truth: whether an agent of `capability` (listing its sessions or not),
+/// whose answer to the load of `requested` was `load` (`None`: no load reached it), gave
+/// positive proof that the conversation is gone, under the independent reference
+/// ([`palisade_reference::rule6`]) for the configured `profile`. `Err((whether the agent
+/// still had it, what it said))` if not.
+pub(crate) fn rule6_allows(
+    profile: AgentProfile,
+    capability: LoadCapability,
+    lists_sessions: bool,
+    load: Option<&LoadTruth>,
+    requested: &str,
+) -> Result<(), (bool, String)> {
+    let capability_ = match capability {
+        LoadCapability::True => rule6::Capability::True,
+        LoadCapability::False => rule6::Capability::False,
+        LoadCapability::Absent => rule6::Capability::Absent,
+    };
+    let (answer, existed, listing) = match load {
+        None => (None, false, rule6::Listing::Unknown),
+        Some(l) => (
+            Some(l.answer.clone()),
+            l.existed,
+            match (lists_sessions, l.existed) {
+                (false, _) => rule6::Listing::Unknown,
+                (true, true) => rule6::Listing::Listed,
+                (true, false) => rule6::Listing::NotListed,
+            },
+        ),
+    };
+    let details = |e: &RpcError| {
+        e.data
+            .as_ref()
+            .and_then(|d| d.get("details"))
+            .and_then(|d| d.as_str())
+            .map(str::to_owned)
+    };
+    let (code, message, detail) = match &answer {
+        Some(Some(Err(e))) => (e.code, e.message.clone(), details(e)),
+        _ => (0, String::new(), None),
+    };
+    let wire_answer = match &answer {
+        // No load reached this agent: only its capability can be the proof.
+        None => rule6::Answer::NoAnswer,
+        Some(None) => rule6::Answer::NoAnswer,
+        // A load that succeeded is no proof of anything.
+        Some(Some(Ok(()))) => rule6::Answer::NoAnswer,
+        Some(Some(Err(_))) => rule6::Answer::Error {
+            code,
+            message: &message,
+            details: detail.as_deref(),
+        },
+    };
+    let judged = rule6::judge(&rule6::FailedLoad {
+        agent: reference_agent(profile),
+        capability: capability_,
+        requested,
+        answer: wire_answer,
+        listing,
+        // The agent answered (or was silent) on an open connection: the new
+        // conversation came over the same one.
+        transport: rule6::Transport::Open,
+    });
+    if judged == rule6::Judgement::Replace {
+        return Ok(());
+    }
+    let said = match &answer {
+        None => format!("no load; loadSession {capability:?}"),
+        Some(None) => "no answer to its load".to_owned(),
+        Some(Some(Ok(()))) => "it loaded the conversation".to_owned(),
+        Some(Some(Err(e))) => format!("{} {:?} (data {:?})", e.code, e.message, e.data),
+    };
+    Err((existed, said))
+}
+
 fn reference_agent(profile: AgentProfile) -> rule6::Agent {
     match profile {
         AgentProfile::Generic => rule6::Agent::Generic,

@@ -226,7 +226,16 @@ pub(crate) async fn run(
             .note(now, "oracle", "judge", &[]);
         let e = lock(&env);
         let l = client::lock(&log);
-        violation = oracle::judge(&e, &l, prompts, &exits, finished, idx).err();
+        violation = oracle::judge(
+            &e,
+            &l,
+            prompts,
+            &exits,
+            finished,
+            config.core.agent_profile,
+            idx,
+        )
+        .err();
     }
     if let Some(v) = &violation {
         let now = env::now_ms(start);

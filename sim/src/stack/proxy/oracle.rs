@@ -28,6 +28,11 @@
 //! - `P-replay-behind-client`: a re-prompt's replay block tells the agent to go on after
 //!   at least the updates of its turn the client had already read when the agent got it
 //!   (else the agent repeats output the client has).
+//! - `P-replaced-unproven`: the client is told its conversation was replaced only when the
+//!   answer to the load of the agent that made the new one is positive proof under rule
+//!   6's independent reference (`palisade_reference::rule6`), as the engine world judges.
+//! - `P-replaced-silently`: the conversation the client's prompts reach changes no more
+//!   often than the client was told of a replacement.
 //! - `P-agent-outlives-proxy`: no agent process runs once its proxy exited.
 //! - `P-no-exit` (liveness): the proxy exits once the client closed its end.
 
@@ -40,6 +45,9 @@ use super::super::env::EnvState;
 use super::client::{ClientLog, Item};
 use super::LOAD_REPLAY;
 use crate::oracle::{replay_delivered_through, strip_blocks, CaughtBy, Violation};
+use crate::world::oracle::rule6_allows;
+use palisade_core::classify::AgentProfile;
+use palisade_testkit::agent_model::LoadCapability;
 
 fn v(invariant: &str, message: String, line: u64) -> Violation {
     let liveness = matches!(invariant, "P-no-exit" | "P-prompt-unanswered");
@@ -63,6 +71,7 @@ pub(crate) fn judge(
     prompts: usize,
     exits: &[(u32, u8, Vec<u32>, u64)],
     finished: bool,
+    profile: AgentProfile,
     idx: u64,
 ) -> Result<(), Violation> {
     let Some(truth) = env.proxy.as_ref() else {
@@ -209,6 +218,64 @@ pub(crate) fn judge(
                 _ => {}
             }
         }
+    }
+    // Rule 6 on what the agents answered: the client is told of a replaced conversation
+    // only when the agent's answer to the load was positive proof that it is gone, and
+    // of every conversation replaced.
+    let mut replaced = 0;
+    for conn in &log.conns {
+        for (i, (at, item)) in conn.items.iter().enumerate() {
+            if !matches!(item, Item::Replaced) {
+                continue;
+            }
+            replaced += 1;
+            // The creation it announces: the last one by a process of this incarnation.
+            let Some((pid, made_at, conversation)) =
+                truth.created.iter().rfind(|(pid, made_at, _)| {
+                    made_at <= at
+                        && env
+                            .procs
+                            .get(pid)
+                            .is_some_and(|p| p.incarnation == conn.incarnation)
+                })
+            else {
+                continue;
+            };
+            let load = truth
+                .loads
+                .iter()
+                .filter(|(p, loaded_at, _)| p == pid && loaded_at <= made_at)
+                .map(|(_, _, load)| load)
+                .next_back();
+            let (capability, lists) = truth
+                .caps
+                .get(pid)
+                .copied()
+                .unwrap_or((LoadCapability::Absent, false));
+            let requested = load.map_or("", |l| l.id.as_str());
+            if let Err((existed, said)) = rule6_allows(profile, capability, lists, load, requested)
+            {
+                return Err(v(
+                    "P-replaced-unproven",
+                    format!(
+                        "the client was told its conversation was replaced (by {conversation} of process {pid}), but the agent's answer proves nothing under rule 6 ({profile:?} profile): {said}; the agent {} {requested:?}",
+                        if existed { "still had" } else { "no longer had" }
+                    ),
+                    conn.lines.get(i).copied().unwrap_or(idx),
+                ));
+            }
+        }
+    }
+    let changes = truth.prompted.windows(2).filter(|w| w[0] != w[1]).count();
+    if changes > replaced {
+        return Err(v(
+            "P-replaced-silently",
+            format!(
+                "the client's prompts reached agents in {} conversations one after another, and the client was told of {replaced} replacements",
+                changes + 1
+            ),
+            idx,
+        ));
     }
     // Rule 8 and 9 on what the agents read: a re-prompt carries one replay block, and it
     // tells the agent to go on after at least the output the client already read.
@@ -496,7 +563,9 @@ mod tests {
     }
 
     fn caught(env: &EnvState, log: &ClientLog) -> Option<String> {
-        judge(env, log, 0, &[], true, 99).err().map(|v| v.invariant)
+        judge(env, log, 0, &[], true, AgentProfile::Generic, 99)
+            .err()
+            .map(|v| v.invariant)
     }
 
     #[test]
@@ -625,6 +694,53 @@ mod tests {
         assert_eq!(
             caught(&env, &log).as_deref(),
             Some("P-replay-behind-client")
+        );
+    }
+
+    #[test]
+    fn a_conversation_is_replaced_only_on_proof_and_never_silently() {
+        use crate::world::oracle::LoadTruth;
+        // Process 1001 had its load of sess-1 fail, created sess-2, and the client's next
+        // prompt went there.
+        let replaced = |answer: Result<(), palisade_wire::RpcError>, told: bool| {
+            let (mut env, mut log) = history();
+            let truth = env.proxy.as_mut().expect("set");
+            truth.caps.insert(1001, (LoadCapability::True, false));
+            truth.prompted = vec!["sess-1".into(), "sess-2".into()];
+            truth.loads.push((
+                1001,
+                20,
+                LoadTruth {
+                    id: "sess-1".into(),
+                    existed: answer.is_ok(),
+                    answer: Some(answer),
+                },
+            ));
+            truth.created.push((1001, 21, "sess-2".into()));
+            if told {
+                log.conns[0].items.push((30, Item::Replaced));
+                log.conns[0].lines.push(6);
+            }
+            caught(&env, &log)
+        };
+        let gone = palisade_wire::RpcError {
+            code: -32002,
+            message: "Resource not found: sess-1".into(),
+            data: None,
+        };
+        assert_eq!(replaced(Err(gone.clone()), true), None);
+        assert_eq!(
+            replaced(Err(gone), false).as_deref(),
+            Some("P-replaced-silently")
+        );
+        let busy = palisade_wire::RpcError {
+            code: -32603,
+            message: "Internal error".into(),
+            data: None,
+        };
+        assert_eq!(
+            replaced(Err(busy), true).as_deref(),
+            Some("P-replaced-unproven")
         );
     }
 }
