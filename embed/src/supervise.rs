@@ -351,17 +351,20 @@ async fn wait_turn(
     session: SessionId,
     turn: Option<TurnId>,
 ) -> std::io::Result<TurnOutcome> {
-    while let Some(event) = events.recv().await {
-        console.event(&event).await?;
+    while let Some(event) = events.recv_held().await {
+        console.event(event).await?;
+        let ended = match event {
+            SessionEvent::TurnEnded {
+                session,
+                turn,
+                outcome,
+                cause,
+                ..
+            } => Some((*session, *turn, *outcome, cause.clone())),
+            _ => None,
+        };
         events.done();
-        if let SessionEvent::TurnEnded {
-            session: s,
-            turn: t,
-            outcome,
-            cause,
-            ..
-        } = event
-        {
+        if let Some((s, t, outcome, cause)) = ended {
             if s == session && turn.is_none_or(|turn| turn == t) {
                 match &cause {
                     None => {
@@ -480,7 +483,7 @@ async fn next_prompt(
         let wake = tokio::select! {
             biased;
             line = lines.recv() => Ok(line),
-            event = events.recv() => Err(event),
+            event = events.recv_held() => Err(event.is_some()),
         };
         match wake {
             Ok(None) => return Ok(None),
@@ -503,11 +506,13 @@ async fn next_prompt(
                     }
                 }
             }
-            Err(Some(event)) => {
-                console.event(&event).await?;
+            Err(true) => {
+                if let Some(event) = events.held() {
+                    console.event(event).await?;
+                }
                 events.done();
             }
-            Err(None) => return Ok(None),
+            Err(false) => return Ok(None),
         }
     }
 }
@@ -627,6 +632,7 @@ async fn supervise(
             done = work => caller_gone = done.err(),
         }
     }
+
     if let Some(error) = &caller_gone {
         // Running turns for a caller that cannot hear of them would spend the agents'
         // work on nobody and claim success at the end: stop now, and say why.
@@ -639,6 +645,22 @@ async fn supervise(
     supervisor.shutdown().await;
     // (Nothing more is taken from a caller that is gone: what it did not get stays
     // undelivered in the state file.)
+    // First the event whose write a signal abandoned midway: counting the next one done
+    // in its place would drop it unwritten (found by the stack world,
+    // stack-signal-restart: SIGTERM while the caller stalled on a turn's end).
+    if caller_gone.is_none() {
+        if let Some(event) = events.held() {
+            match console.event(event).await {
+                Ok(()) => events.done(),
+                Err(error) => {
+                    console.message(&format!(
+                        "the last events cannot be written to stdout ({error}): the caller is gone"
+                    ));
+                    caller_gone = Some(error);
+                }
+            }
+        }
+    }
     while caller_gone.is_none() {
         let Some(event) = events.try_recv() else {
             break;

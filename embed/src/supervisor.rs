@@ -148,6 +148,8 @@ pub struct SessionEvents {
     done: Arc<AtomicU64>,
     /// The last event received is not yet counted done.
     holding: bool,
+    /// The last event received by [`SessionEvents::recv_held`], kept until it is done.
+    held: Option<SessionEvent>,
 }
 
 impl SessionEvents {
@@ -169,10 +171,31 @@ impl SessionEvents {
         event
     }
 
+    /// The next event, kept here until the caller says it is done with it
+    /// ([`SessionEvents::done`]); `None` once the supervisor is gone. Asking for it says
+    /// the caller is done with the one before. A caller whose write of it may be abandoned
+    /// midway (a signal stops it) finds it again in [`SessionEvents::held`] and writes it
+    /// first: the events after it must not be counted done in its place (the count is
+    /// positional), nor it dropped unwritten.
+    pub async fn recv_held(&mut self) -> Option<&SessionEvent> {
+        self.done();
+        let event = self.receiver.recv().await;
+        self.holding = event.is_some();
+        self.held = event;
+        self.held.as_ref()
+    }
+
+    /// The event [`SessionEvents::recv_held`] gave and the caller is not yet done with.
+    #[must_use]
+    pub fn held(&self) -> Option<&SessionEvent> {
+        self.held.as_ref().filter(|_| self.holding)
+    }
+
     /// The caller is done with the event it received last (it wrote it where it goes).
     /// Until then the state file lists it undelivered, so a supervisor that crashes
     /// before hands it out again after its restart: at least once, never lost.
     pub fn done(&mut self) {
+        self.held = None;
         if std::mem::take(&mut self.holding) {
             self.done.fetch_add(1, Ordering::Release);
         }
@@ -465,6 +488,7 @@ impl Supervisor {
                 receiver: event_rx,
                 done,
                 holding: false,
+                held: None,
             },
         ))
     }

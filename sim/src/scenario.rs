@@ -249,10 +249,23 @@ pub struct WorldSpec {
     /// new prompt: what a platform does at its next start. At most
     /// [`MAX_RESTARTS_AFTER_EXIT`].
     pub restarts_after_exit: u32,
+    /// Stack world only: how many of the first incarnations of `palisade-supervise` get
+    /// SIGTERM at a drawn moment of the fault window (a graceful stop: every agent
+    /// stopped, exit 143), after which the caller starts it again on the same state file,
+    /// as a service manager does after a deploy. At most [`MAX_SIGNAL_STOPS`].
+    #[serde(skip_serializing_if = "is_zero")]
+    pub signal_stops: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The most restarts after an exit a stack scenario may ask for.
 pub const MAX_RESTARTS_AFTER_EXIT: u32 = 8;
+
+/// The most signal stops a stack scenario may ask for.
+pub const MAX_SIGNAL_STOPS: u32 = 8;
 
 fn default_version() -> u32 {
     1
@@ -953,6 +966,22 @@ impl Scenario {
                 return Err(invalid(
                     &path,
                     "restarts after an exit need the stack world (`kind = \"stack\"`): only there does a caller start palisade-supervise again".into(),
+                ));
+            }
+            let path = [Field("world"), Field("signal_stops")];
+            if self.world.signal_stops > MAX_SIGNAL_STOPS {
+                return Err(invalid(
+                    &path,
+                    format!(
+                        "{} signal stops is above MAX_SIGNAL_STOPS ({MAX_SIGNAL_STOPS})",
+                        self.world.signal_stops
+                    ),
+                ));
+            }
+            if self.world.kind != WorldKind::Stack && self.world.signal_stops > 0 {
+                return Err(invalid(
+                    &path,
+                    "signal stops need the stack world (`kind = \"stack\"`): only there is palisade-supervise signalled".into(),
                 ));
             }
             if self.world.kind.is_stack() && self.workload.sessions != 1 {

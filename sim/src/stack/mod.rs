@@ -242,6 +242,7 @@ pub(crate) async fn run(
     let mut finished = false;
     let mut incarnation = 0;
     let mut restarts_left = scenario.world.restarts_after_exit;
+    let mut signalled = false;
 
     'incarnations: while incarnation < MAX_INCARNATIONS {
         incarnation += 1;
@@ -294,6 +295,39 @@ pub(crate) async fn run(
                 }
             }
         };
+        // SIGTERM at a drawn moment of the fault window, for the first `signal_stops`
+        // incarnations: the supervisor's graceful stop (exit 143), then a new start.
+        let signal_at = (incarnation <= scenario.world.signal_stops)
+            .then(|| {
+                let now = env::now_ms(start);
+                (now < window).then(|| {
+                    pick(
+                        mix(seed, u64::from(incarnation), 0x51_67, 0),
+                        now + 1,
+                        window,
+                    )
+                })
+            })
+            .flatten();
+        let signal: futures::future::BoxFuture<'static, Option<u8>> = match signal_at {
+            Some(at) => {
+                let (logbook, env) = (logbook.clone(), env.clone());
+                Box::pin(async move {
+                    let now = env::now_ms(start);
+                    madsim::time::sleep(Duration::from_millis(at.saturating_sub(now))).await;
+                    // A disruption, as a crash is: what was in flight may end unfinished.
+                    lock(&env).last_disruption_ms = env::now_ms(start);
+                    lock_logbook(&logbook).tracer.note(
+                        env::now_ms(start),
+                        "world",
+                        "sigterm",
+                        &[("incarnation", u64::from(incarnation))],
+                    );
+                    Some(143)
+                })
+            }
+            None => Box::pin(std::future::pending()),
+        };
         let io = Io {
             embedding,
             console: Box::new(SimConsole {
@@ -304,7 +338,7 @@ pub(crate) async fn run(
                 start,
             }),
             stdin: Some(stdin_rx),
-            stop: Box::pin(std::future::pending()),
+            stop: signal,
         };
         let (done_tx, mut done_rx) = oneshot::channel();
         let config = palisade_embed::SupervisorConfig {
@@ -341,6 +375,11 @@ pub(crate) async fn run(
                     let mut l = oracle::lock(&log);
                     l.exits.push((incarnation, code, alive));
                     l.exit_lines.push(line);
+                    // Stopped by its signal: the service manager starts it again.
+                    if signal_at.is_some_and(|at| at <= now) && code == 143 {
+                        signalled = true;
+                        break false;
+                    }
                     // A service manager starts a failed supervisor again while its caller
                     // still waits for a turn (a caller that went away waits for nothing).
                     if code != 0 && l.unfinished() && l.gone_at.is_none() {
@@ -370,6 +409,18 @@ pub(crate) async fn run(
                 }
             }
         };
+        if signalled {
+            signalled = false;
+            let now = env::now_ms(start);
+            lock_logbook(&logbook).tracer.note(
+                now,
+                "caller",
+                "starts_again",
+                &[("incarnation", u64::from(incarnation))],
+            );
+            madsim::time::sleep(Duration::from_millis(RESTART_AFTER_MS)).await;
+            continue;
+        }
         if !crash {
             // The caller starts it again on the same state file, with nothing new to ask:
             // what a platform does at its next start.
