@@ -255,6 +255,12 @@ pub struct WorldSpec {
     /// as a service manager does after a deploy. At most [`MAX_SIGNAL_STOPS`].
     #[serde(skip_serializing_if = "is_zero")]
     pub signal_stops: u32,
+    /// Stack world only: in how many of the first incarnations a second
+    /// `palisade-supervise` starts on the same state file at a drawn moment of the fault
+    /// window, while the first holds it, with a prompt of its own: it must be refused
+    /// (exit 2) before it does anything. At most [`MAX_SIGNAL_STOPS`].
+    #[serde(skip_serializing_if = "is_zero")]
+    pub second_starts: u32,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -982,6 +988,22 @@ impl Scenario {
                 return Err(invalid(
                     &path,
                     "signal stops need the stack world (`kind = \"stack\"`): only there is palisade-supervise signalled".into(),
+                ));
+            }
+            let path = [Field("world"), Field("second_starts")];
+            if self.world.second_starts > MAX_SIGNAL_STOPS {
+                return Err(invalid(
+                    &path,
+                    format!(
+                        "{} second starts is above MAX_SIGNAL_STOPS ({MAX_SIGNAL_STOPS})",
+                        self.world.second_starts
+                    ),
+                ));
+            }
+            if self.world.kind != WorldKind::Stack && self.world.second_starts > 0 {
+                return Err(invalid(
+                    &path,
+                    "second starts need the stack world (`kind = \"stack\"`): only there does palisade-supervise run on a state file".into(),
                 ));
             }
             if self.world.kind.is_stack() && self.workload.sessions != 1 {

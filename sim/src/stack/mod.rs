@@ -214,6 +214,127 @@ impl Stage<'_> {
     }
 }
 
+/// Process numbers of the second supervisors: their incarnation plus this.
+const SECOND_PROCESS: u32 = 1000;
+
+/// What a second supervisor on the same state file runs with.
+struct SecondStart {
+    env: Env,
+    seed: u64,
+    behaviour: env::BehaviourTable,
+    start: Duration,
+    base: Instant,
+    logbook: Arc<Mutex<Logbook>>,
+    log: Arc<Mutex<CallerLog>>,
+    config: palisade_engine::EngineConfig,
+    mutant: Option<Mutant>,
+}
+
+/// At `at`, while incarnation `incarnation` runs and holds the state file, a second
+/// `palisade-supervise` starts on it with a prompt of its own (an operator's second
+/// start, a service manager's overlap): the production lock must refuse it.
+async fn second_start(s: SecondStart, incarnation: u32, at: u64) {
+    let now = env::now_ms(s.start);
+    madsim::time::sleep(Duration::from_millis(at.saturating_sub(now))).await;
+    {
+        let e = lock(&s.env);
+        let path = PathBuf::from(STATE_PATH);
+        if e.incarnation != incarnation || e.state_locks.get(&path) != Some(&incarnation) {
+            return;
+        }
+    }
+    let process = SECOND_PROCESS + incarnation;
+    let line = lock_logbook(&s.logbook).tracer.note(
+        env::now_ms(s.start),
+        "world",
+        "second_supervisor_started",
+        &[("process", u64::from(process))],
+    );
+    let slot = {
+        let mut l = oracle::lock(&s.log);
+        l.second.push(oracle::SecondRun {
+            process,
+            line,
+            ..oracle::SecondRun::default()
+        });
+        l.second.len() - 1
+    };
+    let platform = Arc::new(SimPlatform {
+        env: s.env.clone(),
+        seed: s.seed,
+        behaviour: s.behaviour.clone(),
+        incarnation: process,
+        start: s.start,
+        base: s.base,
+        tasks: Mutex::new(Vec::new()),
+        crashed: Arc::new(Notify::new()),
+    });
+    let mutant = s.mutant;
+    let embedding = Embedding {
+        platform,
+        state: Some(StateFile {
+            fs: Arc::new(SimDisk {
+                env: s.env.clone(),
+                logbook: s.logbook.clone(),
+            }),
+            path: PathBuf::from(STATE_PATH),
+        }),
+        observer: None,
+        setup: Some(Box::new(move |engine| engine.set_mutant(mutant))),
+    };
+    let options = Options {
+        agent: vec!["sim-agent".into()],
+        state: Some(PathBuf::from(STATE_PATH)),
+        prompts: vec!["the second supervisor's prompt".into()],
+        session: SessionId::new(2).expect("2 is not zero"),
+        cwd: Some(PathBuf::from("/work")),
+        recovery_delays_ms: None,
+        profile: None,
+        log_format: Default::default(),
+        initialize_timeout_ms: None,
+    };
+    let io = Io {
+        embedding,
+        console: Box::new(SecondConsole {
+            log: s.log.clone(),
+            slot,
+        }),
+        stdin: None,
+        stop: Box::pin(std::future::pending()),
+    };
+    let config = palisade_embed::SupervisorConfig {
+        engine: s.config,
+        ..palisade_embed::SupervisorConfig::default()
+    };
+    let code = supervise::run(options, config, io).await;
+    oracle::lock(&s.log).second[slot].code = Some(code);
+    lock_logbook(&s.logbook).tracer.note(
+        env::now_ms(s.start),
+        "world",
+        "second_supervisor_exited",
+        &[("process", u64::from(process)), ("code", u64::from(code))],
+    );
+}
+
+/// The second supervisor's console: counts what it shows and claims.
+struct SecondConsole {
+    log: Arc<Mutex<CallerLog>>,
+    slot: usize,
+}
+
+impl Console for SecondConsole {
+    fn event<'a>(&'a mut self, _event: &'a SessionEvent) -> BoxFuture<'a, std::io::Result<()>> {
+        oracle::lock(&self.log).second[self.slot].events += 1;
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn message(&mut self, _text: &str) {}
+
+    fn prompt_claimed(&mut self, _session: SessionId, _turn: TurnId, _text: &str) {
+        oracle::lock(&self.log).second[self.slot].claimed += 1;
+    }
+}
+
 /// Runs one seed of a stack scenario inside the current madsim runtime.
 pub(crate) async fn run(
     scenario: Rc<Scenario>,
@@ -328,6 +449,31 @@ pub(crate) async fn run(
             }
             None => Box::pin(std::future::pending()),
         };
+        if incarnation <= scenario.world.second_starts {
+            let now = env::now_ms(start);
+            if now < window {
+                let at = pick(
+                    mix(seed, u64::from(incarnation), 0x5ec0, 0),
+                    now + 1,
+                    window,
+                );
+                madsim::task::spawn(second_start(
+                    SecondStart {
+                        env: env.clone(),
+                        seed,
+                        behaviour: behaviour.clone(),
+                        start,
+                        base,
+                        logbook: logbook.clone(),
+                        log: log.clone(),
+                        config: config.clone(),
+                        mutant,
+                    },
+                    incarnation,
+                    at,
+                ));
+            }
+        }
         let io = Io {
             embedding,
             console: Box::new(SimConsole {

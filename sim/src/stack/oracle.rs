@@ -24,6 +24,9 @@
 //!   the ones taken down with a crashed supervisor: a supervisor restart resumes an
 //!   in-flight turn without using up one of its recovery steps (issue 11, third bug).
 //! - `S-agent-outlives-supervisor`: no agent process runs once its supervisor exited.
+//! - `S-second-process-ran`: a second `palisade-supervise` started on the state file while
+//!   another holds it exits 2 having claimed no prompt, shown no event and started no
+//!   agent (issue 28, item 3: it took over the first one's running turn).
 //! - `S-caller-gone-hidden`: an incarnation that could not write an event to its caller
 //!   (the caller went away: a broken pipe) says so on stderr (a message naming stdout)
 //!   and does not exit 0. A caller that went away can be told nothing more, so the checks
@@ -78,6 +81,22 @@ pub(crate) struct CallerLog {
     pub(crate) gone_at: Option<u64>,
     /// Per incarnation, the trace line of its first event write that failed.
     pub(crate) write_failed: BTreeMap<u32, u64>,
+    /// The second `palisade-supervise` processes started on the same state file.
+    pub(crate) second: Vec<SecondRun>,
+}
+
+/// A second `palisade-supervise` started on the state file while an incarnation held it.
+#[derive(Debug, Default)]
+pub(crate) struct SecondRun {
+    /// Its process number (its agents' `ProcTruth::incarnation`).
+    pub(crate) process: u32,
+    /// Its exit code, once it exited.
+    pub(crate) code: Option<u8>,
+    /// Prompts it claimed and events it showed its caller.
+    pub(crate) claimed: usize,
+    pub(crate) events: usize,
+    /// The trace line of its start.
+    pub(crate) line: u64,
 }
 
 pub(crate) fn lock(log: &Mutex<CallerLog>) -> MutexGuard<'_, CallerLog> {
@@ -140,6 +159,24 @@ pub(crate) fn judge(
     idx: u64,
 ) -> Result<(), Violation> {
     let line_of = |lines: &[u64], i: usize| lines.get(i).copied().unwrap_or(idx);
+    // One supervisor per state file: a second one is refused before it does anything.
+    for second in &log.second {
+        let agents = env
+            .procs
+            .values()
+            .filter(|p| p.incarnation == second.process)
+            .count();
+        if second.code != Some(2) || second.claimed > 0 || second.events > 0 || agents > 0 {
+            return Err(v(
+                "S-second-process-ran",
+                format!(
+                    "a second palisade-supervise on the same state file (process {}) was not refused: exit {:?}, {} prompts claimed, {} events shown, {agents} agents started",
+                    second.process, second.code, second.claimed, second.events
+                ),
+                second.line,
+            ));
+        }
+    }
     // Every turn's end, as the caller got it (the first one), with its trace line.
     let mut ended: BTreeMap<TurnId, (TurnOutcome, bool, usize, u64)> = BTreeMap::new();
     let mut seqs: BTreeMap<(TurnId, u64), &str> = BTreeMap::new();
