@@ -587,12 +587,13 @@ fn an_unprompted_session_state_update_is_neither_output_nor_acceptance() {
         !got.iter().any(|e| matches!(e, SessionEvent::Output { .. })),
         "{got:?}"
     );
-    // Not accepted: the runtime dying now rolls the turn back, with its cause.
-    engine.agent_event(
-        now,
-        execution,
-        AgentEvent::Closed(CloseReason::ProcessExited(ProcessExit::Code(1))),
-    );
+    // Not accepted: the core's accept deadline passes and rolls the turn back (an accepted
+    // turn has no such deadline). (A runtime dying now would be recovered: the prompt was
+    // written, and the agent may have read it.)
+    let late = now.plus_millis(config().core.start_deadline_ms + 1);
+    engine.handle_timeout(late);
+    engine.pump_outlets(late);
+    engine.flush_output(late);
     let ended: Vec<_> = events(&mut engine)
         .into_iter()
         .filter_map(|e| match e {
@@ -607,13 +608,9 @@ fn an_unprompted_session_state_update_is_neither_output_nor_acceptance() {
         .collect();
     assert_eq!(
         ended,
-        [(
-            TurnOutcome::RolledBack,
-            Some(FailureCause::Connection(CloseReason::ProcessExited(
-                ProcessExit::Code(1)
-            )))
-        )]
+        [(TurnOutcome::RolledBack, Some(FailureCause::CoreDeadline))]
     );
+    let _ = execution;
 }
 
 #[test]
