@@ -15,7 +15,7 @@ use crate::failure;
 use crate::idmap::IdMap;
 use crate::ids::{
     AttemptId, ConversationToken, Epoch, ErrorStamp, ExecutionId, Generation, LeaseId, SessionId,
-    MAX_ATTEMPT_SEQ,
+    TurnId, MAX_ATTEMPT_SEQ,
 };
 use crate::io::{Effect, Input, RejectReason, Verdict};
 use crate::mutants::ActiveMutant;
@@ -127,6 +127,13 @@ impl Core {
         self.sessions
             .get(&session)
             .and_then(|s| s.live.map(|l| l.id))
+    }
+
+    /// The session's active turn (claimed and not ended), if any.
+    pub fn active_turn(&self, session: SessionId) -> Option<TurnId> {
+        self.sessions
+            .get(&session)
+            .and_then(|s| s.turn.map(|t| t.id))
     }
 
     /// The session's ready runtime (owned by its finished attempt), if any.

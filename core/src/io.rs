@@ -692,7 +692,10 @@ pub enum TurnOutcome {
     Failed,
     /// The user cancelled it.
     Cancelled,
-    /// It never reached the provider: the claim was rolled back; the user may resend.
+    /// No provider acknowledged it: the claim was rolled back; the user may resend. Mostly
+    /// it was never written to one (its runtime never started or died first); a prompt the
+    /// provider did not accept by its deadline, or one whose runtime died with the previous
+    /// orchestrator, may have been read.
     RolledBack,
 }
 

@@ -107,8 +107,9 @@ pub(crate) enum TurnPhase {
 pub(crate) struct Turn {
     pub(crate) id: TurnId,
     pub(crate) phase: TurnPhase,
-    /// The provider accepted this turn at least once (so an exit means recovery, not
-    /// roll-back).
+    /// The provider accepted this turn at least once, or its runtime was lost after the
+    /// prompt was written to it (the agent may have read it: ACP has no acknowledgement).
+    /// Either way an exit means recovery, not roll-back.
     pub(crate) accepted_once: bool,
     pub(crate) user_cancelled: bool,
     /// `recovery_started` events so far (≤ schedule length).
@@ -125,6 +126,12 @@ pub(crate) struct Turn {
     /// persisted: every restore decides it afresh.
     #[serde(skip)]
     pub(crate) restart_grace: bool,
+    /// The next loss of a performed, never accepted turn rolls it back instead of
+    /// recovering it. Set by a restore (its runtime died with the previous incarnation:
+    /// the loss is the orchestrator's and must not use up a recovery step) and by a passed
+    /// accept deadline (the agent, alive, is told to drop the prompt). Not persisted.
+    #[serde(skip)]
+    pub(crate) next_loss_rolls_back: bool,
     /// The next runtime sequence number expected in the current dispatch.
     pub(crate) runtime_next: u64,
 }
@@ -142,6 +149,7 @@ impl Turn {
             delivered: 0,
             runtime_next: 1,
             restart_grace: false,
+            next_loss_rolls_back: false,
         }
     }
 

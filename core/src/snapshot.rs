@@ -625,6 +625,7 @@ impl Core {
                 t.restart_grace = t.accepted_once
                     && (t.execution().is_some()
                         || (t.phase == TurnPhase::WaitingRuntime && inherited.is_some()));
+                t.next_loss_rolls_back = !t.accepted_once;
                 match t.phase {
                     TurnPhase::Recovering { at } => {
                         self.timers.insert((at, Timer::Recovery(id, t.id)));

@@ -204,6 +204,7 @@ impl Core {
         );
         t.phase = TurnPhase::Dispatched { lease, execution };
         t.runtime_next = 1;
+        t.next_loss_rolls_back = false;
         let request = t.next_request(mutant);
         self.push(Effect::DispatchPrompt {
             lease,
@@ -386,6 +387,9 @@ impl Core {
                 _ => None,
             });
         let Some(execution) = performed else { return };
+        if let Some(t) = self.sess(session).turn.as_mut() {
+            t.next_loss_rolls_back = true;
+        }
         self.push(Effect::CancelPrompt {
             session,
             execution,
@@ -405,13 +409,22 @@ impl Core {
 
     // ----- rule 8: automatic recovery ----------------------------------------------------
 
-    /// Every exit before the provider accepted rolls the claim back; after acceptance the
-    /// runtime's loss goes to recovery (rule 8).
+    /// Every exit before the prompt was written to the provider rolls the claim back (it
+    /// never reached the agent). After acceptance, or once the prompt was written (the
+    /// agent may have read it and died before it showed any sign: ACP has no
+    /// acknowledgement), the runtime's loss goes to recovery (rule 8), so a prompt reaches
+    /// agents at most once plus once per step of the schedule.
     pub(crate) fn turn_lost_runtime(&mut self, now: Timestamp, session: SessionId) {
         let mutant = self.mutant;
         let delays = std::mem::take(&mut self.config.recovery_delays_ms);
         let decision = {
             let s = self.sessions.get_mut(&session).expect("caller checked");
+            if let Some(t) = s.turn.as_mut() {
+                let performed = matches!(t.phase, TurnPhase::Performed { .. });
+                if performed && !t.accepted_once && !std::mem::take(&mut t.next_loss_rolls_back) {
+                    t.accepted_once = true;
+                }
+            }
             match s.turn.as_mut() {
                 None => None,
                 Some(t) if !t.accepted_once => {

@@ -1906,3 +1906,50 @@ fn restarts_under_an_accepted_turn_do_not_use_up_its_recovery_steps() {
     );
     h.assert_clean();
 }
+
+/// Issue 28, item 4: a prompt written to the agent (performed) whose runtime then died
+/// before any sign of it (no update, no answer) may have been read: the loss is recovered
+/// on the schedule, the re-prompt carrying the replay block once, never rolled back for
+/// the caller to send again outside the schedule.
+#[test]
+fn exit_after_the_prompt_was_written_is_recovered_not_rolled_back() {
+    let mut h = H::default();
+    h.prompt(1, 1);
+    let (a, g) = h.ready(1, 1);
+    let lease = h.last_lease();
+    assert_eq!(h.perform(lease), Verdict::Accepted);
+    h.cb(1, 1, Some(a), g, RuntimeEvent::Exited { stamp: stamp(5) });
+    assert_eq!(
+        h.count(|x| matches!(x, Effect::TurnEnded { .. })),
+        0,
+        "{:?}",
+        h.log()
+    );
+    assert_eq!(
+        h.count(|x| matches!(x, Effect::RecoveryStarted { step: 1, .. })),
+        1
+    );
+    h.assert_clean();
+}
+
+/// The same exit before the prompt was written (dispatched, not performed) rolls it back:
+/// it never reached the agent.
+#[test]
+fn exit_before_the_prompt_was_written_rolls_it_back() {
+    let mut h = H::default();
+    h.prompt(1, 1);
+    let (a, g) = h.ready(1, 1);
+    h.cb(1, 1, Some(a), g, RuntimeEvent::Exited { stamp: stamp(5) });
+    assert_eq!(
+        h.count(|x| matches!(
+            x,
+            Effect::TurnEnded {
+                outcome: TurnOutcome::RolledBack,
+                ..
+            }
+        )),
+        1
+    );
+    assert_eq!(h.count(|x| matches!(x, Effect::RecoveryStarted { .. })), 0);
+    h.assert_clean();
+}

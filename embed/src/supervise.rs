@@ -49,10 +49,12 @@ const BUSY_RETRIES: u32 = 3;
 /// Prompts read from stdin and not yet sent.
 const STDIN_PROMPTS_QUEUED: usize = 16;
 
-/// A prompt whose turn was rolled back (it never reached an agent: the runtime it was
-/// dispatched to died first, or never started) is sent again at most this many times. So
-/// an agent that never answers `initialize` fails the prompt after `1 +` this many
-/// initialize timeouts (`--help` says so).
+/// A prompt whose turn was rolled back is sent again at most this many times. The core
+/// rolls a turn back when no agent acknowledged it: mostly because it was never written
+/// to one (its runtime never started, or its conversation could not be loaded). A prompt
+/// written to an agent whose runtime then died is the core's recovery schedule's to send
+/// again (rule 8), never this loop's. So an agent that never answers `initialize` fails
+/// the prompt after `1 +` this many initialize timeouts (`--help` says so).
 const ROLLED_BACK_RESENDS: u32 = 2;
 
 /// What `--help` prints after the flags: where prompts come from, the bounds on what the
@@ -73,8 +75,10 @@ Bounds (every refusal is bad usage, exit 2, before anything runs):
                               for its whole life)
   --cwd                       an existing directory
 An agent that never answers initialize fails the prompt after 3 initialize timeouts: a
-prompt that never reached an agent is sent again, twice. An agent whose initialize answer
-names another ACP protocol version than 1 is refused.
+prompt whose turn was rolled back before any agent acknowledged it is sent again, twice. A
+prompt written to an agent that then died is sent again only on --recovery-delays-ms's
+schedule. An agent whose initialize answer names another ACP protocol version than 1 is
+refused.
 
 Exit: 0 every turn completed; 1 a turn did not (or the agent could not run, or events could
 not be written to stdout: every agent is stopped then); 2 bad usage or an unusable or busy
@@ -731,9 +735,12 @@ async fn prompt_all(
         loop {
             match send_prompt(supervisor, events, console, session, &text).await? {
                 Some(TurnOutcome::RolledBack) if resends < ROLLED_BACK_RESENDS => {
-                    // It never reached an agent (its runtime died first): send it again.
+                    // No agent acknowledged it (what is known: not whether one read it).
                     resends += 1;
-                    console.message("the prompt never reached the agent; sending it again");
+                    console.message(
+                        "the prompt's turn was rolled back before any agent acknowledged it; \
+                         sending it again",
+                    );
                 }
                 Some(outcome) => {
                     *all_completed &= outcome == TurnOutcome::Completed;

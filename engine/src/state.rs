@@ -125,6 +125,10 @@ pub enum StateError {
     Header(String),
     /// The core's snapshot was refused.
     Core(RestoreError),
+    /// The header and the core's snapshot disagree (a writer that was not ours, or a bug):
+    /// a turn in flight, a bound execution or its generation that one has and the other
+    /// does not. Used as it is, the restart would hang or never resume the turn.
+    Contradiction(String),
 }
 
 impl std::fmt::Display for StateError {
@@ -146,11 +150,64 @@ impl std::fmt::Display for StateError {
             ),
             StateError::Header(error) => write!(f, "state file header: {error}"),
             StateError::Core(error) => write!(f, "core snapshot: {error}"),
+            StateError::Contradiction(what) => {
+                write!(f, "state file contradicts itself: {what}")
+            }
         }
     }
 }
 
 impl std::error::Error for StateError {}
+
+/// Checks the header against the restored core (issue 28, item 5): every turn the core
+/// has in flight is the header's turn of that session, with its text (a recovery re-prompt
+/// needs it), and every execution the core believes exists is one the header records as
+/// bound, under the same session and generation (its exit is reported from the header:
+/// one left out would never be, and the session would wait for it forever).
+pub(crate) fn cross_check(header: &Header, core: &palisade_core::Core) -> Result<(), StateError> {
+    for session in core.known_sessions() {
+        let Some(turn) = core.active_turn(session) else {
+            continue;
+        };
+        let recorded = header
+            .sessions
+            .iter()
+            .find(|r| r.session == session)
+            .and_then(|r| r.turn.as_ref())
+            .map(|(t, _)| *t);
+        if recorded != Some(turn) {
+            return Err(StateError::Contradiction(format!(
+                "the core has turn {turn} of session {session} in flight, the header {}",
+                match recorded {
+                    Some(t) => format!("turn {t}"),
+                    None => "no turn".into(),
+                }
+            )));
+        }
+    }
+    for known in core.known_executions() {
+        let recorded = header
+            .executions
+            .iter()
+            .find(|r| r.execution == known.execution);
+        match recorded {
+            Some(r) if r.session == known.session && r.generation == known.generation => {}
+            Some(r) => {
+                return Err(StateError::Contradiction(format!(
+                    "execution {} is session {}'s at generation {} in the core, session {}'s at generation {} in the header",
+                    known.execution, known.session, known.generation, r.session, r.generation
+                )))
+            }
+            None => {
+                return Err(StateError::Contradiction(format!(
+                    "execution {} (session {}, generation {}) is in the core and not in the header",
+                    known.execution, known.session, known.generation
+                )))
+            }
+        }
+    }
+    Ok(())
+}
 
 /// Encodes a state image.
 pub(crate) fn encode(saved_at_ms: u64, header: &Header, core_snapshot: &[u8]) -> Vec<u8> {

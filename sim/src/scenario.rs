@@ -519,6 +519,9 @@ pub enum Action {
     LateCallback,
     /// The session's next teardown hangs.
     HangTeardown,
+    /// The next agent to receive a prompt exits right after reading it, before any update
+    /// or answer (stack worlds only; each step arms one such exit).
+    ExitOnPrompt,
 }
 
 /// One fixed step.
@@ -1076,6 +1079,15 @@ impl Scenario {
                         i + 1,
                         step.at_ms,
                         limits.fault_window_ms
+                    ),
+                ));
+            }
+            if step.action == Action::ExitOnPrompt && !self.world.kind.is_stack() {
+                return Err(invalid(
+                    &at("action"),
+                    format!(
+                        "step {}: exit_on_prompt needs a stack-world scenario (the engine world's agents are not palisade-supervise's)",
+                        i + 1
                     ),
                 ));
             }

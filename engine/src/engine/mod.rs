@@ -48,9 +48,9 @@
 //!   line written to a pipe proves nothing (the agent may die before reading it). The
 //!   engine reports `PromptAccepted` on the first proof that the agent works on the
 //!   prompt: its first `session/update` for the conversation while the prompt is in
-//!   flight, or else the prompt's answer (result or JSON-RPC error). Before that, a dead
-//!   runtime rolls the turn back (the user may resend); after it, the core recovers the
-//!   turn.
+//!   flight, or else the prompt's answer (result or JSON-RPC error). A runtime that dies
+//!   before the prompt was written rolls the turn back (the user may resend); once it was
+//!   written (accepted or not: the agent may have read it), the core recovers the turn.
 //! - Each `session/update` during the prompt is a `Stream` callback with a runtime
 //!   sequence number from 1 per dispatch; the core's `Deliver` moves it into the session's
 //!   bounded [`NotificationQueue`], then through a [`Coalescer`] to the caller.

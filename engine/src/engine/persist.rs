@@ -28,6 +28,7 @@ impl Engine {
     ) -> Result<Engine, StateError> {
         let decoded = state::decode(bytes)?;
         let core = Core::restore(decoded.core_snapshot).map_err(StateError::Core)?;
+        state::cross_check(&decoded.header, &core)?;
         // The auditor cannot know the attempts before the restart: it would flag their
         // legitimate callbacks, so it stays off. The restore's own effects (turns rolled
         // back, conversation requests re-issued) wait in the driver for the first pull.

@@ -587,12 +587,13 @@ fn an_unprompted_session_state_update_is_neither_output_nor_acceptance() {
         !got.iter().any(|e| matches!(e, SessionEvent::Output { .. })),
         "{got:?}"
     );
-    // Not accepted: the runtime dying now rolls the turn back, with its cause.
-    engine.agent_event(
-        now,
-        execution,
-        AgentEvent::Closed(CloseReason::ProcessExited(ProcessExit::Code(1))),
-    );
+    // Not accepted: the core's accept deadline passes and rolls the turn back (an accepted
+    // turn has no such deadline). (A runtime dying now would be recovered: the prompt was
+    // written, and the agent may have read it.)
+    let late = now.plus_millis(config().core.start_deadline_ms + 1);
+    engine.handle_timeout(late);
+    engine.pump_outlets(late);
+    engine.flush_output(late);
     let ended: Vec<_> = events(&mut engine)
         .into_iter()
         .filter_map(|e| match e {
@@ -607,13 +608,9 @@ fn an_unprompted_session_state_update_is_neither_output_nor_acceptance() {
         .collect();
     assert_eq!(
         ended,
-        [(
-            TurnOutcome::RolledBack,
-            Some(FailureCause::Connection(CloseReason::ProcessExited(
-                ProcessExit::Code(1)
-            )))
-        )]
+        [(TurnOutcome::RolledBack, Some(FailureCause::CoreDeadline))]
     );
+    let _ = execution;
 }
 
 #[test]
@@ -1381,4 +1378,83 @@ fn one_write_releases_all_the_output_it_covers() {
     engine.persisted(next);
     settle(&mut engine, &mut seqs);
     assert_eq!(seqs.last(), Some(&(covered + 1)));
+}
+
+/// Issue 28, item 5: a state file whose header disagrees with its core snapshot (written
+/// by something else, or a bug; its checksum right) was used as it was: the restart hung
+/// or never resumed the turn. Each disagreement is refused on load, and the state as
+/// written is used.
+#[test]
+fn a_state_whose_header_contradicts_its_core_snapshot_is_refused() {
+    let now = Timestamp::from_millis(1_000);
+    let mut engine = Engine::new(config()).unwrap();
+    let turn = engine.prompt(now, session(1), "hello".into()).unwrap();
+    let (s, attempt) = spawn_action(&mut engine);
+    let execution = engine.spawned(now, s, attempt, Ok(Some(42)));
+    answer(
+        &mut engine,
+        now,
+        execution,
+        acp::INITIALIZE,
+        json!({"agentCapabilities": {"loadSession": true}}),
+    );
+    answer(
+        &mut engine,
+        now,
+        execution,
+        acp::SESSION_NEW,
+        json!({"sessionId": "c1"}),
+    );
+    engine.agent_event(now, execution, chunk("one"));
+    engine.pump_outlets(now);
+    let bytes = engine.encode_state(now);
+    let decoded = state::decode(&bytes).unwrap();
+    let (header, snapshot) = (decoded.header, decoded.core_snapshot);
+    assert_eq!(
+        header.sessions[0].turn.as_ref().map(|(t, _)| *t),
+        Some(turn)
+    );
+    assert_eq!(header.executions.len(), 1);
+    let restore = |header: &Header| {
+        Engine::restore(
+            config(),
+            &state::encode(now.as_millis(), header, snapshot),
+            now,
+        )
+    };
+    assert!(restore(&header).is_ok(), "the state as written is used");
+    let refused = |header: Header, what: &str| match restore(&header) {
+        Err(StateError::Contradiction(said)) => said,
+        Err(other) => panic!("{what}: refused for another reason: {other}"),
+        Ok(_) => panic!("{what}: accepted"),
+    };
+    // The turn in flight left out of the header.
+    let mut h = header.clone();
+    h.sessions[0].turn = None;
+    let said = refused(h, "turn left out");
+    assert!(said.contains("in flight"), "{said}");
+    // Another turn id in the header.
+    let mut h = header.clone();
+    if let Some((t, _)) = h.sessions[0].turn.as_mut() {
+        *t = TurnId::new(turn.get() + 1).unwrap();
+    }
+    refused(h, "another turn");
+    // The session left out altogether.
+    let mut h = header.clone();
+    h.sessions.clear();
+    refused(h, "session left out");
+    // The bound execution left out.
+    let mut h = header.clone();
+    h.executions.clear();
+    let said = refused(h, "execution left out");
+    assert!(said.contains("not in the header"), "{said}");
+    // Its generation another.
+    let mut h = header.clone();
+    h.executions[0].generation = Generation::new(h.executions[0].generation.get() + 7).unwrap();
+    let said = refused(h, "another generation");
+    assert!(said.contains("generation"), "{said}");
+    // Another session's.
+    let mut h = header.clone();
+    h.executions[0].session = session(2);
+    refused(h, "another session");
 }

@@ -115,6 +115,9 @@ pub enum FaultKind {
     /// The session's agent process exits right after it answers its prompt (the agent
     /// goes away between turns; the next prompt may find it dying).
     ExitAfterTurn,
+    /// The next agent process to receive a prompt exits right after reading it, before it
+    /// writes any update or answer (stack worlds only).
+    ExitOnPrompt,
     /// The orchestrator crashes and restarts from its durable snapshot.
     CrashRestart,
     /// The session's next prompt streams `count` notifications at once.
@@ -195,6 +198,7 @@ impl std::hash::Hash for FaultKind {
             FaultKind::CallerStall { ms } => (13u8, ms).hash(h),
             FaultKind::DiskFault { class, count } => (15u8, class, count).hash(h),
             FaultKind::CallerGone => 16u8.hash(h),
+            FaultKind::ExitOnPrompt => 17u8.hash(h),
             FaultKind::Jitter {
                 until_ms,
                 delay_p,
@@ -480,6 +484,14 @@ impl FaultPlan {
                         );
                     }
                 }
+                FaultKind::ExitOnPrompt => {
+                    if !scenario.world.kind.is_stack() {
+                        return bad(
+                            at("fault"),
+                            "an exit on a prompt's receipt needs a stack-world scenario".into(),
+                        );
+                    }
+                }
                 FaultKind::DiskFault { count, .. } => {
                     if !scenario.world.kind.is_stack() {
                         return bad(
@@ -644,6 +656,7 @@ pub fn step_faults(scenario: &Scenario) -> Vec<Fault> {
                 delay_ms: step.delay_ms.unwrap_or(0),
             },
             Action::HangTeardown => FaultKind::HangTeardown,
+            Action::ExitOnPrompt => FaultKind::ExitOnPrompt,
         };
         let repeat = match step.action {
             Action::ProviderExit | Action::Cancel => step.count.unwrap_or(1).max(1),

@@ -101,6 +101,8 @@ impl ProcTruth {
 #[derive(Debug, Clone)]
 pub(crate) struct Received {
     pub(crate) at_ms: u64,
+    /// The process that received it.
+    pub(crate) pid: u32,
     pub(crate) text: String,
 }
 
@@ -123,6 +125,9 @@ pub(crate) struct EnvState {
     pub(crate) next_ignores_eof: bool,
     /// The running agent exits right after it answers its next prompt.
     pub(crate) exit_after_answer: bool,
+    /// This many of the next agents to receive a prompt exit right after reading it,
+    /// before any update or answer.
+    pub(crate) exit_on_prompt: u32,
     /// Launchers started so far.
     launchers: u32,
     /// Kill switches of live agents.
@@ -572,13 +577,21 @@ async fn agent_process(
                     let now = now_ms(start);
                     model.on_frame(now, frame, &mut e.store);
                     // What it received (its prompts) comes apart from what it wrote.
+                    let mut read_prompt = false;
                     for seen in model.poll_seen() {
                         if let Some(truth) = e.proxy.as_mut() {
                             truth.saw(pid, now, &seen);
                         }
                         if let Seen::Prompt { text, .. } = seen {
-                            e.prompts.push(Received { at_ms: now, text });
+                            e.prompts.push(Received { at_ms: now, pid, text });
+                            read_prompt = true;
                         }
+                    }
+                    if read_prompt && e.exit_on_prompt > 0 {
+                        // It read the prompt and dies before it writes anything for it.
+                        e.exit_on_prompt -= 1;
+                        e.last_disruption_ms = now;
+                        break 'life ProcessExit::Code(1);
                     }
                 }
                 _ => {

@@ -116,12 +116,15 @@ impl Console for SimConsole {
 
     fn message(&mut self, text: &str) {
         let now = env::now_ms(self.start);
-        lock_logbook(&self.logbook)
-            .tracer
-            .line(now, "supervise", "message", &[("text", text)]);
-        oracle::lock(&self.log)
-            .messages
-            .push((self.incarnation, text.to_owned()));
+        let line =
+            lock_logbook(&self.logbook)
+                .tracer
+                .line(now, "supervise", "message", &[("text", text)]);
+        let received = lock(&self.env).prompts.len();
+        let mut log = oracle::lock(&self.log);
+        let claimed = log.claimed.len();
+        log.messages.push((self.incarnation, text.to_owned()));
+        log.message_at.push((claimed, received, line));
     }
 
     fn prompt_claimed(&mut self, _session: SessionId, turn: TurnId, text: &str) {
@@ -699,6 +702,7 @@ pub(crate) fn apply_to_env(env: &Env, f: &Fault, now: u64) -> ToCaller {
             }
         }
         FaultKind::ExitAfterTurn => e.exit_after_answer = true,
+        FaultKind::ExitOnPrompt => e.exit_on_prompt += 1,
         FaultKind::LateCallback { .. } | FaultKind::HangTeardown => e.next_ignores_eof = true,
         FaultKind::CallerStall { ms } => return ToCaller::Stall { ms },
         FaultKind::DiskFault { class, count } => {

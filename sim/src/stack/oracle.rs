@@ -39,6 +39,14 @@
 //!   name, judged from this environment's process records.
 //! - `S-exit-0-unfinished`: exit 0 only when every claimed turn completed.
 //! - `S-no-exit`: the supervise loop exits within the run (its caller closed stdin).
+//! - `S-prompt-resent`: a prompt reaches agents at most once plus once per step of the
+//!   recovery schedule. A receipt by a process the supervisor asked to go, or took down
+//!   with itself when it crashed, does not count: a restart resumes a turn without using
+//!   up a step (issue 28, item 4: a rolled-back prompt was sent again outside the
+//!   schedule, so an agent that read it and died before its first update got it three
+//!   times).
+//! - `S-cause-untrue`: a message that says a prompt never reached (or was never sent to)
+//!   an agent is about a prompt no agent had received (issue 28, item 4).
 //! - `S-prompt-not-run`: a prompt first sent after the environment's last disruption (an
 //!   agent killed, a disk fault, a crash) completes: nothing that happened before it may
 //!   doom it (a runtime killed right before it must not take it down).
@@ -61,6 +69,9 @@ pub(crate) struct CallerLog {
     pub(crate) event_lines: Vec<u64>,
     /// Operator messages: incarnation, text.
     pub(crate) messages: Vec<(u32, String)>,
+    /// For each of `messages`: how many prompts had been claimed and how many prompts the
+    /// agents had received when it was written, and its trace line.
+    pub(crate) message_at: Vec<(usize, usize, u64)>,
     /// Prompts the supervisor claimed: incarnation, turn, text.
     pub(crate) claimed: Vec<(u32, TurnId, String)>,
     /// When each of `claimed` was claimed (simulated ms).
@@ -303,6 +314,63 @@ pub(crate) fn judge(
             ));
         }
     }
+    // A message that says the last claimed prompt never reached an agent, while one had
+    // received it.
+    for ((_, message), &(claimed, received, line)) in log.messages.iter().zip(&log.message_at) {
+        let Some((_, turn, text)) = claimed.checked_sub(1).and_then(|i| log.claimed.get(i)) else {
+            continue;
+        };
+        let says_unreached = message.contains("never reached") || message.contains("never sent");
+        if let Some(r) = env.prompts[..received.min(env.prompts.len())]
+            .iter()
+            .find(|r| says_unreached && strip_blocks(&r.text) == text)
+        {
+            return Err(v(
+                "S-cause-untrue",
+                format!(
+                    "the caller was told \"{message}\" about turn {} ({text:?}), but process {} received it at {} ms",
+                    turn.get(),
+                    r.pid,
+                    r.at_ms
+                ),
+                line,
+            ));
+        }
+    }
+    // Each prompt reaches agents at most once, and once more per recovery step; a process
+    // the supervisor asked to go or took down with itself when it crashed is not a
+    // recovery's (a restart resumes a turn without using up a step).
+    let mut first_line: BTreeMap<&str, u64> = BTreeMap::new();
+    for (i, (_, _, text)) in log.claimed.iter().enumerate() {
+        first_line
+            .entry(text)
+            .or_insert(line_of(&log.claimed_lines, i));
+    }
+    for (text, line) in &first_line {
+        let receipts: Vec<&super::env::Received> = env
+            .prompts
+            .iter()
+            .filter(|r| strip_blocks(&r.text) == *text)
+            .collect();
+        let excused = receipts
+            .iter()
+            .filter(|r| {
+                env.procs
+                    .get(&r.pid)
+                    .is_some_and(|p| p.died_with_supervisor || p.asked_at_ms.is_some())
+            })
+            .count();
+        if receipts.len() - excused > 1 + schedule {
+            return Err(v(
+                "S-prompt-resent",
+                format!(
+                    "prompt {text:?} reached agents {} times ({excused} of them processes the supervisor stopped or took down with it), more than once plus a recovery schedule of {schedule} step(s)",
+                    receipts.len()
+                ),
+                *line,
+            ));
+        }
+    }
     for (incarnation, turn, text) in &log.claimed {
         if let Some((TurnOutcome::Completed, _, seen, line)) = ended.get(turn) {
             if let Some(again) = env.prompts[*seen..]
@@ -498,6 +566,7 @@ mod tests {
     fn received(at_ms: u64) -> Received {
         Received {
             at_ms,
+            pid: 7,
             text: "prompt-1".into(),
         }
     }

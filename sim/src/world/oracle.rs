@@ -135,6 +135,11 @@ pub(crate) struct Oracle {
     pub(crate) clients: BTreeMap<u32, ClientTruth>,
     /// Prompt tags per original text, in the order agents received them.
     dispatched: BTreeMap<String, Vec<String>>,
+    /// Prompts the engine wrote to an agent's pipe, per original text (received or not: a
+    /// process may be dead by then).
+    sent: BTreeMap<String, usize>,
+    /// Prompts received without a replay block, per original text.
+    plain: BTreeMap<String, usize>,
     /// The last `session/load` each agent process received, and its answer.
     loads: BTreeMap<ExecutionId, LoadTruth>,
     /// The agent the engine is configured for (rule 6's profile).
@@ -160,6 +165,8 @@ impl Oracle {
             texts: BTreeMap::new(),
             clients: BTreeMap::new(),
             dispatched: BTreeMap::new(),
+            sent: BTreeMap::new(),
+            plain: BTreeMap::new(),
             loads: BTreeMap::new(),
             profile: config.core.agent_profile,
             turns_claimed: 0,
@@ -304,6 +311,19 @@ impl Oracle {
                 let blocks = text.matches(REPLAY_BLOCK_TAG).count();
                 let original = strip_blocks(&text).to_owned();
                 let earlier = self.dispatched.get(&original).map_or(0, Vec::len);
+                let plain_before = self.plain.get(&original).copied().unwrap_or(0);
+                if blocks == 0 {
+                    *self.plain.entry(original.clone()).or_default() += 1;
+                }
+                // Whether an agent acknowledged an earlier dispatch of it (an update or an
+                // answer): only then does the core know the agent had it.
+                let acknowledged = self.dispatched.get(&original).is_some_and(|tags| {
+                    tags.iter().any(|t| {
+                        self.prompts
+                            .get(t)
+                            .is_some_and(|p| !p.events.is_empty() || p.answered.is_some())
+                    })
+                });
                 self.dispatched
                     .entry(original.clone())
                     .or_default()
@@ -334,13 +354,28 @@ impl Oracle {
                     idx,
                 )?;
                 let wanted = usize::from(earlier > 0);
+                // Before any agent acknowledged the prompt, the core cannot know whether one
+                // read it (ACP has no acknowledgement; a dispatch may die in a pipe or be held
+                // behind an earlier prompt): a re-prompt recovering it may carry the block,
+                // which then resumes from nothing. And the first dispatch, the one without
+                // a block, may reach its (stopping) agent after a re-prompt reached another:
+                // a prompt without a block is received at most once, never after one
+                // without. (This send is counted already.)
+                let sent_before = self
+                    .sent
+                    .get(&original)
+                    .copied()
+                    .unwrap_or(0)
+                    .saturating_sub(1);
                 self.check(
-                    blocks == wanted,
+                    blocks == wanted
+                        || (blocks == 1 && !acknowledged)
+                        || (blocks == 0 && plain_before == 0),
                     "R8-replay-block",
                     || {
                         format!(
                             "{exec}: prompt {tag} carries {blocks} replay blocks; its text was \
-                             dispatched {earlier} times before"
+                             dispatched {earlier} times before ({sent_before} sent)"
                         )
                     },
                     idx,
@@ -459,6 +494,7 @@ impl Oracle {
     /// re-prompt (one carrying a replay block) never goes out after the user cancelled its
     /// turn.
     pub(crate) fn prompt_sent(&mut self, text: &str, idx: u64) -> Result<(), Violation> {
+        *self.sent.entry(strip_blocks(text).to_owned()).or_default() += 1;
         if !text.starts_with(REPLAY_BLOCK_TAG) {
             return Ok(());
         }

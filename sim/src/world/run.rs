@@ -486,6 +486,14 @@ impl World {
             } => {
                 let session = self.procs.get(&execution).map(|p| p.session);
                 let Some(p) = self.procs.get_mut(&execution).filter(|p| !p.orphaned) else {
+                    if method == palisade_wire::acp::SESSION_PROMPT {
+                        // The engine wrote it to a pipe no agent reads any more.
+                        let text = params.prompt_text().unwrap_or_default();
+                        let idx = (lock(&self.logbook).tracer.len() as u64).saturating_sub(1);
+                        if let Err(v) = self.oracle.prompt_sent(text, idx) {
+                            self.violation.get_or_insert(v);
+                        }
+                    }
                     self.engine.get_mut().reply(
                         now,
                         execution,
@@ -1128,9 +1136,9 @@ impl World {
                 self.arms.or_default(s).load = Some(class);
             }
             FaultKind::LoadTimeout => self.arms.or_default(s).load_hang = true,
-            // The engine world has no state file and no palisade-supervise caller (plans
-            // refuse both there).
-            FaultKind::DiskFault { .. } | FaultKind::CallerGone => {}
+            // The engine world has no state file, no palisade-supervise caller and no
+            // exit on a prompt's receipt (plans refuse them there).
+            FaultKind::DiskFault { .. } | FaultKind::CallerGone | FaultKind::ExitOnPrompt => {}
             FaultKind::ClockJump { ms } => {
                 self.skew_ms = self.skew_ms.saturating_add(ms);
                 self.mono();
