@@ -722,6 +722,21 @@ impl Auditor {
                 }
             }
             Effect::CancelPrompt { .. } => {}
+            Effect::TurnSilent {
+                session,
+                execution,
+                turn,
+                ..
+            } => {
+                let current = self.sessions.get(&session).and_then(|s| s.active_turn);
+                if current != Some(turn) || !self.went_silent(session, execution, now) {
+                    fail!(
+                        "R8-idle",
+                        "session {session} turn {turn}: given up as silent on {execution} \
+                         before a whole idle period without a word"
+                    );
+                }
+            }
             Effect::JoinTimedOut { attempt, .. } => {
                 self.joins.remove(&attempt);
             }

@@ -532,6 +532,12 @@ impl Core {
                 _ => None,
             });
         let Some(execution) = silent else { return };
+        self.push(Effect::TurnSilent {
+            session,
+            execution,
+            turn,
+            idle_ms: self.config.turn_idle_ms,
+        });
         self.push(Effect::CancelPrompt {
             session,
             execution,

@@ -966,7 +966,8 @@ impl World {
                 | Effect::Deliver { .. }
                 | Effect::RecoveryStarted { .. }
                 | Effect::RecoveryExhausted { .. }
-                | Effect::FailureReported { .. } => {}
+                | Effect::FailureReported { .. }
+                | Effect::TurnSilent { .. } => {}
             }
         }
     }

@@ -266,6 +266,7 @@ pub(crate) async fn run(
             profile: None,
             log_format: Default::default(),
             initialize_timeout_ms: None,
+            turn_idle_ms: None,
         };
         // The caller pipes in every prompt no incarnation claimed, then closes stdin.
         let (stdin_tx, stdin_rx) = mpsc::channel(16);
