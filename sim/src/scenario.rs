@@ -359,6 +359,14 @@ pub struct Workload {
     pub spawn_delay_ms: Bounds<u64>,
     /// The engine's runtime reuse (`EngineConfig::reuse_runtimes`).
     pub reuse_runtimes: bool,
+    /// Per mille of prompts whose agent goes silent after its first event (no more
+    /// output, no answer, `session/cancel` ignored: a wedged agent), for the idle rule.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub silent_per_mille: u16,
+}
+
+fn is_zero(n: &u16) -> bool {
+    *n == 0
 }
 
 impl Default for Workload {
@@ -374,6 +382,7 @@ impl Default for Workload {
             boot_delay_ms: Bounds::new(1, 3),
             spawn_delay_ms: Bounds::new(0, 0),
             reuse_runtimes: false,
+            silent_per_mille: 0,
         }
     }
 }
@@ -885,6 +894,12 @@ impl Scenario {
             late_why,
         )?;
         check_range(&at("notification_bytes"), w.notification_bytes)?;
+        at_most(
+            &at("silent_per_mille"),
+            u64::from(w.silent_per_mille),
+            1000,
+            "a thousand per mille",
+        )?;
         at_most(
             &at("notification_bytes"),
             u64::from(w.notification_bytes.hi),
