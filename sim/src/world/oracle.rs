@@ -981,6 +981,24 @@ impl Oracle {
     /// completion that came short, the failure never shown, the process left running), and
     /// `idx`, the check's own line, only when there is none.
     pub(crate) fn liveness(&mut self, sessions: u32, idx: u64) -> Result<(), Violation> {
+        // The idle rule, from the agents' side: an agent that took a prompt (wrote an event
+        // for it) and then said nothing more, never answering, is given up (asked to stop)
+        // long before the faults stop and the quiesce time passes; it never keeps its turn.
+        for (exec, p) in &self.procs {
+            if !p.alive || p.orphaned || p.behaviour.silent_per_mille == 0 {
+                continue;
+            }
+            if let (Some((tag, true)), None) = (&p.prompting, p.stop_asked_at) {
+                return Err(v(
+                    "R8-silent-agent-given-up",
+                    format!(
+                        "session {}: {exec} went silent on prompt {tag} and was never given up",
+                        p.session
+                    ),
+                    p.spawn_line,
+                ));
+            }
+        }
         for ((session, turn), t) in &self.turns {
             if t.ended.is_none() {
                 return Err(v(
