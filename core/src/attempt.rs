@@ -253,7 +253,12 @@ impl Core {
             Who::Live(live) => self.apply_live(now, cb, live),
             Who::Owner(owner) => self.apply_owner(now, cb, owner),
             Who::Unfenced => self.apply_unfenced(now, cb),
-            Who::Streamed(None) => Verdict::Accepted,
+            Who::Streamed(None) => {
+                if self.config.turn_idle_ms > 0 {
+                    self.turn_heard(now, cb.session);
+                }
+                Verdict::Accepted
+            }
             Who::Streamed(Some(reason)) => Verdict::Reject(reason),
         }
     }
@@ -493,7 +498,7 @@ impl Core {
                 if !self.turn_on(session, turn, cb.execution, false) {
                     return Verdict::Reject(RejectReason::WrongTurn);
                 }
-                self.mark_accepted(session, cb.execution);
+                self.mark_accepted(now, session, cb.execution);
                 self.retire_live(session, Retired::Finished);
                 Verdict::Accepted
             }

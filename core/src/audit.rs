@@ -61,6 +61,9 @@ struct TurnRec {
     /// The provider accepted it (a callback the core took): every later dispatch is a
     /// re-prompt, after a recovery or after a restart that resumed it without one.
     accepted: bool,
+    /// The runtime it was last heard from (acceptance or a stream event the core took),
+    /// and when: the idle rule may give that runtime up only a whole idle period later.
+    heard: Option<(ExecutionId, Timestamp)>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -79,6 +82,8 @@ struct SessionRec {
 pub struct Auditor {
     join_wait_ms: u64,
     stop_deadline_ms: u64,
+    /// The idle rule's deadline (0: off).
+    turn_idle_ms: u64,
     schedule_len: u32,
     /// The profile the core was configured with: a fallback is judged under it.
     profile: crate::classify::AgentProfile,
@@ -107,6 +112,7 @@ impl Auditor {
         Auditor {
             join_wait_ms: config.join_wait_ms,
             stop_deadline_ms: config.stop_deadline_ms,
+            turn_idle_ms: config.turn_idle_ms,
             schedule_len: config.recovery_delays_ms.len() as u32,
             profile: config.agent_profile,
             attempts: BTreeMap::new(),
@@ -118,6 +124,20 @@ impl Auditor {
             last_now: Timestamp::ZERO,
             joins: BTreeMap::new(),
         }
+    }
+
+    /// Whether the idle rule may give up `execution` at `now`: it runs the session's active
+    /// turn, which was last heard from on it at least a whole idle period ago.
+    fn went_silent(&self, session: SessionId, execution: ExecutionId, now: Timestamp) -> bool {
+        let Some(turn) = self.sessions.get(&session).and_then(|s| s.active_turn) else {
+            return false;
+        };
+        self.turn_idle_ms > 0
+            && self.turns.get(&(session, turn)).is_some_and(|t| {
+                t.heard.is_some_and(|(e, at)| {
+                    e == execution && at.plus_millis(self.turn_idle_ms) <= now
+                })
+            })
     }
 
     /// Whether `attempt` may speak for `session` now: it is live, or it is the newest
@@ -236,9 +256,12 @@ impl Auditor {
                 self.bindings.insert(*execution, (*attempt, *generation));
             }
             (Input::Callback(cb), Verdict::Accepted) => {
-                if let RuntimeEvent::PromptAccepted { turn } = cb.event {
+                if let RuntimeEvent::PromptAccepted { turn } | RuntimeEvent::Stream { turn, .. } =
+                    cb.event
+                {
                     if let Some(t) = self.turns.get_mut(&(cb.session, turn)) {
                         t.accepted = true;
+                        t.heard = Some((cb.execution, now));
                     }
                 }
                 let Some(attempt) = cb.attempt else {
@@ -603,7 +626,8 @@ impl Auditor {
                     let rec = self.attempts.get(binder);
                     let session = rec.map(|r| r.session);
                     let owns_runtime = session.is_some_and(|s| self.may_speak(s, *binder));
-                    if owns_runtime {
+                    if owns_runtime && !session.is_some_and(|s| self.went_silent(s, execution, now))
+                    {
                         fail!(
                             "R5-stop-owner",
                             "{execution} stopped while its binder {binder} is {:?} and current",
@@ -698,6 +722,21 @@ impl Auditor {
                 }
             }
             Effect::CancelPrompt { .. } => {}
+            Effect::TurnSilent {
+                session,
+                execution,
+                turn,
+                ..
+            } => {
+                let current = self.sessions.get(&session).and_then(|s| s.active_turn);
+                if current != Some(turn) || !self.went_silent(session, execution, now) {
+                    fail!(
+                        "R8-idle",
+                        "session {session} turn {turn}: given up as silent on {execution} \
+                         before a whole idle period without a word"
+                    );
+                }
+            }
             Effect::JoinTimedOut { attempt, .. } => {
                 self.joins.remove(&attempt);
             }

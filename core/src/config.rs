@@ -44,6 +44,13 @@ pub struct Config {
     pub stop_deadline_ms: u64,
     /// Automatic-recovery delays; empty disables recovery entirely.
     pub recovery_delays_ms: Vec<u64>,
+    /// How long an accepted turn's runtime may stay silent (no stream event, no answer)
+    /// before the turn counts as lost with its runtime: the prompt is cancelled, the
+    /// runtime stopped (killed after [`Config::stop_deadline_ms`]) and the turn recovered
+    /// on the schedule (rule 8), as for a runtime that died. Silence while the embedder
+    /// does not read its runtimes ([`crate::Core::set_listening`]) does not count. `0`
+    /// (the default) disables the rule: a silent turn then waits for its runtime's exit.
+    pub turn_idle_ms: u64,
     /// Sessions the core tracks at once.
     pub max_sessions: usize,
     /// Which agent's load answers to trust (see `classify`).
@@ -58,6 +65,7 @@ impl Default for Config {
             lease_ms: 5_000,
             stop_deadline_ms: 10_000,
             recovery_delays_ms: vec![1_000, 2_000, 4_000],
+            turn_idle_ms: 0,
             max_sessions: 1_000_000,
             agent_profile: AgentProfile::Generic,
         }

@@ -58,6 +58,12 @@ pub struct Core {
     pub(crate) timers: Timers,
     pub(crate) effects: VecDeque<Effect>,
     pub(crate) mutant: ActiveMutant,
+    /// The embedder does not read its runtimes now ([`Core::set_listening`]): silence
+    /// proves nothing, so no idle deadline runs.
+    pub(crate) deaf: bool,
+    /// While deaf: the accepted turns whose idle deadline waits for the embedder to
+    /// listen again, in the order they were parked.
+    pub(crate) parked: Vec<(SessionId, TurnId)>,
 }
 
 impl Core {
@@ -78,6 +84,8 @@ impl Core {
             timers: Timers::default(),
             effects: VecDeque::new(),
             mutant: ActiveMutant::NONE,
+            deaf: false,
+            parked: Vec::new(),
         })
     }
 
@@ -239,6 +247,7 @@ impl Core {
             Timer::Lease(id) => self.lease_deadline_passed(now, id),
             Timer::Accept(session, turn) => self.accept_deadline_passed(now, session, turn),
             Timer::Recovery(session, turn) => self.recovery_due(now, session, turn),
+            Timer::Idle(session, turn) => self.idle_deadline_passed(now, session, turn),
         }
     }
 
@@ -258,7 +267,8 @@ impl Core {
                 Timer::Join(s, _)
                 | Timer::Start(s, _)
                 | Timer::Recovery(s, _)
-                | Timer::Accept(s, _) => Some(s),
+                | Timer::Accept(s, _)
+                | Timer::Idle(s, _) => Some(s),
                 Timer::Stop(e) => self.executions.get(&e).map(|x| x.session),
                 Timer::Lease(l) => self.leases.get(&l).map(|l| l.session),
             };

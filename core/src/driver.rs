@@ -282,6 +282,12 @@ impl<O: Observer> Driver<O> {
         self.core.set_mutant(mutant);
     }
 
+    /// Says whether the embedder reads its runtimes' output now ([`Core::set_listening`]);
+    /// it queues no effect.
+    pub fn set_listening(&mut self, now: Timestamp, listening: bool) {
+        self.core.set_listening(now, listening);
+    }
+
     /// Whether every effect was pulled and no input waits: then [`Driver::handle`] may feed
     /// the next input.
     #[must_use]

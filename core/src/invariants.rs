@@ -336,6 +336,18 @@ impl Core {
                 "R8-exhausted-after-attempt",
                 "session {id}: exhausted without an attempt"
             );
+            // Rule 8 (silence): an idle deadline belongs to an accepted turn and is armed.
+            ensure!(
+                turn.idle_at.is_none_or(|at| {
+                    matches!(turn.phase, TurnPhase::Accepted { .. })
+                        && self.timers.contains(&(at, Timer::Idle(id, turn.id)))
+                }),
+                "R8-idle-armed",
+                "session {id}: turn {} has an idle deadline {:?} in {:?} without its timer",
+                turn.id,
+                turn.idle_at,
+                turn.phase
+            );
             // A session is never busy with nothing running.
             let running = match turn.phase {
                 TurnPhase::WaitingRuntime => s.live.is_some(),

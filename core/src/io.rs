@@ -596,6 +596,21 @@ pub enum Effect {
         /// Its identity.
         failure: RecoveryFailure,
     },
+    /// The accepted turn's runtime stayed silent (no stream event, no answer) for
+    /// [`crate::Config::turn_idle_ms`]: the core gives that runtime up for the turn, as if
+    /// it had died. [`Effect::CancelPrompt`] and [`Effect::StopExecution`] for it follow,
+    /// then the turn's recovery (or its end). Tell the user why.
+    /// (Last, so every earlier variant keeps its discriminant: trace hashes depend on it.)
+    TurnSilent {
+        /// The session.
+        session: SessionId,
+        /// The silent runtime.
+        execution: ExecutionId,
+        /// The turn.
+        turn: TurnId,
+        /// How long it was silent (the configured idle deadline).
+        idle_ms: u64,
+    },
 }
 
 impl Effect {
@@ -616,6 +631,7 @@ impl Effect {
             Effect::RecoveryStarted { .. } => "recovery_started",
             Effect::RecoveryExhausted { .. } => "recovery_exhausted",
             Effect::FailureReported { .. } => "failure_reported",
+            Effect::TurnSilent { .. } => "turn_silent",
         }
     }
 
@@ -646,7 +662,8 @@ impl Effect {
             | Effect::TurnEnded { session, .. }
             | Effect::RecoveryStarted { session, .. }
             | Effect::RecoveryExhausted { session, .. }
-            | Effect::FailureReported { session, .. } => *session,
+            | Effect::FailureReported { session, .. }
+            | Effect::TurnSilent { session, .. } => *session,
         }
     }
 }

@@ -62,12 +62,16 @@ pub enum Mutant {
     /// The busy check looks only at a dispatched turn: a second prompt while the first
     /// still waits for its runtime is claimed over it, and the first never ends.
     PromptClaimedTwice,
+    /// An accepted turn whose agent went silent (no update, no answer) is never given up:
+    /// no idle deadline is armed, so the turn hangs on a wedged runtime instead of being
+    /// cancelled, stopped and recovered (xenodium/agent-shell #741, issue 27).
+    IdleDeadlineIgnored,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
     /// Every mutant, in a fixed order.
-    pub const ALL: [Mutant; 20] = [
+    pub const ALL: [Mutant; 21] = [
         Mutant::TombstoneEvictionReopens,
         Mutant::ToctouGeneration,
         Mutant::SubstringFallback,
@@ -88,6 +92,7 @@ impl Mutant {
         Mutant::InconclusiveLoadDropsToken,
         Mutant::FailureKeepsOldAttempt,
         Mutant::PromptClaimedTwice,
+        Mutant::IdleDeadlineIgnored,
     ];
 
     /// The kebab-case name used on the command line and in reports.
@@ -113,6 +118,7 @@ impl Mutant {
             Mutant::InconclusiveLoadDropsToken => "inconclusive-load-drops-token",
             Mutant::FailureKeepsOldAttempt => "failure-keeps-old-attempt",
             Mutant::PromptClaimedTwice => "prompt-claimed-twice",
+            Mutant::IdleDeadlineIgnored => "idle-deadline-ignored",
         }
     }
 

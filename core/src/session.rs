@@ -134,6 +134,10 @@ pub(crate) struct Turn {
     pub(crate) next_loss_rolls_back: bool,
     /// The next runtime sequence number expected in the current dispatch.
     pub(crate) runtime_next: u64,
+    /// When the accepted turn's runtime counts as silent ([`crate::Config::turn_idle_ms`]):
+    /// set only in [`TurnPhase::Accepted`] with the rule on, and then armed as a timer
+    /// (or parked while the embedder does not listen).
+    pub(crate) idle_at: Option<Timestamp>,
 }
 
 impl Turn {
@@ -150,6 +154,7 @@ impl Turn {
             runtime_next: 1,
             restart_grace: false,
             next_loss_rolls_back: false,
+            idle_at: None,
         }
     }
 

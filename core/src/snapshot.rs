@@ -26,8 +26,9 @@ const MAGIC: &[u8; 4] = b"PLSD";
 /// Bump on any change to the encoded state. Version 2 dropped the attempt state and the
 /// recovery flag of a live attempt and the published flag of an execution, and encodes a
 /// tombstone ring and a binding history as the prefix they hold rather than a fixed array.
+/// Version 3 added the configuration's `turn_idle_ms` and a turn's idle deadline.
 /// Older versions are refused (no one deployed them), not converted.
-const VERSION: u16 = 2;
+const VERSION: u16 = 3;
 /// Events one turn may have delivered in a restored snapshot. A live core would need nine
 /// years at a million events a second to get here; refusing more keeps the turn's
 /// counters far from overflowing when it streams on.
@@ -230,6 +231,8 @@ impl Core {
             timers: Timers::default(),
             effects: VecDeque::new(),
             mutant: ActiveMutant::NONE,
+            deaf: false,
+            parked: Vec::new(),
         };
         for (id, s) in enc.sessions {
             core.sessions.insert(id, Box::new(s));
@@ -473,6 +476,12 @@ impl Core {
                 turn.id,
                 turn.recoveries_started
             );
+            require!(
+                turn.idle_at.is_none() || matches!(turn.phase, TurnPhase::Accepted { .. }),
+                "turn",
+                "session {id}: turn {} has an idle deadline but is not accepted",
+                turn.id
+            );
             // Where the turn runs must be this session's runtime or its live attempt's.
             let runs_on_ours = |e: ExecutionId| {
                 live_execution(s) == Some(e) || (s.live.is_none() && s.runtime == Some(e))
@@ -510,12 +519,21 @@ impl Core {
                         turn.id
                     );
                 }
-                TurnPhase::Accepted { execution } => require!(
-                    turn.accepted_once && s.live.is_none() && s.runtime == Some(execution),
-                    "turn-execution",
-                    "session {id}: turn {} accepted on {execution}, not this session's runtime",
-                    turn.id
-                ),
+                TurnPhase::Accepted { execution } => {
+                    require!(
+                        turn.accepted_once && s.live.is_none() && s.runtime == Some(execution),
+                        "turn-execution",
+                        "session {id}: turn {} accepted on {execution}, not this session's runtime",
+                        turn.id
+                    );
+                    require!(
+                        turn.idle_at.is_none_or(|at| config.turn_idle_ms > 0
+                            && at <= self.last_now.plus_millis(config.turn_idle_ms)),
+                        "deadline",
+                        "session {id}: turn {} idle deadline later than the clock allows",
+                        turn.id
+                    );
+                }
                 TurnPhase::Recovering { at } => {
                     let longest = config.recovery_delays_ms.iter().copied().max();
                     require!(
@@ -632,6 +650,11 @@ impl Core {
                     }
                     TurnPhase::Performed { deadline, .. } => {
                         self.timers.insert((deadline, Timer::Accept(id, t.id)));
+                    }
+                    TurnPhase::Accepted { .. } => {
+                        if let Some(at) = t.idle_at {
+                            self.timers.insert((at, Timer::Idle(id, t.id)));
+                        }
                     }
                     TurnPhase::Dispatched { .. } if !t.accepted_once => ended = Some(t.id),
                     TurnPhase::Dispatched { execution, .. } => {

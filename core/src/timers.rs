@@ -30,6 +30,8 @@ pub(crate) enum Timer {
     Recovery(SessionId, TurnId),
     /// Rule 7: a performed prompt the provider has not accepted yet is rolled back.
     Accept(SessionId, TurnId),
+    /// Rule 8: an accepted turn whose runtime stayed silent this long loses its runtime.
+    Idle(SessionId, TurnId),
 }
 
 /// Timers kept in the sorted vector; beyond this, in the tree.

@@ -232,7 +232,12 @@ impl Core {
     }
 
     /// The provider accepted the turn's prompt on `execution`.
-    pub(crate) fn mark_accepted(&mut self, session: SessionId, execution: ExecutionId) {
+    pub(crate) fn mark_accepted(
+        &mut self,
+        now: Timestamp,
+        session: SessionId,
+        execution: ExecutionId,
+    ) {
         let mut accept_timer = None;
         if let Some(t) = self.sess(session).turn.as_mut() {
             // The callers checked that the turn runs on this execution.
@@ -247,6 +252,7 @@ impl Core {
         if let Some(timer) = accept_timer {
             self.timers.remove(&timer);
         }
+        self.turn_heard(now, session);
     }
 
     /// A callback of the finished attempt that owns the ready runtime: the turn's progress
@@ -263,7 +269,7 @@ impl Core {
                 if !self.turn_on(session, turn, cb.execution, false) {
                     return Verdict::Reject(RejectReason::WrongTurn);
                 }
-                self.mark_accepted(session, cb.execution);
+                self.mark_accepted(now, session, cb.execution);
                 Verdict::Accepted
             }
             RuntimeEvent::PromptCompleted { turn } | RuntimeEvent::PromptFailed { turn, .. } => {
@@ -302,6 +308,9 @@ impl Core {
     pub(crate) fn end_turn(&mut self, session: SessionId, outcome: TurnOutcome) {
         let s = self.sess(session);
         let Some(turn) = s.turn.take() else { return };
+        if let Some(at) = turn.idle_at {
+            self.timers.remove(&(at, Timer::Idle(session, turn.id)));
+        }
         match turn.phase {
             TurnPhase::Recovering { at } => {
                 self.timers.remove(&(at, Timer::Recovery(session, turn.id)));
@@ -407,6 +416,141 @@ impl Core {
         }
     }
 
+    // ----- rule 8: a silent runtime counts as lost -----------------------------------------
+
+    /// The accepted turn's runtime was heard from (the provider accepted the prompt, or a
+    /// stream event of the turn was admitted): its idle deadline starts again from `now`
+    /// ([`crate::Config::turn_idle_ms`]; nothing when the rule is off).
+    pub(crate) fn turn_heard(&mut self, now: Timestamp, session: SessionId) {
+        let idle_ms = self.config.turn_idle_ms;
+        // The bug (mutant): no idle deadline is ever armed, so a silent turn hangs.
+        if idle_ms == 0 || mutant_on!(self.mutant, IdleDeadlineIgnored) {
+            return;
+        }
+        let deaf = self.deaf;
+        let Some(t) = self
+            .sessions
+            .get_mut(&session)
+            .and_then(|s| s.turn.as_mut())
+            .filter(|t| matches!(t.phase, TurnPhase::Accepted { .. }))
+        else {
+            return;
+        };
+        let turn = t.id;
+        let old = t.idle_at.take();
+        if !deaf {
+            t.idle_at = Some(now.plus_millis(idle_ms));
+        }
+        // The old deadline goes first: the new one may be the same.
+        if let Some(old) = old {
+            self.timers.remove(&(old, Timer::Idle(session, turn)));
+        }
+        if !deaf {
+            self.timers
+                .insert((now.plus_millis(idle_ms), Timer::Idle(session, turn)));
+        }
+        if deaf && !self.parked.contains(&(session, turn)) {
+            self.parked.push((session, turn));
+        }
+    }
+
+    /// The turn leaves its runtime: it has no idle deadline any more.
+    fn disarm_idle(&mut self, session: SessionId) {
+        let Some(t) = self
+            .sessions
+            .get_mut(&session)
+            .and_then(|s| s.turn.as_mut())
+        else {
+            return;
+        };
+        let turn = t.id;
+        if let Some(at) = t.idle_at.take() {
+            self.timers.remove(&(at, Timer::Idle(session, turn)));
+        }
+    }
+
+    /// The embedder stops (`false`) or starts again (`true`) reading its runtimes' output
+    /// (backpressure: the caller does not take output, so the agents block on their
+    /// writes). While it does not listen, silence proves nothing: no idle deadline runs,
+    /// and every accepted turn gets a whole [`crate::Config::turn_idle_ms`] from the moment
+    /// it listens again.
+    pub fn set_listening(&mut self, now: Timestamp, listening: bool) {
+        let now = self.observe(now);
+        if listening != self.deaf {
+            return;
+        }
+        if !listening {
+            // Park every armed idle deadline, in timer order.
+            let armed: Vec<(Timestamp, SessionId, TurnId)> = self
+                .timers
+                .iter()
+                .filter_map(|&(at, timer)| match timer {
+                    Timer::Idle(s, t) => Some((at, s, t)),
+                    _ => None,
+                })
+                .collect();
+            for (at, s, t) in armed {
+                self.timers.remove(&(at, Timer::Idle(s, t)));
+                if let Some(turn) = self.sessions.get_mut(&s).and_then(|x| x.turn.as_mut()) {
+                    turn.idle_at = None;
+                }
+                self.parked.push((s, t));
+            }
+            self.deaf = true;
+        } else {
+            self.deaf = false;
+            for (s, t) in std::mem::take(&mut self.parked) {
+                let current = self
+                    .sessions
+                    .get(&s)
+                    .and_then(|x| x.turn)
+                    .is_some_and(|x| x.id == t);
+                if current {
+                    self.turn_heard(now, s);
+                }
+            }
+        }
+    }
+
+    /// An accepted turn's runtime stayed silent past its idle deadline: the turn counts as
+    /// having lost its runtime. The provider is told to drop the prompt, the runtime is
+    /// stopped (rule 5: by the core, with a deadline, then killed), and the turn goes to
+    /// recovery on the schedule (rule 8), or ends if recovery is off, exhausted or the
+    /// user cancelled.
+    pub(crate) fn idle_deadline_passed(
+        &mut self,
+        now: Timestamp,
+        session: SessionId,
+        turn: TurnId,
+    ) {
+        let silent = self
+            .sessions
+            .get_mut(&session)
+            .and_then(|s| s.turn.as_mut())
+            .filter(|t| t.id == turn && t.idle_at.is_some_and(|at| at <= now))
+            .and_then(|t| match t.phase {
+                TurnPhase::Accepted { execution } => {
+                    t.idle_at = None;
+                    Some(execution)
+                }
+                _ => None,
+            });
+        let Some(execution) = silent else { return };
+        self.push(Effect::TurnSilent {
+            session,
+            execution,
+            turn,
+            idle_ms: self.config.turn_idle_ms,
+        });
+        self.push(Effect::CancelPrompt {
+            session,
+            execution,
+            turn,
+        });
+        self.claim_stop(now, execution);
+        self.turn_lost_runtime(now, session);
+    }
+
     // ----- rule 8: automatic recovery ----------------------------------------------------
 
     /// Every exit before the prompt was written to the provider rolls the claim back (it
@@ -415,6 +559,7 @@ impl Core {
     /// acknowledgement), the runtime's loss goes to recovery (rule 8), so a prompt reaches
     /// agents at most once plus once per step of the schedule.
     pub(crate) fn turn_lost_runtime(&mut self, now: Timestamp, session: SessionId) {
+        self.disarm_idle(session);
         let mutant = self.mutant;
         let delays = std::mem::take(&mut self.config.recovery_delays_ms);
         let decision = {

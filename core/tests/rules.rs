@@ -1029,6 +1029,198 @@ fn case_recovery(mut h: H, deaths: u64) -> Result<H, String> {
     Ok(h)
 }
 
+/// Rule 8 (silence): a core whose idle rule gives a turn 5 s of silence.
+fn idle_core() -> H {
+    H::new(Config {
+        turn_idle_ms: 5_000,
+        ..Config::default()
+    })
+}
+
+/// An accepted turn whose agent streams, then goes silent: each event starts the idle
+/// deadline again; once it passes, the prompt is cancelled, the runtime stopped (and killed
+/// when its teardown hangs) and the turn recovered on a new runtime, as if it had died.
+fn case_silent_turn_is_given_up(mut h: H) -> R {
+    h.prompt(1, 1);
+    let (a, g) = h.ready(1, 1);
+    h.accept(1, 1, a, g, 1);
+    let stream = |seq| RuntimeEvent::Stream {
+        turn: t(1),
+        seq,
+        bytes: 5,
+    };
+    h.advance(4_000);
+    h.cb(1, 1, Some(a), g, stream(1));
+    h.advance(4_000);
+    check!(
+        h.count(|x| matches!(x, Effect::CancelPrompt { .. })) == 0,
+        "an agent heard from 4 s ago was given up"
+    );
+    h.advance(1_000);
+    check!(
+        h.count(|x| matches!(x, Effect::CancelPrompt { execution, turn, .. } if *execution == e(1) && *turn == t(1))) == 1,
+        "a turn silent for 5 s was not cancelled"
+    );
+    check!(
+        h.count(|x| matches!(x, Effect::StopExecution { execution, .. } if *execution == e(1)))
+            == 1,
+        "the silent runtime was not stopped"
+    );
+    check!(
+        h.count(|x| matches!(x, Effect::RecoveryStarted { step: 1, .. })) == 1,
+        "the silent turn was not recovered"
+    );
+    // The agent's late word is its dead runtime's: refused.
+    let late = h.cb(
+        1,
+        1,
+        Some(a),
+        g,
+        RuntimeEvent::PromptCompleted { turn: t(1) },
+    );
+    check!(
+        late.is_reject(),
+        "a late answer of the given-up runtime: {late:?}"
+    );
+    // The teardown hangs: the kill follows at the stop deadline; recovery starts a runtime.
+    let stop_ms = h.core().config().stop_deadline_ms;
+    h.advance(stop_ms);
+    check!(
+        h.count(|x| matches!(x, Effect::KillExecution { execution, .. } if *execution == e(1)))
+            == 1,
+        "the hung teardown of the silent runtime was not killed"
+    );
+    check!(
+        h.count(|x| matches!(x, Effect::StartRuntime { .. })) == 2,
+        "recovery started no replacement"
+    );
+    let (a2, g2) = h.ready(1, 2);
+    let lease = h.last_lease();
+    h.perform(lease);
+    h.cb(
+        1,
+        2,
+        Some(a2),
+        g2,
+        RuntimeEvent::PromptAccepted { turn: t(1) },
+    );
+    h.cb(
+        1,
+        2,
+        Some(a2),
+        g2,
+        RuntimeEvent::PromptCompleted { turn: t(1) },
+    );
+    check!(
+        h.count(|x| matches!(
+            x,
+            Effect::TurnEnded {
+                outcome: TurnOutcome::Completed,
+                ..
+            }
+        )) == 1,
+        "the recovered turn did not complete"
+    );
+    clean(&h)
+}
+
+#[test]
+fn a_silent_agent_s_turn_is_cancelled_stopped_and_recovered() {
+    assert_eq!(case_silent_turn_is_given_up(idle_core()), Ok(()));
+}
+
+/// Found by the fuzz corpus (callback_orderings regression
+/// `capability-absent-after-an-earlier-inconclusive-load`, run with the idle rule on): a
+/// stream event in the same millisecond as the acceptance re-armed the same deadline, and
+/// removing the old timer after inserting the new one dropped both.
+#[test]
+fn an_event_in_the_same_millisecond_keeps_the_idle_deadline_armed() {
+    let mut h = idle_core();
+    h.prompt(1, 1);
+    let (a, g) = h.ready(1, 1);
+    h.accept(1, 1, a, g, 1);
+    let event = RuntimeEvent::Stream {
+        turn: t(1),
+        seq: 1,
+        bytes: 1,
+    };
+    assert_eq!(h.cb(1, 1, Some(a), g, event), Verdict::Accepted);
+    h.assert_clean();
+    h.advance(5_000);
+    assert_eq!(h.count(|x| matches!(x, Effect::CancelPrompt { .. })), 1);
+    h.assert_clean();
+}
+
+#[test]
+fn without_the_idle_rule_a_silent_turn_waits_for_its_runtime() {
+    let mut h = H::default();
+    h.prompt(1, 1);
+    let (a, g) = h.ready(1, 1);
+    h.accept(1, 1, a, g, 1);
+    h.advance(24 * 60 * 60 * 1000);
+    assert_eq!(h.count(|x| matches!(x, Effect::CancelPrompt { .. })), 0);
+    assert_eq!(h.count(|x| matches!(x, Effect::StopExecution { .. })), 0);
+    assert!(h.core().session_busy(s(1)));
+    h.assert_clean();
+}
+
+#[test]
+fn silence_while_the_embedder_does_not_listen_does_not_count() {
+    let mut h = idle_core();
+    h.prompt(1, 1);
+    let (a, g) = h.ready(1, 1);
+    h.accept(1, 1, a, g, 1);
+    h.advance(3_000);
+    h.listening(false);
+    h.advance(60_000);
+    assert_eq!(h.count(|x| matches!(x, Effect::CancelPrompt { .. })), 0);
+    // Listening again, the turn gets a whole idle period.
+    h.listening(true);
+    h.advance(4_999);
+    assert_eq!(h.count(|x| matches!(x, Effect::CancelPrompt { .. })), 0);
+    h.advance(1);
+    assert_eq!(h.count(|x| matches!(x, Effect::CancelPrompt { .. })), 1);
+    assert_eq!(h.count(|x| matches!(x, Effect::RecoveryStarted { .. })), 1);
+    h.assert_clean();
+}
+
+#[test]
+fn a_silent_turn_the_user_cancelled_ends_cancelled() {
+    let mut h = idle_core();
+    h.prompt(1, 1);
+    let (a, g) = h.ready(1, 1);
+    h.accept(1, 1, a, g, 1);
+    h.cancel(1);
+    h.advance(5_000);
+    assert_eq!(h.count(|x| matches!(x, Effect::StopExecution { .. })), 1);
+    assert_eq!(h.count(|x| matches!(x, Effect::RecoveryStarted { .. })), 0);
+    assert_eq!(
+        h.count(|x| matches!(
+            x,
+            Effect::TurnEnded {
+                outcome: TurnOutcome::Cancelled,
+                ..
+            }
+        )),
+        1
+    );
+    h.assert_clean();
+}
+
+#[test]
+fn a_silent_turn_survives_a_restart_with_its_deadline() {
+    let mut h = idle_core();
+    h.prompt(1, 1);
+    let (a, g) = h.ready(1, 1);
+    h.accept(1, 1, a, g, 1);
+    h.advance(1_000);
+    let snap = h.core().snapshot();
+    let restored = Core::restore(&snap).expect("restores");
+    assert!(restored
+        .poll_timeout()
+        .is_some_and(|at| at <= h.now.plus_millis(4_000)));
+}
+
 fn case_recovers_once_with_one_replay_block(h: H) -> R {
     let h = case_recovery(h, 1)?;
     let prompts: Vec<PromptRequest> = h
@@ -1369,12 +1561,12 @@ fn a_version_1_snapshot_is_refused_with_a_clear_error() {
     assert_eq!(&old[..6], b"PLSD\x01\x00");
     let err = Core::restore(old).unwrap_err();
     assert_eq!(err, RestoreError::UnsupportedVersion(1));
-    assert_eq!(err.to_string(), "snapshot version 1, expected 2");
+    assert_eq!(err.to_string(), "snapshot version 1, expected 3");
     // The same state as the current version writes it restores.
     let mut h = H::default();
     h.prompt(1, 1);
     let snap = h.core().snapshot();
-    assert_eq!(&snap[..6], b"PLSD\x02\x00");
+    assert_eq!(&snap[..6], b"PLSD\x03\x00");
     assert!(Core::restore(&snap).is_ok());
 }
 
@@ -1660,6 +1852,14 @@ mod mutants {
         caught(
             Mutant::ListedConversationReplaced,
             case_listed_conversation_is_kept,
+        );
+    }
+    #[test]
+    fn idle_deadline_ignored() {
+        assert_eq!(case_silent_turn_is_given_up(idle_core()), Ok(()));
+        assert!(
+            case_silent_turn_is_given_up(idle_core().mutant(Mutant::IdleDeadlineIgnored)).is_err(),
+            "mutant idle-deadline-ignored survived its case"
         );
     }
     // queue-overflow-closes lives in `delivery` and is caught by its own unit test.

@@ -135,6 +135,11 @@ struct Cli {
     /// [default: 30000]
     #[arg(long, value_name = "MS", verbatim_doc_comment, value_parser = parse_initialize_timeout)]
     initialize_timeout_ms: Option<u64>,
+    /// How long a turn's agent may stay silent (no update, no
+    /// answer) before the prompt is cancelled, the agent stopped
+    /// and the turn recovered [default: 600000]; 0 never gives up
+    #[arg(long, value_name = "MS", verbatim_doc_comment, value_parser = value_parser!(u64))]
+    turn_idle_ms: Option<u64>,
 }
 
 /// `--agent-cmd`'s words.
@@ -164,6 +169,9 @@ pub struct Options {
     pub profile: Option<AgentProfile>,
     /// `--log-format`.
     pub log_format: LogFormat,
+    /// `--turn-idle-ms`; `None`: the engine's default
+    /// ([`palisade_engine::DEFAULT_TURN_IDLE_MS`]).
+    pub turn_idle_ms: Option<u64>,
     /// `--initialize-timeout-ms`; `None`: the engine's default.
     pub initialize_timeout_ms: Option<u64>,
 }
@@ -295,6 +303,7 @@ where
         profile: cli.agent_profile,
         log_format: cli.log_format,
         initialize_timeout_ms: cli.initialize_timeout_ms,
+        turn_idle_ms: cli.turn_idle_ms,
     })
 }
 
@@ -549,6 +558,9 @@ pub fn config_for(options: &Options) -> Result<SupervisorConfig, (u8, String)> {
     }
     if let Some(ms) = options.initialize_timeout_ms {
         config.engine.initialize_timeout_ms = ms;
+    }
+    if let Some(ms) = options.turn_idle_ms {
+        config.engine.core.turn_idle_ms = ms;
     }
     // Agents' stderr lines go to the log, in their execution's span, not raw to ours.
     config.connection.stderr = StderrMode::Log;

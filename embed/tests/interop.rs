@@ -434,7 +434,7 @@ async fn supervisor_checks(agent: &RealAgent, report: &mut Vec<String>) {
     config.engine.core.recovery_delays_ms = vec![100, 200, 400];
     config.engine.cwd = agent.cwd.clone();
     config.engine.stop_grace_ms = 500;
-    config.engine.prompt_idle_timeout_ms = 30_000;
+    config.engine.core.turn_idle_ms = 30_000;
     config.connection.stderr = StderrMode::Null;
     config.engine.audit = true;
     let (supervisor, events) =

@@ -417,6 +417,75 @@ async fn agent_killed_mid_prompt_is_recovered_once_with_one_replay_block() {
     let _ = std::fs::remove_file(log);
 }
 
+/// The idle rule (issue 27): an agent that takes the prompt (one chunk), then goes silent
+/// and ignores `session/cancel`, its stdin's end and SIGTERM, has its turn given up after the
+/// idle deadline: the prompt is cancelled, the process stopped and killed, and the turn
+/// recovered on a new process (which loads the conversation and answers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_agent_s_turn_is_cancelled_killed_and_recovered() {
+    let log = temp_path("silent", "log");
+    let agent = test_agent(&[
+        "--chunks",
+        "3",
+        "--silent",
+        "on-new",
+        "--on-eof",
+        "stay",
+        "--ignore-sigterm",
+        "true",
+        "--log",
+        log.to_str().unwrap(),
+    ]);
+    let mut config = config();
+    config.engine.core.turn_idle_ms = 500;
+    config.engine.core.stop_deadline_ms = 1_000;
+    config.engine.stop_grace_ms = 200;
+    let mut h = Harness::start(config, agent, None);
+    let started = Instant::now();
+    let turn = h.supervisor.prompt(session(), "wedge me").await.unwrap();
+    let (first_execution, _, _, _) = h.runtime_started().await;
+    let step = h
+        .until("recovery", |e| match e {
+            SessionEvent::RecoveryStarted { step, .. } => Some(*step),
+            _ => None,
+        })
+        .await;
+    assert_eq!(step, 1);
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "given up before the idle deadline"
+    );
+    assert_eq!(h.turn_end(turn).await.0, TurnOutcome::Completed);
+    // The silent process ignored its stdin's end and SIGTERM: it was killed.
+    assert_eq!(
+        h.runtime_exited(first_execution).await,
+        Some(ProcessExit::Signal(9))
+    );
+    h.settle().await;
+    assert_eq!(h.turn_ends(), [(turn, TurnOutcome::Completed)]);
+    assert_eq!(h.count("recovery_started"), 1);
+    let output = h.output(turn);
+    assert_eq!(
+        output,
+        ["chunk 0", "chunk 0", "chunk 1", "chunk 2"],
+        "the silent runtime's one chunk, then the replacement's"
+    );
+    assert_eq!(h.supervisor.stats().await.unwrap().engine.turns_silent, 1);
+
+    let entries = read_log(&log);
+    assert_eq!(
+        requests_received(&entries, acp::SESSION_CANCEL),
+        1,
+        "the silent agent was asked to cancel"
+    );
+    let prompts = prompts_received(&entries);
+    assert_eq!(prompts.len(), 2, "re-prompted once: {prompts:?}");
+    assert_eq!(prompts[1].matches(REPLAY_BLOCK_TAG).count(), 1);
+    assert_eq!(requests_received(&entries, acp::SESSION_LOAD), 1);
+    h.finish(true).await;
+    let _ = std::fs::remove_file(log);
+}
+
 /// Runs a first turn on an agent that exits after answering it, and waits until that
 /// runtime is gone, so the session's next turn must load the conversation.
 async fn first_turn_then_idle_exit(h: &mut Harness) -> String {
@@ -901,7 +970,7 @@ async fn bad_agents_fail_with_a_typed_cause_and_leak_nothing() {
     // (agent args, initialize timeout, the cause expected). Agents that close their end are
     // found out by the connection itself, so their initialize timeout is long: the close,
     // not a deadline, must be what reports them.
-    let cases: [(&[&str], u64, Check); 7] = [
+    let cases: [(&[&str], u64, Check); 6] = [
         (
             &["--misbehave", "garbage", "--misbehave-on", "initialize"],
             20_000,
@@ -940,15 +1009,12 @@ async fn bad_agents_fail_with_a_typed_cause_and_leak_nothing() {
             20_000,
             |c| matches!(c, FailureCause::Connection(CloseReason::Garbage(_))),
         ),
-        (&["--chunks", "0", "--prompt-mode", "hang"], 20_000, |c| {
-            *c == FailureCause::PromptIdle { idle_ms: 500 }
-        }),
     ];
     for (args, initialize_timeout_ms, check) in cases {
         let mut config = config();
         config.engine.initialize_timeout_ms = initialize_timeout_ms;
         config.engine.new_session_timeout_ms = 500;
-        config.engine.prompt_idle_timeout_ms = 500;
+        config.engine.core.turn_idle_ms = 500;
         config.connection.stderr = StderrMode::Null;
         let mut h = Harness::start(config, test_agent(args), None);
         let started = Instant::now();

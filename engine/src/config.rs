@@ -15,12 +15,21 @@ pub const MAX_PROMPT_BYTES: usize = 1 << 20;
 /// the agents).
 pub const READY_EVENTS: usize = 64;
 
+/// The idle deadline of a turn under the engine unless configured otherwise
+/// (`EngineConfig::core.turn_idle_ms`): ten minutes without a word from an agent working on
+/// a prompt.
+pub const DEFAULT_TURN_IDLE_MS: u64 = 600_000;
+
 /// Everything the engine needs: the core's configuration and the deadlines and capacities
 /// of what the engine adds to it.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     /// The core's configuration. When the supervisor restores a state file, the
-    /// snapshot's configuration is used instead (the core restores its own).
+    /// snapshot's configuration is used instead (the core restores its own). Its
+    /// `turn_idle_ms` is the idle rule: an accepted prompt with neither an answer nor a
+    /// notification for that long means the agent is wedged, and the core cancels the
+    /// prompt, stops the runtime and recovers the turn. The engine's default is
+    /// [`DEFAULT_TURN_IDLE_MS`] (the core's own default, 0, turns the rule off).
     pub core: Config,
     /// Working directory sent with `session/new` and `session/load` (absolute, per ACP).
     pub cwd: PathBuf,
@@ -31,9 +40,6 @@ pub struct EngineConfig {
     pub load_timeout_ms: u64,
     /// How long `session/new` may take.
     pub new_session_timeout_ms: u64,
-    /// A prompt with neither an answer nor a notification for this long means the agent
-    /// is wedged: the runtime is reported exited (so recovery may take over) and killed.
-    pub prompt_idle_timeout_ms: u64,
     /// On a stop, how long the agent gets to exit after its stdin is closed (ACP agents
     /// exit on EOF and may save their conversation first) before it is killed.
     pub stop_grace_ms: u64,
@@ -86,12 +92,14 @@ pub enum ClientSide {
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
-            core: Config::default(),
+            core: Config {
+                turn_idle_ms: DEFAULT_TURN_IDLE_MS,
+                ..Config::default()
+            },
             cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
             initialize_timeout_ms: 30_000,
             load_timeout_ms: 60_000,
             new_session_timeout_ms: 60_000,
-            prompt_idle_timeout_ms: 600_000,
             stop_grace_ms: 2_000,
             delivery_queue_capacity: DEFAULT_QUEUE_CAPACITY,
             coalescer: CoalescerConfig::default(),
@@ -137,7 +145,6 @@ impl EngineConfig {
             ("initialize_timeout_ms", self.initialize_timeout_ms),
             ("load_timeout_ms", self.load_timeout_ms),
             ("new_session_timeout_ms", self.new_session_timeout_ms),
-            ("prompt_idle_timeout_ms", self.prompt_idle_timeout_ms),
         ] {
             if value == 0 {
                 return Err(EngineConfigError::ZeroTimeout(name));

@@ -20,7 +20,7 @@ pub mod replay;
 mod sorted_map;
 pub mod state;
 
-pub use config::{ClientSide, EngineConfig, EngineConfigError};
+pub use config::{ClientSide, EngineConfig, EngineConfigError, DEFAULT_TURN_IDLE_MS};
 pub use engine::{
     Action, Engine, EngineStats, ForwardError, Op, Output, PromptError, SessionSetup, StateImage,
     MAX_OPEN_CLIENT_REQUESTS,

@@ -105,6 +105,7 @@ impl<K: Ord + Copy, V> SortedMap<K, V> {
     }
 
     /// The values in ascending key order, to change.
+    #[cfg(test)]
     pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
         self.entries.iter_mut().map(|(_, v)| v)
     }

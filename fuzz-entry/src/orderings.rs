@@ -73,7 +73,8 @@ pub struct Header {
     pub schedule: u8,
     /// 0: the default session limit; 1–3: that many sessions at most (taken modulo 4).
     pub sessions: u8,
-    /// Even: default deadlines; odd: short ones, so small advances reach them.
+    /// Even: default deadlines; odd: short ones, so small advances reach them. Bit 1 turns
+    /// the idle rule on ([`Header::IDLE`]): an accepted turn silent that long is given up.
     pub deadlines: u8,
 }
 
@@ -86,6 +87,9 @@ impl Header {
     pub const SCHEDULE_ONE: u8 = 2;
     /// The longest schedule allowed (8 steps), starting with a zero delay.
     pub const SCHEDULE_EIGHT: u8 = 3;
+    /// The `deadlines` bit that turns the idle rule on (`turn_idle_ms`: 20 s, or 300 ms
+    /// with the short deadlines).
+    pub const IDLE: u8 = 2;
 
     /// The core configuration this header stands for. The agent profile stays `Generic`:
     /// the auditor judges load fallbacks by the `Generic` table.
@@ -105,6 +109,9 @@ impl Header {
             c.start_deadline_ms = 400;
             c.lease_ms = 50;
             c.stop_deadline_ms = 80;
+        }
+        if self.deadlines & Self::IDLE != 0 {
+            c.turn_idle_ms = if self.deadlines % 2 == 1 { 300 } else { 20_000 };
         }
         c
     }
@@ -959,7 +966,8 @@ impl World {
                 | Effect::Deliver { .. }
                 | Effect::RecoveryStarted { .. }
                 | Effect::RecoveryExhausted { .. }
-                | Effect::FailureReported { .. } => {}
+                | Effect::FailureReported { .. }
+                | Effect::TurnSilent { .. } => {}
             }
         }
     }
@@ -1591,9 +1599,15 @@ impl World {
                     self.answer(s, item, How::Good, 0, 0, 0, fresh)?;
                 }
             }
-            // A turn whose runtime's last word was lost: the provider finishes it.
-            let active: Vec<(SessionId, TurnId)> =
-                self.active.iter().map(|(s, t)| (*s, *t)).collect();
+            // A turn whose runtime's last word was lost: the provider finishes it. With the
+            // idle rule on, the core must give such a turn up by itself: its runtime stays
+            // silent, as a wedged agent's would.
+            let idle_rule = self.driver.core().config().turn_idle_ms > 0;
+            let active: Vec<(SessionId, TurnId)> = if idle_rule {
+                Vec::new()
+            } else {
+                self.active.iter().map(|(s, t)| (*s, *t)).collect()
+            };
             for (s, turn) in active {
                 if let Some(&(execution, generation)) = self.dispatched.get(&(s, turn)) {
                     let attempt = self.bound_to.get(&(execution, generation)).copied();
@@ -1779,7 +1793,7 @@ mod tests {
     fn every_header_gives_a_valid_config() {
         for schedule in 0..4 {
             for sessions in 0..4 {
-                for deadlines in 0..2 {
+                for deadlines in 0..4 {
                     let h = Header {
                         schedule,
                         sessions,

@@ -260,6 +260,26 @@ fn orderings_seeds() -> Vec<Seed> {
             ]),
             &[Mutant::DoubleReplayBlock, Mutant::ReplayRepeatsDelivered],
         ),
+        // An accepted turn whose agent then goes silent: the idle rule cancels the prompt,
+        // stops the runtime and recovers the turn (nobody rescues it in the liveness phase).
+        orderings_seed(
+            "silent-agent-is-given-up",
+            Header {
+                deadlines: Header::IDLE,
+                ..d
+            },
+            cat(&[
+                vec![Op::Prompt(S1)],
+                to_running(),
+                // Two events, then the agent's every later word is lost.
+                vec![
+                    rd(How::Stream, 0, 1, 1),
+                    r(How::Drop),
+                    Op::Advance(Adv::Far),
+                ],
+            ]),
+            &[Mutant::IdleDeadlineIgnored],
+        ),
         // A second prompt while the first still waits for its runtime is refused.
         orderings_seed(
             "prompt-while-waiting-for-runtime",

@@ -253,17 +253,17 @@ pub struct WorldSpec {
     /// SIGTERM at a drawn moment of the fault window (a graceful stop: every agent
     /// stopped, exit 143), after which the caller starts it again on the same state file,
     /// as a service manager does after a deploy. At most [`MAX_SIGNAL_STOPS`].
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(skip_serializing_if = "is_zero_u32")]
     pub signal_stops: u32,
     /// Stack world only: in how many of the first incarnations a second
     /// `palisade-supervise` starts on the same state file at a drawn moment of the fault
     /// window, while the first holds it, with a prompt of its own: it must be refused
     /// (exit 2) before it does anything. At most [`MAX_SIGNAL_STOPS`].
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(skip_serializing_if = "is_zero_u32")]
     pub second_starts: u32,
 }
 
-fn is_zero(n: &u32) -> bool {
+fn is_zero_u32(n: &u32) -> bool {
     *n == 0
 }
 
@@ -378,6 +378,14 @@ pub struct Workload {
     pub spawn_delay_ms: Bounds<u64>,
     /// The engine's runtime reuse (`EngineConfig::reuse_runtimes`).
     pub reuse_runtimes: bool,
+    /// Per mille of prompts whose agent goes silent after its first event (no more
+    /// output, no answer, `session/cancel` ignored: a wedged agent), for the idle rule.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub silent_per_mille: u16,
+}
+
+fn is_zero(n: &u16) -> bool {
+    *n == 0
 }
 
 impl Default for Workload {
@@ -393,6 +401,7 @@ impl Default for Workload {
             boot_delay_ms: Bounds::new(1, 3),
             spawn_delay_ms: Bounds::new(0, 0),
             reuse_runtimes: false,
+            silent_per_mille: 0,
         }
     }
 }
@@ -907,6 +916,12 @@ impl Scenario {
             late_why,
         )?;
         check_range(&at("notification_bytes"), w.notification_bytes)?;
+        at_most(
+            &at("silent_per_mille"),
+            u64::from(w.silent_per_mille),
+            1000,
+            "a thousand per mille",
+        )?;
         at_most(
             &at("notification_bytes"),
             u64::from(w.notification_bytes.hi),

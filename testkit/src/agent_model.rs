@@ -603,6 +603,10 @@ pub struct Behaviour {
     pub resource_per_mille: u16,
     /// Milliseconds a prompt takes from its first event to its answer (inclusive range).
     pub think_ms: (u64, u64),
+    /// Per mille of prompts that go silent after their first event: nothing more is
+    /// written, no answer comes, and `session/cancel` is ignored (a wedged agent, for the
+    /// idle rule). Drawn only when non-zero, so other behaviours draw as before.
+    pub silent_per_mille: u16,
 }
 
 impl Default for Behaviour {
@@ -627,6 +631,7 @@ impl Default for Behaviour {
             tool_call_per_mille: 100,
             resource_per_mille: 0,
             think_ms: (5, 100),
+            silent_per_mille: 0,
         }
     }
 }
@@ -777,6 +782,9 @@ struct Prompting {
     think_ms: u64,
     cancelled: bool,
     asked: bool,
+    /// Goes silent after its first event ([`Behaviour::silent_per_mille`],
+    /// [`Script::silent_on_new`]).
+    silent: bool,
 }
 
 /// How a scripted prompt ends once its chunks are written.
@@ -832,6 +840,10 @@ pub struct Script {
     /// The `protocolVersion` `initialize` answers with, in place of
     /// [`palisade_wire::acp::PROTOCOL_VERSION`] (an agent that speaks another version).
     pub protocol_version: Option<u16>,
+    /// Prompts on a conversation this process created with `session/new` go silent after
+    /// their first chunk (as [`Behaviour::silent_per_mille`]); on a conversation it loaded
+    /// they run as scripted. A wedged first runtime whose recovery (which loads) works.
+    pub silent_on_new: bool,
 }
 
 /// A [`ConversationStore`] for an agent a test drives: `session/new` creates
@@ -894,6 +906,8 @@ pub struct AgentModel {
     held: BTreeSet<String>,
     prompt: Option<Prompting>,
     prompts: u64,
+    /// Conversations this process created (kept only for [`Script::silent_on_new`]).
+    created: Vec<String>,
     next_load: Option<NextLoad>,
     burst: Option<u32>,
     events_cap: Option<u32>,
@@ -933,6 +947,7 @@ impl AgentModel {
             held: BTreeSet::new(),
             prompt: None,
             prompts: 0,
+            created: Vec::new(),
             next_load: None,
             burst: None,
             events_cap: None,
@@ -1084,7 +1099,7 @@ impl AgentModel {
                     if let Some(p) = self
                         .prompt
                         .as_mut()
-                        .filter(|p| p.session == session && !hangs)
+                        .filter(|p| p.session == session && !hangs && !p.silent)
                     {
                         p.cancelled = true;
                         self.wake = Some(now + 1);
@@ -1131,6 +1146,9 @@ impl AgentModel {
                 }
                 let session = store.create();
                 self.held.insert(session.clone());
+                if self.script.silent_on_new && !self.created.contains(&session) {
+                    self.created.push(session.clone());
+                }
                 let line = palisade_wire::jsonrpc::encode_response(
                     &id,
                     &Ok(json!({ "sessionId": session })),
@@ -1282,6 +1300,11 @@ impl AgentModel {
             Some(plain) => plain.delay_ms.max(1),
             None => 1,
         };
+        let silent = (self.script.silent_on_new && self.created.contains(&session))
+            || (self.behaviour.silent_per_mille > 0
+                && self.chance(self.behaviour.silent_per_mille));
+        // A silent prompt writes its first event (the agent took it), then nothing.
+        let total = if silent { total.max(1) } else { total };
         self.prompt = Some(Prompting {
             id,
             session,
@@ -1291,6 +1314,7 @@ impl AgentModel {
             think_ms,
             cancelled: false,
             asked: false,
+            silent,
         });
         self.wake = Some(now + first);
     }
@@ -1358,6 +1382,11 @@ impl AgentModel {
         loop {
             if self.script.exit_after_chunks == Some(p.sent) {
                 self.exit_at(now, self.script.exit_code);
+                return;
+            }
+            if p.silent && p.sent >= 1 {
+                // Wedged: the prompt stays, nothing wakes it.
+                self.prompt = Some(p);
                 return;
             }
             if p.sent >= p.total {

@@ -117,6 +117,12 @@ impl H {
         v
     }
 
+    /// Says whether the embedder reads its runtimes now ([`Core::set_listening`]).
+    #[allow(dead_code)]
+    pub fn listening(&mut self, on: bool) {
+        self.driver.set_listening(self.now, on);
+    }
+
     pub fn advance(&mut self, ms: u64) {
         let target = self.now.plus_millis(ms);
         while let Some(at) = self.driver.poll_timeout() {

@@ -11,7 +11,6 @@ impl Engine {
         params: RawJson,
         wire_bytes: usize,
     ) {
-        let idle_ms = self.config.prompt_idle_timeout_ms;
         let Some(runtime) = self.runtimes.get_mut(&execution) else {
             self.stats.notifications_ignored += 1;
             return;
@@ -48,7 +47,6 @@ impl Engine {
             }
             return;
         };
-        prompt.idle_deadline = now.plus_millis(idle_ms);
         let turn = prompt.turn;
         let seq = prompt.next_seq;
         prompt.next_seq += 1;
@@ -57,7 +55,6 @@ impl Engine {
         let session = runtime.session;
         let kind = kind_of(&head);
         drop(head);
-        self.sync_idle(execution);
         if first {
             self.callback(now, execution, RuntimeEvent::PromptAccepted { turn });
         }
@@ -315,7 +312,6 @@ impl Engine {
                 }
             }
         }
-        self.sync_idle(execution);
     }
 
     /// Sends a dispatch's `session/prompt`.

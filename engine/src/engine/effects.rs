@@ -77,6 +77,15 @@ impl Engine {
             Effect::FailureReported { session, failure } => {
                 self.failure_reported(now, session, failure);
             }
+            Effect::TurnSilent {
+                session, idle_ms, ..
+            } => {
+                // The core gives the runtime up for the turn (its cancel and stop follow):
+                // if the turn ends without completing, this is why.
+                self.stats.turns_silent += 1;
+                self.turn_causes
+                    .insert(session, FailureCause::PromptIdle { idle_ms });
+            }
         }
     }
 
@@ -235,7 +244,6 @@ impl Engine {
             );
             return;
         };
-        let idle_deadline = now.plus_millis(self.config.prompt_idle_timeout_ms);
         self.dispatches += 1;
         let dispatch = self.dispatches;
         let state = PromptState {
@@ -243,7 +251,6 @@ impl Engine {
             dispatch,
             next_seq: 1,
             accepted: false,
-            idle_deadline,
             superseded: false,
         };
         let Some(runtime) = self.runtimes.get_mut(&execution) else {
@@ -259,7 +266,6 @@ impl Engine {
             return;
         }
         runtime.prompt = Some(state);
-        self.sync_idle(execution);
         self.send_prompt(now, execution, state, params);
     }
 
@@ -305,7 +311,6 @@ impl Engine {
         runtime.prompt = None;
         runtime.held = None;
         let (has_process, reaped) = (runtime.has_process, runtime.reaped.is_some());
-        self.sync_idle(execution);
         if !has_process {
             self.finish_runtime(now, execution);
         } else if !reaped {

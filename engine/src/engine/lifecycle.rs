@@ -202,7 +202,6 @@ impl Engine {
         let ours = runtime.stop_requested
             || runtime.kill_requested
             || matches!(reason, CloseReason::Killed(_));
-        self.sync_idle(execution);
         if !ours {
             // Process exit, stdout closed, garbage: the runtime is dead.
             self.report_exit(now, execution, FailureCause::Connection(reason));
@@ -234,7 +233,6 @@ impl Engine {
             runtime.held = None;
             let attempt = runtime.attempt;
             self.turn_causes.insert(runtime.session, cause.clone());
-            self.sync_idle(execution);
             let stamp = self.stamp(attempt, cause);
             self.stats.exits_reported += 1;
             self.callback(now, execution, RuntimeEvent::Exited { stamp });
@@ -284,7 +282,6 @@ impl Engine {
             return;
         };
         self.touch();
-        self.sync_idle(execution);
         self.close_tickets(execution, false);
         if let Some(generation) = runtime.generation {
             self.bury(ExecutionRecord {

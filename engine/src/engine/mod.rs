@@ -57,8 +57,13 @@
 //! - `CancelPrompt` → `session/cancel`. `StopExecution` → [`Action::Stop`] (close stdin,
 //!   grace, SIGKILL, reap) then `Input::Stopped`. `KillExecution` → [`Action::Kill`].
 //! - The connection closing (process exit, stdout closed, garbage) → `Exited`, and the
-//!   process is killed and reaped whatever state it is in. A prompt silent for
-//!   [`EngineConfig::prompt_idle_timeout_ms`] → `Exited` and kill.
+//!   process is killed and reaped whatever state it is in.
+//! - A turn silent past the core's idle deadline (`turn_idle_ms` in
+//!   [`EngineConfig::core`]) is the core's decision (`TurnSilent`, then `CancelPrompt`,
+//!   `StopExecution` and the turn's recovery); the engine records the cause
+//!   ([`FailureCause::PromptIdle`]) and carries the rest out like any other effect. While
+//!   the engine does not read the agents (backpressure) it tells the core, whose idle
+//!   deadlines then wait.
 //!
 //! # Known limit
 //!
@@ -322,6 +327,8 @@ pub struct EngineStats {
     pub anomalies: u64,
     /// Runtime deaths reported to the core.
     pub exits_reported: u64,
+    /// Turns whose agent went silent past the idle deadline: the core gave the runtime up.
+    pub turns_silent: u64,
     /// Violations the auditor found (0 unless feature `audit` and
     /// `EngineConfig::audit`).
     pub audit_violations: u64,
@@ -393,11 +400,9 @@ pub struct Engine {
     caller_room: usize,
     /// Where [`Engine::poll_output`] is in its round.
     round: Round,
-    /// Prompt idle deadlines, one per runtime with a prompt in flight.
-    idle: BTreeSet<(Timestamp, ExecutionId)>,
-    /// The deadline each runtime has in `idle`.
-    idle_at: BTreeMap<ExecutionId, Timestamp>,
-    gated_since: Option<Timestamp>,
+    /// The engine does not read the agents now (backpressure); the core was told
+    /// ([`Driver::set_listening`]).
+    gated: bool,
     /// Executions that died with the previous incarnation (reported exited on restore).
     previous_incarnation: BTreeSet<ExecutionId>,
     /// Per session, the last failure seen since its turn was claimed: the cause a turn
@@ -566,9 +571,7 @@ impl Engine {
             writing: false,
             caller_room: 0,
             round: Round::default(),
-            idle: BTreeSet::new(),
-            idle_at: BTreeMap::new(),
-            gated_since: None,
+            gated: false,
             previous_incarnation: BTreeSet::new(),
             turn_causes: BTreeMap::new(),
             spawning: BTreeSet::new(),
@@ -989,43 +992,23 @@ impl Engine {
         }
     }
 
-    /// When [`Engine::handle_timeout`] must next be called: the core's next deadline, the
-    /// coalescers', and the first prompt idle deadline (none while the engine does not read
-    /// the agents).
+    /// When [`Engine::handle_timeout`] must next be called: the core's next deadline (its
+    /// idle rule's among them) and the coalescers'.
     fn poll_timeout(&self) -> Option<Timestamp> {
         let mut next = self.driver.poll_timeout();
         for outlet in self.outlets.values() {
             next = min_time(next, outlet.coalescer.poll_timeout());
         }
-        if self.gated_since.is_none() {
-            next = min_time(next, self.idle.first().map(|(at, _)| *at));
-        }
         next
     }
 
-    /// Acts on every deadline due at `now`: the core's, the coalescers' (on the next
-    /// next [`Engine::poll_output`]), and the prompt idle timeouts.
+    /// Acts on every deadline due at `now`: the core's (its idle rule's among them) and
+    /// the coalescers' (on the next [`Engine::poll_output`]).
     pub fn handle_timeout(&mut self, now: Timestamp) {
         if self.driver.poll_timeout().is_some_and(|due| due <= now) {
             self.touch();
             self.driver.handle_timeout(now);
             self.run(now);
-        }
-        // While output waits for the caller the engine does not read agents, so their
-        // silence proves nothing.
-        if self.gated_since.is_none() {
-            // In execution order, as a walk of the runtimes would find them.
-            let mut idle: Vec<ExecutionId> = self
-                .idle
-                .iter()
-                .take_while(|(at, _)| *at <= now)
-                .map(|(_, execution)| *execution)
-                .collect();
-            idle.sort_unstable();
-            let idle_ms = self.config.prompt_idle_timeout_ms;
-            for execution in idle {
-                self.report_exit(now, execution, FailureCause::PromptIdle { idle_ms });
-            }
         }
     }
 
@@ -1230,39 +1213,5 @@ impl Engine {
     /// durable.
     fn released(&self, version: u64) -> bool {
         !self.config.persistence || version <= self.durable
-    }
-
-    /// Keeps `execution`'s entry in the idle timer set equal to its prompt's deadline (or
-    /// absent when it has none, or its exit was already reported).
-    fn sync_idle(&mut self, execution: ExecutionId) {
-        let deadline = self
-            .runtimes
-            .get(&execution)
-            .filter(|r| !r.exit_reported)
-            .and_then(|r| r.prompt.as_ref())
-            .map(|p| p.idle_deadline);
-        match (self.idle_at.get(&execution).copied(), deadline) {
-            (old, new) if old == new => {}
-            (old, new) => {
-                if let Some(old) = old {
-                    self.idle.remove(&(old, execution));
-                    self.idle_at.remove(&execution);
-                }
-                if let Some(new) = new {
-                    self.idle.insert((new, execution));
-                    self.idle_at.insert(execution, new);
-                }
-            }
-        }
-    }
-
-    /// Rebuilds the idle timer set from every runtime (after their deadlines moved).
-    fn rearm_idle(&mut self) {
-        self.idle.clear();
-        self.idle_at.clear();
-        let executions: Vec<ExecutionId> = self.runtimes.keys().copied().collect();
-        for execution in executions {
-            self.sync_idle(execution);
-        }
     }
 }

@@ -133,20 +133,11 @@ impl Engine {
         }
         debug_assert_eq!(accept, self.can_accept());
         let gated = !accept;
-        match (gated, self.gated_since) {
-            (true, None) => self.gated_since = Some(now),
-            (false, Some(since)) => {
-                // Give the agents back the time we did not listen to them.
-                let shift = now.millis_since(since);
-                for runtime in self.runtimes.values_mut() {
-                    if let Some(prompt) = runtime.prompt.as_mut() {
-                        prompt.idle_deadline = prompt.idle_deadline.plus_millis(shift);
-                    }
-                }
-                self.gated_since = None;
-                self.rearm_idle();
-            }
-            _ => {}
+        if gated != self.gated {
+            // While the engine does not read the agents, their silence proves nothing: the
+            // core's idle rule waits until it listens again.
+            self.gated = gated;
+            self.driver.set_listening(now, !gated);
         }
     }
 

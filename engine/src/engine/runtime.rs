@@ -55,7 +55,6 @@ pub(super) struct PromptState {
     pub(super) dispatch: u64,
     pub(super) next_seq: u64,
     pub(super) accepted: bool,
-    pub(super) idle_deadline: Timestamp,
     /// A later dispatch waits behind it: the core no longer awaits this one, so its
     /// updates and its answer only say when the agent is free again.
     pub(super) superseded: bool,

@@ -1458,3 +1458,42 @@ fn a_state_whose_header_contradicts_its_core_snapshot_is_refused() {
     h.executions[0].session = session(2);
     refused(h, "another session");
 }
+
+/// The idle rule is the core's (issue 27): an accepted prompt whose agent says nothing for
+/// `turn_idle_ms` gets `session/cancel`, its process is stopped, and the turn goes to
+/// recovery; the engine has no timer of its own, and the turn's cause is recorded.
+#[test]
+fn a_silent_prompt_is_cancelled_stopped_and_recovered_on_the_core_s_word() {
+    let now = Timestamp::from_millis(1);
+    let mut config = config();
+    config.core.turn_idle_ms = 1_000;
+    let mut engine = Engine::new(config).unwrap();
+    let execution = ready_session(&mut engine, now);
+    engine.prompt(now, session(1), "second".into()).unwrap();
+    let _op = prompt_request(&mut engine);
+    let later = now.plus_millis(400);
+    engine.agent_event(later, execution, chunk("working"));
+    // Heard from at 401 ms: nothing is given up at 1,001 ms.
+    engine.handle_timeout(now.plus_millis(1_000));
+    assert!(engine.poll_action().is_none());
+    assert_eq!(engine.stats().turns_silent, 0);
+    engine.handle_timeout(later.plus_millis(1_000));
+    let actions: Vec<Action> = std::iter::from_fn(|| engine.poll_action()).collect();
+    assert!(
+        matches!(
+            actions.as_slice(),
+            [Action::Notify { method, .. }, Action::Stop { execution: e, .. }]
+                if *method == acp::SESSION_CANCEL && *e == execution
+        ),
+        "{actions:?}"
+    );
+    assert_eq!(engine.stats().turns_silent, 1);
+    assert_eq!(engine.core().runtime(session(1)), None);
+    assert!(engine.core().session_busy(session(1)), "the turn recovers");
+    // The recovery step starts a new process.
+    engine.reaped(later.plus_millis(1_010), execution, None);
+    engine.handle_timeout(later.plus_millis(1_060));
+    let (s, _) = spawn_action(&mut engine);
+    assert_eq!(s, session(1));
+    assert_eq!(engine.stats().audit_violations, 0);
+}

@@ -125,7 +125,8 @@ fn effect_to(effect: &Effect) -> &'static str {
         | Effect::JoinTimedOut { .. }
         | Effect::RecoveryStarted { .. }
         | Effect::RecoveryExhausted { .. }
-        | Effect::FailureReported { .. } => "client",
+        | Effect::FailureReported { .. }
+        | Effect::TurnSilent { .. } => "client",
         _ => "provider",
     }
 }

@@ -51,6 +51,8 @@ const DRAWN_SPAWN_DELAY_MS: Bounds<u64> = Bounds::new(1, 400);
 /// The engine's request deadlines in the sim: short enough that a hung agent is given up
 /// on well inside the liveness window.
 pub(crate) const ENGINE_REQUEST_TIMEOUT_MS: u64 = 5_000;
+/// The idle deadline of a turn under the engine (the stack and proxy worlds).
+pub(crate) const STACK_TURN_IDLE_MS: u64 = 10_000;
 /// The grace a stopping agent gets to exit after its stdin closes.
 pub(crate) const STOP_GRACE_MS: u64 = 500;
 
@@ -123,12 +125,15 @@ impl RunConfig {
     /// The engine's whole configuration.
     pub fn engine(&self) -> EngineConfig {
         EngineConfig {
-            core: self.core(),
+            core: Config {
+                // The engine's idle rule, short enough for the liveness window.
+                turn_idle_ms: STACK_TURN_IDLE_MS,
+                ..self.core()
+            },
             cwd: "/work".into(),
             initialize_timeout_ms: ENGINE_REQUEST_TIMEOUT_MS,
             load_timeout_ms: ENGINE_REQUEST_TIMEOUT_MS,
             new_session_timeout_ms: ENGINE_REQUEST_TIMEOUT_MS,
-            prompt_idle_timeout_ms: 10_000,
             stop_grace_ms: STOP_GRACE_MS,
             delivery_queue_capacity: self.queue_capacity as usize,
             coalescer: CoalescerConfig {

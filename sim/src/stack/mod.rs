@@ -295,6 +295,7 @@ async fn second_start(s: SecondStart, incarnation: u32, at: u64) {
         profile: None,
         log_format: Default::default(),
         initialize_timeout_ms: None,
+        turn_idle_ms: None,
     };
     let io = Io {
         embedding,
@@ -391,6 +392,7 @@ pub(crate) async fn run(
             profile: None,
             log_format: Default::default(),
             initialize_timeout_ms: None,
+            turn_idle_ms: None,
         };
         // The caller pipes in every prompt no incarnation claimed, then closes stdin.
         let (stdin_tx, stdin_rx) = mpsc::channel(16);

@@ -382,11 +382,18 @@ impl Oracle {
                 )?;
                 // Rule 9, partial output survives recovery: the replay block tells the agent
                 // to continue after what the client already has, never before it (or the
-                // agent repeats output the client got).
+                // agent repeats output the client got). Not for a prompt that reached its
+                // process only after the engine asked that process to go (a pipe held it
+                // back): whatever it writes is a retired execution's, fenced from the
+                // client, and the turn has moved on without it.
                 let resumes_after = replay_delivered_through(&text);
                 let client_has = self.turn_of_text(&original).map_or(0, |(_, t)| t.outputs);
+                let retired = self
+                    .procs
+                    .get(&exec)
+                    .is_some_and(|p| p.stop_asked_at.is_some());
                 self.check(
-                    resumes_after.is_none_or(|n| n >= client_has),
+                    retired || resumes_after.is_none_or(|n| n >= client_has),
                     "R9-replay-after-delivered",
                     || {
                         format!(
@@ -964,6 +971,24 @@ impl Oracle {
     /// completion that came short, the failure never shown, the process left running), and
     /// `idx`, the check's own line, only when there is none.
     pub(crate) fn liveness(&mut self, sessions: u32, idx: u64) -> Result<(), Violation> {
+        // The idle rule, from the agents' side: an agent that took a prompt (wrote an event
+        // for it) and then said nothing more, never answering, is given up (asked to stop)
+        // long before the faults stop and the quiesce time passes; it never keeps its turn.
+        for (exec, p) in &self.procs {
+            if !p.alive || p.orphaned || p.behaviour.silent_per_mille == 0 {
+                continue;
+            }
+            if let (Some((tag, true)), None) = (&p.prompting, p.stop_asked_at) {
+                return Err(v(
+                    "R8-silent-agent-given-up",
+                    format!(
+                        "session {}: {exec} went silent on prompt {tag} and was never given up",
+                        p.session
+                    ),
+                    p.spawn_line,
+                ));
+            }
+        }
         for ((session, turn), t) in &self.turns {
             if t.ended.is_none() {
                 return Err(v(

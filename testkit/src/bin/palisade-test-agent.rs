@@ -44,6 +44,7 @@
 //! | `exit-code` | code (3) | `Script::exit_code`; shell | exit code for `exit-after-chunks` and `misbehave exit` |
 //! | `exit-after-prompts` | count (never) | `Script::exit_after_prompts` | exit with code 0 right after answering this many prompts (an agent that goes away between turns) |
 //! | `prompt-mode` | `answer` `hang` `hold` (`answer`) | `Script::prompt_end` | after the chunks: answer `end_turn`; never answer (cancel ignored); or wait for `session/cancel` |
+//! | `silent` | `none` `on-new` `always` (`none`) | `Script::silent_on_new`; `Behaviour::silent_per_mille` = 1000 | a prompt goes silent after its first chunk: nothing more, no answer, `session/cancel` ignored (a wedged agent); `on-new`: only on a conversation this process created with `session/new` (a process that loads it, as a recovery does, answers) |
 //! | `protocol-version` | 0..=65535 (1) | `Script::protocol_version` | the `protocolVersion` of the `initialize` answer (an agent that speaks another ACP version) |
 //! | `misbehave` | `none` `garbage` `close-stdout` `unknown-ids` `never-answer` `exit` (`none`) | shell | instead of answering a request: write a garbage line; close stdout and stay alive; answer with an id we never got; stay silent; exit (the model never sees the request) |
 //! | `misbehave-on` | method or `*` (`*`) | shell | which requests `misbehave` applies to |
@@ -117,6 +118,7 @@ const OPTIONS: &[&str] = &[
     "exit-code",
     "exit-after-prompts",
     "prompt-mode",
+    "silent",
     "protocol-version",
     "misbehave",
     "misbehave-on",
@@ -347,6 +349,12 @@ fn script_options(
         Some("hold") => PromptEnd::Hold,
         Some(other) => return Err(format!("--prompt-mode: unknown value {other:?}")),
     };
+    match text("silent").as_deref() {
+        None | Some("none") => {}
+        Some("on-new") => script.silent_on_new = true,
+        Some("always") => behaviour.silent_per_mille = 1000,
+        Some(other) => return Err(format!("--silent: unknown value {other:?}")),
+    }
 
     Ok(Options {
         behaviour,

@@ -97,6 +97,7 @@ pub(crate) async fn run(
             profile: None,
             log_format: Default::default(),
             initialize_timeout_ms: None,
+            turn_idle_ms: None,
         };
         // The proxy's own settings (a client behind it, updates not held back), on the
         // seed's engine configuration.

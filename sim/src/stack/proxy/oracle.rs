@@ -643,10 +643,12 @@ mod tests {
         truth.prompts.push((1001, "1001.1".into(), text.into()));
         truth.prompts.push((1002, "1002.1".into(), again.clone()));
         env.prompts.push(super::super::super::env::Received {
+            pid: 1001,
             at_ms: 10,
             text: text.into(),
         });
         env.prompts.push(super::super::super::env::Received {
+            pid: 1002,
             at_ms: 40,
             text: again,
         });
