@@ -409,7 +409,7 @@ impl Supervisor {
         }
         let mut store = state_file.zip(lock).map(|(file, lock)| Store {
             file,
-            last_body: Vec::new(),
+            last: Arc::new(Vec::new()),
             _lock: lock,
         });
         if let Some(store) = store.as_mut() {
@@ -419,7 +419,7 @@ impl Supervisor {
                 .file
                 .write(&image.bytes)
                 .map_err(StartError::Persist)?;
-            store.last_body = image.bytes[BODY_OFFSET..].to_vec();
+            store.last = Arc::new(image.bytes);
             engine.persisted(image.version);
         }
 
@@ -712,8 +712,9 @@ impl Clock {
 #[derive(Debug)]
 struct Store {
     file: StateFile,
-    /// What was last written, from [`BODY_OFFSET`] on (the write time excluded).
-    last_body: Vec<u8>,
+    /// The image last written; compared from [`BODY_OFFSET`] on (the write time
+    /// excluded).
+    last: Arc<Vec<u8>>,
     /// The state file's lock, released with the store.
     _lock: StateLock,
 }
@@ -931,13 +932,14 @@ impl Shell {
             self.engine.persisted(image.version);
             return;
         };
-        if image.bytes[BODY_OFFSET..] == store.last_body[..] {
+        if store.last.get(BODY_OFFSET..) == Some(&image.bytes[BODY_OFFSET..]) {
             self.engine.persisted(image.version);
             return;
         }
-        store.last_body = image.bytes[BODY_OFFSET..].to_vec();
+        // Shared with the write, not copied: an image can be hundreds of kilobytes.
+        let bytes = Arc::new(image.bytes);
+        store.last = Arc::clone(&bytes);
         let file = store.file.clone();
-        let bytes = image.bytes;
         let (done_tx, done) = oneshot::channel();
         let write = self.platform.blocking(Box::new(move || file.write(&bytes)));
         let _ = self.platform.spawn(Box::pin(async move {
