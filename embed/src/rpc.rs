@@ -717,9 +717,9 @@ impl Reader {
         let mut drain_deadline: Option<Instant> = None;
         let mut exit = self.exit.clone();
         loop {
-            let drained = self
-                .platform
-                .sleep_until(drain_deadline.unwrap_or_else(|| self.platform.now()));
+            // A timer only once there is a deadline: not a clock reading and a timer made
+            // and dropped for every line.
+            let drained = drain_deadline.map(|at| self.platform.sleep_until(at));
             let outcome = tokio::select! {
                 biased;
                 outcome = self.lines.next() => outcome,
@@ -727,7 +727,12 @@ impl Reader {
                     drain_deadline = Some(self.platform.now() + DRAIN_GRACE);
                     continue;
                 }
-                () = drained, if drain_deadline.is_some() => {
+                () = async {
+                    match drained {
+                        Some(drained) => drained.await,
+                        None => std::future::pending().await,
+                    }
+                }, if drain_deadline.is_some() => {
                     return self.end_reason().await;
                 }
             };

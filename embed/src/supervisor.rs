@@ -831,10 +831,10 @@ impl Shell {
                     caller_blocked,
                 } => (until, read_agents, caller_blocked && !self.caller_gone),
             };
-            let wake = self.clock.instant(until.unwrap_or(Timestamp::MAX));
             // The branches only take what woke the shell; it is handled below, once the
-            // branch futures (which borrow the shell's channels) are gone.
-            let timer = self.platform.sleep_until(wake);
+            // branch futures (which borrow the shell's channels) are gone. A timer only
+            // when there is a deadline.
+            let timer = until.map(|until| self.platform.sleep_until(self.clock.instant(until)));
             let writing = self.writing.is_some();
             let wake = tokio::select! {
                 biased;
@@ -849,7 +849,12 @@ impl Shell {
                 })),
                 Some(message) = self.inbox.recv(), if read_agents => Wake::Message(message),
                 permit = self.events.reserve(), if caller_blocked => Wake::CallerRoom(permit.is_ok()),
-                () = timer, if until.is_some() => Wake::Timeout,
+                () = async {
+                    match timer {
+                        Some(timer) => timer.await,
+                        None => std::future::pending().await,
+                    }
+                }, if until.is_some() => Wake::Timeout,
             };
             match wake {
                 Wake::Command(Some(command)) => {
