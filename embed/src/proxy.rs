@@ -352,14 +352,13 @@ async fn write_out(
     router: &mut Router,
     writer: &mut BufWriter<Box<dyn AsyncWrite + Send + Unpin>>,
 ) -> std::io::Result<()> {
-    let mut wrote = false;
-    while let Some(line) = router.poll_upstream() {
-        writer.write_all(line.as_bytes()).await?;
-        wrote = true;
+    let lines = router.upstream();
+    if lines.is_empty() {
+        return Ok(());
     }
-    if wrote {
-        writer.flush().await?;
-    }
+    writer.write_all(lines).await?;
+    writer.flush().await?;
+    router.upstream_written();
     Ok(())
 }
 

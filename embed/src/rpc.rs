@@ -30,6 +30,7 @@
 //! what the agent writes; garbage, unknown response ids and oversized lines are counted
 //! ([`ConnectionStats`]) and reported as [`Anomaly`] events.
 
+use std::borrow::Cow;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -609,8 +610,10 @@ async fn write_loop(stdin: Box<dyn AsyncWrite + Send + Unpin>, mut jobs: mpsc::R
 }
 
 /// One read from stdout.
-enum ReadOutcome {
-    Line(Vec<u8>),
+enum ReadOutcome<'a> {
+    /// A whole line, without its newline: borrowed from the read buffer when it came in
+    /// one read (the usual case), else gathered.
+    Line(Cow<'a, [u8]>),
     Oversized(usize),
     /// End of stdout, with an unterminated last line if there was one.
     Eof(Option<Vec<u8>>),
@@ -625,6 +628,9 @@ struct LineReader<R> {
     /// Bytes of the current line so far, counted past `max_line_bytes` too.
     line_bytes: usize,
     max_line_bytes: usize,
+    /// Bytes of the line last handed out borrowed (its newline included), consumed from
+    /// the buffer when the next one is asked for.
+    lent: usize,
 }
 
 impl<R: AsyncRead + Unpin> LineReader<R> {
@@ -634,10 +640,12 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             line: Vec::new(),
             line_bytes: 0,
             max_line_bytes,
+            lent: 0,
         }
     }
 
-    async fn next(&mut self) -> ReadOutcome {
+    async fn next(&mut self) -> ReadOutcome<'_> {
+        self.inner.consume(std::mem::take(&mut self.lent));
         loop {
             let buf = match self.inner.fill_buf().await {
                 Ok(buf) => buf,
@@ -650,7 +658,16 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                 self.line_bytes = 0;
                 return ReadOutcome::Eof(partial);
             }
-            let (chunk, found_newline) = match buf.iter().position(|&b| b == b'\n') {
+            let newline = memchr::memchr(b'\n', buf);
+            if let Some(at) =
+                newline.filter(|&at| self.line_bytes == 0 && at <= self.max_line_bytes)
+            {
+                // A whole line in the buffer: lent as it is, consumed by the next call.
+                self.lent = at + 1;
+                let buf = self.inner.buffer();
+                return ReadOutcome::Line(Cow::Borrowed(&buf[..at]));
+            }
+            let (chunk, found_newline) = match newline {
                 Some(at) => (&buf[..at], true),
                 None => (buf, false),
             };
@@ -669,7 +686,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                 return if bytes > self.max_line_bytes {
                     ReadOutcome::Oversized(bytes)
                 } else {
-                    ReadOutcome::Line(line)
+                    ReadOutcome::Line(Cow::Owned(line))
                 };
             }
         }
@@ -692,7 +709,7 @@ impl Reader {
             // The waiter may have given up already; nothing to tell it then.
             let _ = waiter.send(Err(failure));
         }
-        self.emit(AgentEvent::Closed(reason)).await;
+        emit(&self.shared, &self.events, AgentEvent::Closed(reason)).await;
     }
 
     async fn read_until_closed(&mut self) -> CloseReason {
@@ -700,9 +717,9 @@ impl Reader {
         let mut drain_deadline: Option<Instant> = None;
         let mut exit = self.exit.clone();
         loop {
-            let drained = self
-                .platform
-                .sleep_until(drain_deadline.unwrap_or_else(|| self.platform.now()));
+            // A timer only once there is a deadline: not a clock reading and a timer made
+            // and dropped for every line.
+            let drained = drain_deadline.map(|at| self.platform.sleep_until(at));
             let outcome = tokio::select! {
                 biased;
                 outcome = self.lines.next() => outcome,
@@ -710,13 +727,18 @@ impl Reader {
                     drain_deadline = Some(self.platform.now() + DRAIN_GRACE);
                     continue;
                 }
-                () = drained, if drain_deadline.is_some() => {
+                () = async {
+                    match drained {
+                        Some(drained) => drained.await,
+                        None => std::future::pending().await,
+                    }
+                }, if drain_deadline.is_some() => {
                     return self.end_reason().await;
                 }
             };
             match outcome {
                 ReadOutcome::Line(line) => {
-                    if let Some(reason) = self.handle_line(line).await {
+                    if let Some(reason) = handle_line(&self.shared, &self.events, &line).await {
                         return reason;
                     }
                 }
@@ -727,7 +749,7 @@ impl Reader {
                         let closes = wire.spend(&event);
                         (event, closes)
                     };
-                    self.emit(event).await;
+                    emit(&self.shared, &self.events, event).await;
                     if let Some(reason) = closes {
                         return reason;
                     }
@@ -737,7 +759,7 @@ impl Reader {
                         // An agent that dies mid-line leaves a fragment; one that simply
                         // omits the last newline leaves a whole message. Either way EOF
                         // is the reason we close, not the fragment.
-                        let _ = self.handle_line(line).await;
+                        let _ = handle_line(&self.shared, &self.events, &line).await;
                     }
                     return self.end_reason().await;
                 }
@@ -760,34 +782,38 @@ impl Reader {
             None => CloseReason::StdoutClosed,
         }
     }
+}
 
-    /// Handles one line; `Some` if it closes the connection.
-    async fn handle_line(&mut self, line: Vec<u8>) -> Option<CloseReason> {
-        let (event, closes) = {
-            let mut wire = self.shared.wire();
-            match wire.receive(&line) {
-                Incoming::Reply { tag, result } => {
-                    // The waiter may have just timed out; it then reads nothing.
-                    let _ = tag.send(result);
-                    return None;
-                }
-                Incoming::Event(event) => {
-                    let closes = wire.spend(&event);
-                    (event, closes)
-                }
-                Incoming::Nothing => return None,
+/// Handles one line; `Some` if it closes the connection.
+async fn handle_line(
+    shared: &Shared,
+    events: &mpsc::Sender<AgentEvent>,
+    line: &[u8],
+) -> Option<CloseReason> {
+    let (event, closes) = {
+        let mut wire = shared.wire();
+        match wire.receive(line) {
+            Incoming::Reply { tag, result } => {
+                // The waiter may have just timed out; it then reads nothing.
+                let _ = tag.send(result);
+                return None;
             }
-        };
-        self.emit(event).await;
-        closes
-    }
-
-    /// Delivers an event, waiting while the channel is full (backpressure). If the
-    /// receiver is gone the event is counted and dropped: nobody can read it.
-    async fn emit(&mut self, event: AgentEvent) {
-        if self.events.send(event).await.is_err() {
-            self.shared.wire().lost_event();
+            Incoming::Event(event) => {
+                let closes = wire.spend(&event);
+                (event, closes)
+            }
+            Incoming::Nothing => return None,
         }
+    };
+    emit(shared, events, event).await;
+    closes
+}
+
+/// Delivers an event, waiting while the channel is full (backpressure). If the receiver
+/// is gone the event is counted and dropped: nobody can read it.
+async fn emit(shared: &Shared, events: &mpsc::Sender<AgentEvent>, event: AgentEvent) {
+    if events.send(event).await.is_err() {
+        shared.wire().lost_event();
     }
 }
 
@@ -800,7 +826,7 @@ mod tests {
         let mut out = Vec::new();
         loop {
             match reader.next().await {
-                ReadOutcome::Line(line) => out.push(String::from_utf8(line).unwrap()),
+                ReadOutcome::Line(line) => out.push(String::from_utf8(line.into_owned()).unwrap()),
                 ReadOutcome::Oversized(bytes) => out.push(format!("<oversized {bytes}>")),
                 ReadOutcome::Eof(partial) => {
                     if let Some(partial) = partial {

@@ -432,7 +432,7 @@ impl Supervisor {
         }
         let mut store = state_file.zip(lock).map(|(file, lock)| Store {
             file,
-            last_body: Vec::new(),
+            last: Arc::new(Vec::new()),
             _lock: lock,
         });
         if let Some(store) = store.as_mut() {
@@ -442,7 +442,7 @@ impl Supervisor {
                 .file
                 .write(&image.bytes)
                 .map_err(StartError::Persist)?;
-            store.last_body = image.bytes[BODY_OFFSET..].to_vec();
+            store.last = Arc::new(image.bytes);
             engine.persisted(image.version);
         }
 
@@ -736,8 +736,9 @@ impl Clock {
 #[derive(Debug)]
 struct Store {
     file: StateFile,
-    /// What was last written, from [`BODY_OFFSET`] on (the write time excluded).
-    last_body: Vec<u8>,
+    /// The image last written; compared from [`BODY_OFFSET`] on (the write time
+    /// excluded).
+    last: Arc<Vec<u8>>,
     /// The state file's lock, released with the store.
     _lock: StateLock,
 }
@@ -854,10 +855,10 @@ impl Shell {
                     caller_blocked,
                 } => (until, read_agents, caller_blocked && !self.caller_gone),
             };
-            let wake = self.clock.instant(until.unwrap_or(Timestamp::MAX));
             // The branches only take what woke the shell; it is handled below, once the
-            // branch futures (which borrow the shell's channels) are gone.
-            let timer = self.platform.sleep_until(wake);
+            // branch futures (which borrow the shell's channels) are gone. A timer only
+            // when there is a deadline.
+            let timer = until.map(|until| self.platform.sleep_until(self.clock.instant(until)));
             let writing = self.writing.is_some();
             let wake = tokio::select! {
                 biased;
@@ -872,7 +873,12 @@ impl Shell {
                 })),
                 Some(message) = self.inbox.recv(), if read_agents => Wake::Message(message),
                 permit = self.events.reserve(), if caller_blocked => Wake::CallerRoom(permit.is_ok()),
-                () = timer, if until.is_some() => Wake::Timeout,
+                () = async {
+                    match timer {
+                        Some(timer) => timer.await,
+                        None => std::future::pending().await,
+                    }
+                }, if until.is_some() => Wake::Timeout,
             };
             match wake {
                 Wake::Command(Some(command)) => {
@@ -955,13 +961,14 @@ impl Shell {
             self.engine.persisted(image.version);
             return;
         };
-        if image.bytes[BODY_OFFSET..] == store.last_body[..] {
+        if store.last.get(BODY_OFFSET..) == Some(&image.bytes[BODY_OFFSET..]) {
             self.engine.persisted(image.version);
             return;
         }
-        store.last_body = image.bytes[BODY_OFFSET..].to_vec();
+        // Shared with the write, not copied: an image can be hundreds of kilobytes.
+        let bytes = Arc::new(image.bytes);
+        store.last = Arc::clone(&bytes);
         let file = store.file.clone();
-        let bytes = image.bytes;
         let (done_tx, done) = oneshot::channel();
         let write = self.platform.blocking(Box::new(move || file.write(&bytes)));
         let _ = self.platform.spawn(Box::pin(async move {

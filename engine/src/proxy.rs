@@ -8,7 +8,7 @@
 //! [`Command`]s for the engine; it turns the engine's [`SessionEvent`]s into what the client
 //! reads ([`Router::event`]); the shell reports the results of the commands back
 //! ([`Router::opened`], [`Router::claimed`], ...). Lines for the client come out of
-//! [`Router::poll_upstream`], commands out of [`Router::poll_command`].
+//! [`Router::upstream`] (all of them in one buffer), commands out of [`Router::poll_command`].
 //!
 //! | the client sends | the router |
 //! |---|---|
@@ -27,10 +27,11 @@
 //! only on proof (rule 6), and the client is told with the extension notification
 //! [`CONVERSATION_REPLACED`].
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use palisade_core::{AttemptOutcome, SessionId, TurnId, TurnOutcome, Verdict};
-use palisade_wire::jsonrpc::{codes, encode_message, encode_response, parse_frame, Frame};
+use palisade_wire::jsonrpc::{codes, parse_frame, write_message, write_response, Frame};
 use palisade_wire::upstream::{
     classify_notification, classify_request, with_session, ClientNotification, ClientRequest,
 };
@@ -149,7 +150,8 @@ pub struct Router {
     /// The agents' requests shown to the client, by the id the client sees.
     asked: BTreeMap<i64, u64>,
     next_asked: i64,
-    out: VecDeque<String>,
+    /// The lines for the client, each with its newline, until the shell wrote them.
+    out: Vec<u8>,
     commands: VecDeque<Command>,
 }
 
@@ -178,7 +180,7 @@ impl Router {
             joined: BTreeSet::new(),
             asked: BTreeMap::new(),
             next_asked: 1,
-            out: VecDeque::new(),
+            out: Vec::new(),
             commands: VecDeque::new(),
         };
         for (session, setup) in known {
@@ -197,9 +199,17 @@ impl Router {
         router
     }
 
-    /// The next line for the client (newline included).
-    pub fn poll_upstream(&mut self) -> Option<String> {
-        self.out.pop_front()
+    /// Every line for the client not yet written, each with its newline, in order: one
+    /// buffer, so that the shell writes a burst of updates at once. Say when they are
+    /// written with [`Router::upstream_written`].
+    #[must_use]
+    pub fn upstream(&self) -> &[u8] {
+        &self.out
+    }
+
+    /// The lines [`Router::upstream`] showed were written to the client.
+    pub fn upstream_written(&mut self) {
+        self.out.clear();
     }
 
     /// The next command for the shell.
@@ -214,16 +224,15 @@ impl Router {
     }
 
     fn answer(&mut self, request: &RequestId, outcome: Result<Value, RpcError>) {
-        self.out.push_back(encode_response(request, &outcome));
+        write_response(&mut self.out, request, &outcome);
     }
 
     fn answer_raw(&mut self, request: &RequestId, outcome: Result<RawJson, RpcError>) {
-        self.out.push_back(encode_response(request, &outcome));
+        write_response(&mut self.out, request, &outcome);
     }
 
     fn notify(&mut self, method: &str, params: &Value) {
-        self.out
-            .push_back(encode_message(None, method, Some(params)));
+        write_message(&mut self.out, None, method, Some(params));
     }
 
     /// One line the client wrote.
@@ -498,15 +507,30 @@ impl Router {
     }
 
     fn label(&self, session: SessionId) -> String {
-        self.sessions.get(&session).map_or_else(
-            || format!("pls_{}_{}", self.nonce, session.get()),
-            |u| u.label.clone(),
-        )
+        label_of(&self.sessions, &self.nonce, session).into_owned()
     }
 
     /// An event of the engine: what the client must hear of it.
     pub fn event(&mut self, event: &SessionEvent) {
         let session = event.session();
+        if self.attached.contains(&session) {
+            // A turn's output and a load's history, the bulk of what the client hears:
+            // written under the session's label, borrowed.
+            let label = label_of(&self.sessions, &self.nonce, session);
+            match event {
+                SessionEvent::Output { events, .. } => {
+                    for OutputEvent { update, .. } in events {
+                        write_update(&mut self.out, &label, update);
+                    }
+                    return;
+                }
+                SessionEvent::Update { update, .. } | SessionEvent::History { update, .. } => {
+                    write_update(&mut self.out, &label, update);
+                    return;
+                }
+                _ => {}
+            }
+        }
         let label = self.label(session);
         if !self.attached.contains(&session) {
             match event {
@@ -531,14 +555,10 @@ impl Router {
             }
         }
         match event {
-            SessionEvent::Output { events, .. } => {
-                for OutputEvent { update, .. } in events {
-                    self.update(&label, update);
-                }
-            }
-            SessionEvent::Update { update, .. } | SessionEvent::History { update, .. } => {
-                self.update(&label, update);
-            }
+            // Written above.
+            SessionEvent::Output { .. }
+            | SessionEvent::Update { .. }
+            | SessionEvent::History { .. } => {}
             SessionEvent::ConversationReady { origin, answer, .. } => {
                 self.open_failures.remove(&session);
                 self.joined.remove(&session);
@@ -632,11 +652,12 @@ impl Router {
                 self.next_asked += 1;
                 self.asked.insert(id, *ticket);
                 let params = with_session(params, &label).unwrap_or_else(|| params.clone());
-                self.out.push_back(encode_message(
+                write_message(
+                    &mut self.out,
                     Some(&RequestId::Number(id)),
                     method,
                     Some(&params),
-                ));
+                );
             }
             SessionEvent::Forwarded { ticket, result, .. } => {
                 let Some(request) = self.forwards.remove(ticket) else {
@@ -658,23 +679,39 @@ impl Router {
             | SessionEvent::RuntimeExited { .. } => {}
         }
     }
+}
 
-    fn update(&mut self, label: &str, update: &RawJson) {
-        #[derive(serde::Serialize)]
-        struct Params<'a> {
-            #[serde(rename = "sessionId")]
-            session_id: &'a str,
-            update: &'a serde_json::value::RawValue,
-        }
-        self.out.push_back(encode_message(
-            None,
-            palisade_wire::acp::SESSION_UPDATE,
-            Some(&Params {
-                session_id: label,
-                update: update.raw(),
-            }),
-        ));
+/// The client's id of `session`: its label, or (a session the router has not named) the
+/// one it would mint.
+fn label_of<'a>(
+    sessions: &'a BTreeMap<SessionId, Upstream>,
+    nonce: &str,
+    session: SessionId,
+) -> Cow<'a, str> {
+    sessions.get(&session).map_or_else(
+        || Cow::Owned(format!("pls_{nonce}_{}", session.get())),
+        |u| Cow::Borrowed(u.label.as_str()),
+    )
+}
+
+/// A `session/update` of the session labelled `label`, appended to `out`: the agent's
+/// update as it wrote it.
+fn write_update(out: &mut Vec<u8>, label: &str, update: &RawJson) {
+    #[derive(serde::Serialize)]
+    struct Params<'a> {
+        #[serde(rename = "sessionId")]
+        session_id: &'a str,
+        update: &'a serde_json::value::RawValue,
     }
+    write_message(
+        out,
+        None,
+        palisade_wire::acp::SESSION_UPDATE,
+        Some(&Params {
+            session_id: label,
+            update: update.raw(),
+        }),
+    );
 }
 
 /// The `cwd` member of a client's session params.
@@ -704,6 +741,15 @@ fn failure_error(what: &str, failure: &RpcFailure) -> RpcError {
             json!({"cause": other.to_string()}),
         ),
     }
+}
+
+/// The lines the router has for the client, each with its newline; then they are written.
+#[cfg(test)]
+fn written(router: &mut Router) -> Vec<String> {
+    let text = std::str::from_utf8(router.upstream()).expect("the router writes UTF-8");
+    let lines = text.split_inclusive('\n').map(str::to_owned).collect();
+    router.upstream_written();
+    lines
 }
 
 #[cfg(test)]
@@ -773,7 +819,7 @@ mod tests {
                         Output::Wait { .. } => break,
                     }
                 }
-                while let Some(line) = self.router.poll_upstream() {
+                for line in written(&mut self.router) {
                     self.client.push(serde_json::from_str(&line).unwrap());
                 }
                 if !busy {
@@ -1090,7 +1136,7 @@ mod hostile {
                 router.upstream_line(line);
                 while router.poll_command().is_some() {}
             }
-            while let Some(out) = router.poll_upstream() {
+            for out in written(&mut router) {
                 prop_assert!(out.ends_with('\n'));
                 let message: Value = serde_json::from_str(&out).expect("the router writes JSON");
                 prop_assert_eq!(&message["jsonrpc"], "2.0");
@@ -1133,8 +1179,8 @@ mod restored_tests {
             params: RawJson::from_value(&json!({"sessionId": "agent-1"})),
         });
         assert_eq!(
-            router.poll_upstream(),
-            None,
+            written(&mut router),
+            Vec::<String>::new(),
             "nothing for a client that never loaded it"
         );
         assert!(matches!(
@@ -1149,8 +1195,8 @@ mod restored_tests {
         router.upstream_line(load.to_string().as_bytes());
         assert!(matches!(router.poll_command(), Some(Command::Open { .. })));
         router.event(&SessionEvent::History { session, update });
-        let line = router
-            .poll_upstream()
+        let line = written(&mut router)
+            .pop()
             .expect("its load's history is the client's");
         assert!(line.contains("pls_a_1"), "{line}");
     }

@@ -276,10 +276,18 @@ pub fn parse_frame(line: &[u8]) -> Result<Frame, FrameError> {
 
 /// The frame an envelope stands for.
 fn frame(envelope: &Envelope<'_>) -> Result<Frame, FrameError> {
-    let version = envelope
-        .jsonrpc
-        .map(|v| serde_json::from_str::<String>(v.get()));
-    if !matches!(version, Some(Ok(version)) if version == "2.0") {
+    // The version borrowed from the line (the usual case: no copy), or, written with
+    // escapes, unescaped into a string of its own.
+    let version_ok =
+        envelope
+            .jsonrpc
+            .is_some_and(|v| match serde_json::from_str::<&str>(v.get()) {
+                Ok(version) => version == "2.0",
+                Err(_) => {
+                    serde_json::from_str::<String>(v.get()).is_ok_and(|version| version == "2.0")
+                }
+            });
+    if !version_ok {
         return Err(FrameError::BadVersion);
     }
     let id = envelope
@@ -358,10 +366,16 @@ struct Outgoing<'a, P: Serialize + ?Sized, R: Serialize + ?Sized> {
 
 impl<P: Serialize + ?Sized, R: Serialize + ?Sized> Outgoing<'_, P, R> {
     fn line(&self) -> String {
-        let mut line = serde_json::to_string(self)
+        let mut line = Vec::with_capacity(128);
+        self.write_line(&mut line);
+        String::from_utf8(line).expect("serde_json writes UTF-8")
+    }
+
+    /// Appends the message and its newline to `out`.
+    fn write_line(&self, out: &mut Vec<u8>) {
+        serde_json::to_writer(&mut *out, self)
             .expect("a message of serializable parts with string keys always serializes");
-        line.push('\n');
-        line
+        out.push(b'\n');
     }
 }
 
@@ -383,6 +397,24 @@ pub fn encode_message<P: Serialize + ?Sized>(
     .line()
 }
 
+/// [`encode_message`] appended to `out` (one buffer for many lines: no line of its own).
+pub fn write_message<P: Serialize + ?Sized>(
+    out: &mut Vec<u8>,
+    id: Option<&RequestId>,
+    method: &str,
+    params: Option<&P>,
+) {
+    Outgoing::<P, Value> {
+        jsonrpc: "2.0",
+        id,
+        method: Some(method),
+        params,
+        result: None,
+        error: None,
+    }
+    .write_line(out);
+}
+
 /// Encodes a request as one line, newline included (`null` params are left out).
 #[must_use]
 pub fn encode_request(id: &RequestId, method: &str, params: &Value) -> String {
@@ -398,11 +430,27 @@ pub fn encode_notification(method: &str, params: &Value) -> String {
 /// Encodes a response (result or error) as one line, newline included.
 #[must_use]
 pub fn encode_response<R: Serialize>(id: &RequestId, outcome: &Result<R, RpcError>) -> String {
+    response(id, outcome).line()
+}
+
+/// [`encode_response`] appended to `out`.
+pub fn write_response<R: Serialize>(
+    out: &mut Vec<u8>,
+    id: &RequestId,
+    outcome: &Result<R, RpcError>,
+) {
+    response(id, outcome).write_line(out);
+}
+
+fn response<'a, R: Serialize>(
+    id: &'a RequestId,
+    outcome: &'a Result<R, RpcError>,
+) -> Outgoing<'a, Value, R> {
     let (result, error) = match outcome {
         Ok(result) => (Some(result), None),
         Err(error) => (None, Some(error)),
     };
-    Outgoing::<Value, R> {
+    Outgoing {
         jsonrpc: "2.0",
         id: Some(id),
         method: None,
@@ -410,7 +458,6 @@ pub fn encode_response<R: Serialize>(id: &RequestId, outcome: &Result<R, RpcErro
         result,
         error,
     }
-    .line()
 }
 
 #[cfg(test)]

@@ -99,7 +99,9 @@ use crate::events::{
 };
 use crate::replay::render_prompt;
 use crate::sorted_map::SortedMap;
-use crate::state::{self, ExecutionRecord, Header, QueuedOutput, SessionRecord, StateError};
+use crate::state::{
+    self, ExecutionRecord, HeaderOut, QueuedOutput, QueuedOutputOut, SessionRecordOut, StateError,
+};
 
 mod answers;
 mod effects;

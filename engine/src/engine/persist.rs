@@ -129,7 +129,7 @@ impl Engine {
     /// Bytes from [`state::BODY_OFFSET`](crate::state) on change only when the state does.
     #[must_use]
     pub(super) fn encode_state(&self, now: Timestamp) -> Vec<u8> {
-        let header = Header {
+        let header = HeaderOut {
             next_execution: self.counters.next_execution,
             next_turn: self.counters.next_turn,
             next_stamp: self.counters.next_stamp,
@@ -137,20 +137,20 @@ impl Engine {
             sessions: self
                 .books
                 .iter()
-                .map(|(session, book)| SessionRecord {
+                .map(|(session, book)| SessionRecordOut {
                     session: *session,
-                    conversation: book.conversation.clone(),
-                    turn: book.turn.clone(),
-                    label: book.setup.label.clone(),
-                    params: book.setup.params.clone(),
+                    conversation: &book.conversation,
+                    turn: &book.turn,
+                    label: &book.setup.label,
+                    params: &book.setup.params,
                     queued_output: self.outlets.get(session).map(|o| {
                         let batching = o.coalescer.pending().iter().map(|e| (e.seq, &e.payload));
                         let queued = o.queue.iter().map(|(seq, (_, item))| (seq, item));
                         let items = batching
                             .chain(queued)
-                            .map(|(seq, item)| QueuedOutput {
+                            .map(|(seq, item)| QueuedOutputOut {
                                 seq: seq.get(),
-                                update: item.update.clone(),
+                                update: &item.update,
                                 wire_bytes: item.wire_bytes,
                             })
                             .collect();
@@ -163,7 +163,6 @@ impl Engine {
                 .iter()
                 .chain(self.ready.events.iter().map(|(_, event)| event))
                 .filter(|event| event.survives_restart())
-                .cloned()
                 .collect(),
             executions: self
                 .runtimes

@@ -2,6 +2,7 @@
 
 use super::effects::load_params;
 use super::*;
+use crate::state::Header;
 use palisade_core::PromptRequest;
 
 fn config() -> EngineConfig {
