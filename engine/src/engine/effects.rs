@@ -1,7 +1,7 @@
 //! The core's effects, carried out: each becomes ACP traffic, an action for the shell, or
 //! an event for the caller. One method per effect; [`Engine::effect`] routes them.
 
-use palisade_core::{PromptRequest, RecoveryFailure};
+use palisade_core::{AttemptOutcome, PromptRequest, RecoveryFailure};
 
 use super::*;
 
@@ -41,11 +41,24 @@ impl Engine {
                 session,
                 attempt,
                 outcome,
-            } => self.emit(SessionEvent::AttemptSettled {
-                session,
-                attempt,
-                outcome,
-            }),
+            } => {
+                // An attempt that failed or was cancelled loaded nothing: the open that
+                // asked for its history ends with it (a client's `session/load` is answered
+                // with the error), so a later load's history (a recovery's) is not the
+                // client's. Found by proxy-crash-restart seed 26: a load whose first
+                // runtime died before loading, answered with an error, then the recovery's
+                // history reached the client.
+                if outcome != AttemptOutcome::Ready {
+                    if let Some(book) = self.books.get_mut(&session) {
+                        book.setup.history = false;
+                    }
+                }
+                self.emit(SessionEvent::AttemptSettled {
+                    session,
+                    attempt,
+                    outcome,
+                });
+            }
             Effect::JoinTimedOut { session, attempt } => {
                 self.emit(SessionEvent::JoinTimedOut { session, attempt });
             }
