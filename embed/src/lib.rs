@@ -113,7 +113,7 @@ pub use palisade_engine::{
 pub use platform::{AgentCommand, Platform, SpawnError, StderrMode};
 pub use rpc::{
     AgentConnection, AgentEvent, AgentEvents, Anomaly, CloseReason, ConnectionConfig,
-    ConnectionStats, ProcessExit, RpcFailure,
+    ConnectionStats, PendingRequest, ProcessExit, RpcFailure,
 };
 pub use state_file::{StateError, StateFile, StateFs, StateLock};
 pub use supervisor::{

@@ -6,7 +6,11 @@
 //!   waiting for it (by id) and pushes everything else, in wire order, into a bounded
 //!   [`AgentEvents`] channel;
 //! - a **writer** that owns the child's stdin and writes whole lines only (a request
-//!   whose deadline passes mid-write can never leave half a line in the pipe);
+//!   whose deadline passes mid-write can never leave half a line in the pipe), in the
+//!   order they were handed to the connection: every method that writes queues its line
+//!   when it is called, not when its future is first polled, so a `session/cancel` sent
+//!   right after a prompt, or the end of stdin right after a cancel, can never overtake
+//!   it, whichever tasks wait for them;
 //! - a **supervisor** that owns the child process and its whole process tree
 //!   ([`crate::process`]): it takes the tree down on request and reaps the child.
 //!
@@ -31,6 +35,7 @@
 //! ([`ConnectionStats`]) and reported as [`Anomaly`] events.
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -55,10 +60,6 @@ use crate::platform::{
 };
 use crate::tokio_platform::TokioPlatform;
 use crate::watch;
-
-/// Lines queued for the writer. A full queue makes the next send wait (under the
-/// caller's deadline), which is backpressure towards the caller.
-pub const WRITE_QUEUE_LINES: usize = 64;
 
 /// Default capacity of the event channel; the same size as the queue that closed on
 /// overflow in compozy #454, to show that here it only slows the agent down.
@@ -152,12 +153,13 @@ impl Shared {
 
 /// Abandons a request when its future ends, however it ends, so an abandoned request can
 /// neither leak a slot nor make its late answer look unknown.
-struct PendingGuard<'a> {
-    shared: &'a Shared,
+#[derive(Debug)]
+struct PendingGuard {
+    shared: Arc<Shared>,
     id: i64,
 }
 
-impl PendingGuard<'_> {
+impl PendingGuard {
     /// Takes the id out of the pending requests; true if it was still there (no answer
     /// came). The id is then remembered as late.
     fn abandon(&self) -> bool {
@@ -165,7 +167,7 @@ impl PendingGuard<'_> {
     }
 }
 
-impl Drop for PendingGuard<'_> {
+impl Drop for PendingGuard {
     fn drop(&mut self) {
         // A no-op when the answer (or the close) already took the id out.
         let _ = self.abandon();
@@ -200,7 +202,7 @@ enum Takedown {
 pub struct AgentConnection {
     platform: Arc<dyn Platform>,
     shared: Arc<Shared>,
-    writer: mpsc::Sender<WriteJob>,
+    writer: mpsc::UnboundedSender<WriteJob>,
     takedown: watch::Sender<Takedown>,
     exit: watch::Receiver<Option<ProcessExit>>,
     /// True once no process of the agent's tree is left (after `exit`).
@@ -243,7 +245,10 @@ impl AgentConnection {
         let (exit_tx, exit_rx) = watch::channel(None);
         let (down_tx, down_rx) = watch::channel(false);
         let (takedown_tx, takedown_rx) = watch::channel(Takedown::None);
-        let (write_tx, write_rx) = mpsc::channel(WRITE_QUEUE_LINES);
+        // Unbounded, so a line is queued (its place in the order fixed) without waiting:
+        // what it holds is bounded by the callers (requests by `MAX_PENDING_REQUESTS`,
+        // answers by the agent's own requests, one notification per caller decision).
+        let (write_tx, write_rx) = mpsc::unbounded_channel();
         let (event_tx, event_rx) = mpsc::channel(config.event_capacity.max(1));
 
         // Detached: each ends by itself (the supervisor once the tree is down, the writer
@@ -335,69 +340,119 @@ impl AgentConnection {
         params: impl Into<Params>,
         deadline: Instant,
     ) -> Result<RawJson, RpcFailure> {
-        let (reply_tx, mut reply_rx) = oneshot::channel();
-        let registered = self.shared.wire().request(method, &params.into(), reply_tx);
-        let (id, line) = registered.map_err(|(_, failure)| failure)?;
-        // From here on, however this future ends (answer, failure, deadline, or the caller
-        // dropping it), the guard takes the id out of `pending`.
-        let guard = PendingGuard {
-            shared: &self.shared,
-            id,
-        };
-        let outcome = timeout_at(&*self.platform, deadline, async {
-            self.write_line(line).await?;
-            // The reader fails every pending request when it closes, so the sender is
-            // never dropped unanswered; if it were, the transport is gone.
-            (&mut reply_rx)
-                .await
-                .unwrap_or(Err(RpcFailure::TransportClosed))
-        })
-        .await;
-        match outcome {
-            Ok(reply) => reply,
-            Err(_elapsed) => {
-                if guard.abandon() {
-                    return Err(RpcFailure::TimedOut);
-                }
-                // The reader answered between the deadline and our lock: take the answer.
-                reply_rx.try_recv().unwrap_or(Err(RpcFailure::TimedOut))
-            }
-        }
+        self.send_request(method, params)?.answer(deadline).await
     }
 
-    /// Sends a notification (e.g. `session/cancel`); returns once it is written.
-    pub async fn notify(
+    /// Queues a request now (its line goes out after every line queued before it, and
+    /// before every line queued after it) and hands back its answer to wait for:
+    /// [`PendingRequest::answer`]. Dropping the [`PendingRequest`] abandons the request
+    /// (its answer, if one comes, is reported as [`Anomaly::LateResponse`]).
+    pub fn send_request(
+        &self,
+        method: &str,
+        params: impl Into<Params>,
+    ) -> Result<PendingRequest, RpcFailure> {
+        let (reply_tx, reply) = oneshot::channel();
+        let registered = self.shared.wire().request(method, &params.into(), reply_tx);
+        let (id, line) = registered.map_err(|(_, failure)| failure)?;
+        // From here on, however the request ends (answer, failure, deadline, or the caller
+        // dropping it), the guard takes the id out of `pending`.
+        let guard = PendingGuard {
+            shared: Arc::clone(&self.shared),
+            id,
+        };
+        let written = self.queue_line(line)?;
+        Ok(PendingRequest {
+            platform: Arc::clone(&self.platform),
+            guard,
+            written,
+            reply,
+        })
+    }
+
+    /// Sends a notification (e.g. `session/cancel`): queued when called (see the module
+    /// docs on order); the future resolves once it is written, or at `deadline`.
+    pub fn notify(
         &self,
         method: &str,
         params: impl Into<Params>,
         deadline: Instant,
-    ) -> Result<(), RpcFailure> {
-        self.fail_if_closed()?;
+    ) -> impl Future<Output = Result<(), RpcFailure>> + Send + 'static {
         let line = params.into().notification_line(method);
-        timeout_at(&*self.platform, deadline, self.write_line(line))
-            .await
-            .unwrap_or(Err(RpcFailure::TimedOut))
+        self.write_by(line, deadline)
     }
 
-    /// Answers a request the agent sent ([`AgentEvent::Request`]).
-    pub async fn respond(
+    /// Answers a request the agent sent ([`AgentEvent::Request`]): queued when called;
+    /// the future resolves once it is written, or at `deadline`.
+    pub fn respond(
         &self,
         id: &RequestId,
         outcome: Result<Value, RpcError>,
         deadline: Instant,
-    ) -> Result<(), RpcFailure> {
-        self.fail_if_closed()?;
+    ) -> impl Future<Output = Result<(), RpcFailure>> + Send + 'static {
         let line = encode_response(id, &outcome);
-        timeout_at(&*self.platform, deadline, self.write_line(line))
-            .await
-            .unwrap_or(Err(RpcFailure::TimedOut))
+        self.write_by(line, deadline)
     }
 
     /// Closes the agent's stdin after the lines already queued (ACP agents may exit on
-    /// EOF; none of the real ones measured does).
-    pub async fn close_stdin(&self) {
+    /// EOF; none of the real ones measured does). Lines queued after it are not written.
+    pub fn close_stdin(&self) {
         // Fails only if the writer is gone, and then stdin is closed already.
-        let _ = self.writer.send(WriteJob::CloseStdin).await;
+        let _ = self.writer.send(WriteJob::CloseStdin);
+    }
+
+    /// Queues a notification, and does not wait for its write: a connection that fails
+    /// reports itself through [`AgentEvents`]. Err if the connection is closed already.
+    pub fn queue_notification(
+        &self,
+        method: &str,
+        params: impl Into<Params>,
+    ) -> Result<(), RpcFailure> {
+        let line = params.into().notification_line(method);
+        self.queue_line(line).map(drop)
+    }
+
+    /// Queues the answer to a request the agent sent, and does not wait for its write
+    /// (see [`AgentConnection::queue_notification`]).
+    pub fn queue_response(
+        &self,
+        id: &RequestId,
+        outcome: &Result<Value, RpcError>,
+    ) -> Result<(), RpcFailure> {
+        self.queue_line(encode_response(id, outcome)).map(drop)
+    }
+
+    /// Queues `line` now; the future resolves once it is written, or at `deadline` (the
+    /// line is written whole anyway).
+    fn write_by(
+        &self,
+        line: String,
+        deadline: Instant,
+    ) -> impl Future<Output = Result<(), RpcFailure>> + Send + 'static {
+        let queued = self.queue_line(line);
+        let platform = Arc::clone(&self.platform);
+        let shared = Arc::clone(&self.shared);
+        async move {
+            let written = queued?;
+            timeout_at(&*platform, deadline, wait_written(&shared, written))
+                .await
+                .unwrap_or(Err(RpcFailure::TimedOut))
+        }
+    }
+
+    /// Hands `line` to the writer, behind every line queued before it; the receiver
+    /// hears whether it was written.
+    fn queue_line(&self, line: String) -> Result<Written, RpcFailure> {
+        self.fail_if_closed()?;
+        let (written_tx, written_rx) = oneshot::channel();
+        let job = WriteJob::Line {
+            line,
+            written: written_tx,
+        };
+        if self.writer.send(job).is_err() {
+            return Err(transport_failure(&self.shared));
+        }
+        Ok(written_rx)
     }
 
     fn take_down(&self, how: Takedown) {
@@ -431,7 +486,7 @@ impl AgentConnection {
     /// [`TERM_GRACE`](crate::process::TERM_GRACE), and wait until no process of the tree
     /// is left. The agent's exit status, if it was reaped.
     pub async fn stop(&self, grace_until: Instant) -> Option<ProcessExit> {
-        self.close_stdin().await;
+        self.close_stdin();
         let mut exit = self.exit.clone();
         if timeout_at(&*self.platform, grace_until, exited(&mut exit))
             .await
@@ -465,24 +520,66 @@ impl AgentConnection {
     fn fail_if_closed(&self) -> Result<(), RpcFailure> {
         self.shared.closed_failure().map_or(Ok(()), Err)
     }
+}
 
-    async fn write_line(&self, line: String) -> Result<(), RpcFailure> {
-        let (written_tx, written_rx) = oneshot::channel();
-        let job = WriteJob::Line {
-            line,
-            written: written_tx,
-        };
-        let transport_failure = || {
-            self.shared
-                .closed_failure()
-                .unwrap_or(RpcFailure::TransportClosed)
-        };
-        if self.writer.send(job).await.is_err() {
-            return Err(transport_failure());
-        }
-        match written_rx.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(_)) | Err(_) => Err(transport_failure()),
+/// Whether a queued line was written: what the writer reports for it.
+type Written = oneshot::Receiver<Result<(), io::ErrorKind>>;
+
+/// Why a write failed: the connection's close, if it closed, else the transport.
+fn transport_failure(shared: &Shared) -> RpcFailure {
+    shared
+        .closed_failure()
+        .unwrap_or(RpcFailure::TransportClosed)
+}
+
+/// Waits until the writer wrote (or failed to write) a queued line.
+async fn wait_written(shared: &Shared, written: Written) -> Result<(), RpcFailure> {
+    match written.await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) | Err(_) => Err(transport_failure(shared)),
+    }
+}
+
+/// A request queued on the connection ([`AgentConnection::send_request`]), whose answer is
+/// still to come. Dropping it abandons the request.
+#[derive(Debug)]
+pub struct PendingRequest {
+    platform: Arc<dyn Platform>,
+    guard: PendingGuard,
+    written: Written,
+    reply: oneshot::Receiver<Reply>,
+}
+
+impl PendingRequest {
+    /// Waits for the answer until `deadline`.
+    ///
+    /// The line is written whole even if the deadline passes first; an answer that comes
+    /// after the deadline is reported as [`Anomaly::LateResponse`].
+    pub async fn answer(self, deadline: Instant) -> Result<RawJson, RpcFailure> {
+        let PendingRequest {
+            platform,
+            guard,
+            written,
+            mut reply,
+        } = self;
+        let outcome = timeout_at(&*platform, deadline, async {
+            wait_written(&guard.shared, written).await?;
+            // The reader fails every pending request when it closes, so the sender is
+            // never dropped unanswered; if it were, the transport is gone.
+            (&mut reply)
+                .await
+                .unwrap_or(Err(RpcFailure::TransportClosed))
+        })
+        .await;
+        match outcome {
+            Ok(reply) => reply,
+            Err(_elapsed) => {
+                if guard.abandon() {
+                    return Err(RpcFailure::TimedOut);
+                }
+                // The reader answered between the deadline and our lock: take the answer.
+                reply.try_recv().unwrap_or(Err(RpcFailure::TimedOut))
+            }
         }
     }
 }
@@ -577,7 +674,10 @@ async fn supervise(
 }
 
 /// Owns the child's stdin and writes whole lines, in order.
-async fn write_loop(stdin: Box<dyn AsyncWrite + Send + Unpin>, mut jobs: mpsc::Receiver<WriteJob>) {
+async fn write_loop(
+    stdin: Box<dyn AsyncWrite + Send + Unpin>,
+    mut jobs: mpsc::UnboundedReceiver<WriteJob>,
+) {
     let mut stdin = Some(stdin);
     let mut broken: Option<io::ErrorKind> = None;
     while let Some(job) = jobs.recv().await {

@@ -43,7 +43,9 @@ use tokio::time::Instant;
 
 use crate::config::{SupervisorConfig, SupervisorConfigError};
 use crate::platform::{timeout_at, AgentCommand, Platform, Task};
-use crate::rpc::{AgentConnection, AgentEvent, AgentEvents, ProcessExit, RpcFailure};
+use crate::rpc::{
+    AgentConnection, AgentEvent, AgentEvents, PendingRequest, ProcessExit, RpcFailure,
+};
 use crate::state_file::{StateFile, StateLock};
 use crate::tokio_platform::TokioPlatform;
 
@@ -60,8 +62,6 @@ pub const COMMAND_CAPACITY: usize = 64;
 /// How long a SIGKILLed process may take to be reaped. Milliseconds normally; ten
 /// seconds covers a loaded machine.
 pub const REAP_WITHIN: Duration = Duration::from_secs(10);
-/// How long writing a notification or a response to an agent may take.
-pub const WRITE_WITHIN: Duration = Duration::from_secs(10);
 /// How long a shutdown waits for the caller to take the output still queued for it.
 pub const SHUTDOWN_FLUSH_WITHIN: Duration = Duration::from_secs(1);
 /// The furthest a deadline is mapped into the future (keeps `Instant` arithmetic total).
@@ -755,8 +755,8 @@ struct Handle {
 #[derive(Debug)]
 struct PumpRequest {
     op: Op,
-    method: std::borrow::Cow<'static, str>,
-    params: palisade_wire::acp::Params,
+    /// Already queued on the connection, in the order the engine asked.
+    pending: PendingRequest,
     deadline: Instant,
 }
 
@@ -1310,34 +1310,37 @@ impl Shell {
                 params,
                 deadline,
             } => {
-                let request = PumpRequest {
-                    op,
-                    method,
-                    params,
-                    deadline: self.clock.instant(deadline),
-                };
                 let Some(handle) = self.handles.get(&execution) else {
                     self.engine
                         .reply(now, execution, op, Err(RpcFailure::TransportClosed));
                     return;
                 };
-                match handle.requests.try_send(request) {
-                    Ok(()) => {}
-                    Err(mpsc::error::TrySendError::Full(request)) => {
-                        self.engine.reply(
-                            now,
-                            execution,
-                            request.op,
-                            Err(RpcFailure::TooManyPending),
-                        );
+                // A place in the pump first (nothing goes to the agent that no one would
+                // wait for), then the line, queued now: the agent gets the engine's
+                // requests, notifications, answers and stdin's end in the order asked.
+                let permit = match handle.requests.try_reserve() {
+                    Ok(permit) => permit,
+                    Err(mpsc::error::TrySendError::Full(())) => {
+                        self.engine
+                            .reply(now, execution, op, Err(RpcFailure::TooManyPending));
+                        return;
                     }
-                    Err(mpsc::error::TrySendError::Closed(request)) => {
+                    Err(mpsc::error::TrySendError::Closed(())) => {
                         let failure = handle
                             .conn
                             .close_reason()
                             .map_or(RpcFailure::TransportClosed, |r| r.failure());
-                        self.engine.reply(now, execution, request.op, Err(failure));
+                        self.engine.reply(now, execution, op, Err(failure));
+                        return;
                     }
+                };
+                match handle.conn.send_request(&method, params) {
+                    Ok(pending) => permit.send(PumpRequest {
+                        op,
+                        pending,
+                        deadline: self.clock.instant(deadline),
+                    }),
+                    Err(failure) => self.engine.reply(now, execution, op, Err(failure)),
                 }
             }
             Action::Notify {
@@ -1346,12 +1349,9 @@ impl Shell {
                 params,
             } => {
                 if let Some(handle) = self.handles.get(&execution) {
-                    let conn = Arc::clone(&handle.conn);
-                    let until = self.platform.now() + WRITE_WITHIN;
-                    let _ = self.platform.spawn(Box::pin(async move {
-                        // A closed connection reports itself through its events.
-                        let _ = conn.notify(method, params, until).await;
-                    }));
+                    // Queued now, in order; a connection that closes reports itself
+                    // through its events, so nobody waits for the write.
+                    let _ = handle.conn.queue_notification(method, params);
                 }
             }
             Action::Respond {
@@ -1360,11 +1360,8 @@ impl Shell {
                 outcome,
             } => {
                 if let Some(handle) = self.handles.get(&execution) {
-                    let conn = Arc::clone(&handle.conn);
-                    let until = self.platform.now() + WRITE_WITHIN;
-                    let _ = self.platform.spawn(Box::pin(async move {
-                        let _ = conn.respond(&id, outcome, until).await;
-                    }));
+                    // Queued now, in order (see `Action::Notify`).
+                    let _ = handle.conn.queue_response(&id, &outcome);
                 }
             }
             Action::Stop {
@@ -1376,6 +1373,9 @@ impl Shell {
                     self.engine.reaped(now, execution, None);
                     return;
                 };
+                // Stdin's end is queued now, behind what the engine sent before (a
+                // `session/cancel` first): the task below may run after later actions.
+                handle.conn.close_stdin();
                 let conn = Arc::clone(&handle.conn);
                 let inbox = self.inbox_tx.clone();
                 let grace_until = (self.platform.now() + Duration::from_millis(grace_ms))
@@ -1437,15 +1437,12 @@ impl InFlight {
         self.tasks.is_empty()
     }
 
-    fn start(&mut self, conn: &Arc<AgentConnection>, request: PumpRequest) {
+    fn start(&mut self, request: PumpRequest) {
         self.next += 1;
         let n = self.next;
-        let conn = Arc::clone(conn);
         let done = self.done_tx.clone();
         let task = self.platform.spawn(Box::pin(async move {
-            let result = conn
-                .request_raw(&request.method, request.params, request.deadline)
-                .await;
+            let result = request.pending.answer(request.deadline).await;
             // The pump may be gone; nobody waits for the answer then.
             let _ = done.send((n, request.op, result)).await;
         }));
@@ -1521,7 +1518,7 @@ async fn pump(
         tokio::select! {
             biased;
             request = requests.recv(), if requests_open => match request {
-                Some(request) => in_flight.start(&conn, request),
+                Some(request) => in_flight.start(request),
                 // The driver let go of this runtime; keep draining until it closes.
                 None => requests_open = false,
             },

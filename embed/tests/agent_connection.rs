@@ -216,7 +216,7 @@ async fn initialize_new_session_and_prompt_round_trip() {
     assert_eq!(answer, json!({"stopReason": "end_turn"}));
 
     // A graceful end: stdin EOF makes the agent exit 0.
-    conn.close_stdin().await;
+    conn.close_stdin();
     assert_eq!(conn.wait_exit(deadline()).await, Some(ProcessExit::Code(0)));
     let events = finish(drained).await;
     assert_eq!(updates(&events), ["chunk 0", "chunk 1", "chunk 2"]);

@@ -1561,6 +1561,17 @@ impl AgentModel {
     pub fn prompting(&self) -> bool {
         self.prompt.is_some()
     }
+
+    /// The conversation of the prompt in flight, if that prompt went silent
+    /// ([`Behaviour::silent_per_mille`], [`Script::silent_on_new`]): it will write nothing
+    /// more and never be answered.
+    #[must_use]
+    pub fn silent_prompt(&self) -> Option<&str> {
+        self.prompt
+            .as_ref()
+            .filter(|p| p.silent)
+            .map(|p| p.session.as_str())
+    }
 }
 
 /// Appends `n` in decimal (what `format!("{n}")` writes), without the formatting

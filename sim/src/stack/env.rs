@@ -4,7 +4,7 @@
 //! tears and loses writes when the plan says). Everything the environment does is
 //! recorded in [`EnvState`], the ground truth the stack oracle judges from.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -146,6 +146,21 @@ pub(crate) struct EnvState {
     pub(crate) proxy: Option<ProxyTruth>,
     /// History updates every successful `session/load` replays (the proxy world's agents).
     pub(crate) load_replay: u32,
+    /// Agents whose stdin the supervisor closed while a prompt of theirs had gone silent.
+    pub(crate) silent_stopped: Vec<SilentStop>,
+    /// Agents that refused to load a conversation they had (a drawn flake).
+    pub(crate) load_failed: BTreeSet<u32>,
+}
+
+/// An agent whose stdin the supervisor closed while the prompt it held had gone silent.
+#[derive(Debug, Clone)]
+pub(crate) struct SilentStop {
+    pub(crate) pid: u32,
+    /// The prompt's conversation.
+    pub(crate) session: String,
+    /// It read a `session/cancel` for that conversation before its stdin's end.
+    pub(crate) cancelled: bool,
+    pub(crate) at_ms: u64,
 }
 
 /// A `session/request_permission` an agent process wrote.
@@ -486,6 +501,8 @@ async fn agent_process(
 ) {
     let mut lines = BufReader::new(stdin).lines();
     let mut stdin_open = true;
+    // The conversations it read a `session/cancel` for.
+    let mut cancels: Vec<String> = Vec::new();
     let status = 'life: loop {
         let now = now_ms(start);
         while let Some((out, seen)) = model.poll_out(now) {
@@ -498,6 +515,17 @@ async fn agent_process(
                 // (A prompt is seen when it is read, below: it comes with no output.)
                 if let Seen::PromptAnswered { .. } = seen {
                     answered = true;
+                }
+                // A load of a conversation it has, refused (a flake the environment drew):
+                // the runtime failed, and whatever prompt needed it may not complete.
+                if let Seen::Load {
+                    existed: true,
+                    answer: Err(_),
+                    ..
+                } = seen
+                {
+                    e.load_failed.insert(pid);
+                    e.last_disruption_ms = now;
                 }
             }
             match out {
@@ -582,10 +610,18 @@ async fn agent_process(
                         if let Some(truth) = e.proxy.as_mut() {
                             truth.saw(pid, now, &seen);
                         }
+                        if let Seen::Cancel { session } = &seen {
+                            cancels.push(session.clone());
+                        }
                         if let Seen::Prompt { text, .. } = seen {
                             e.prompts.push(Received { at_ms: now, pid, text });
                             read_prompt = true;
                         }
+                    }
+                    if read_prompt && model.silent_prompt().is_some() {
+                        // It took the prompt and goes silent: a wedged agent, the
+                        // environment's doing.
+                        e.last_disruption_ms = now;
                     }
                     if read_prompt && e.exit_on_prompt > 0 {
                         // It read the prompt and dies before it writes anything for it.
@@ -598,7 +634,19 @@ async fn agent_process(
                     // The supervisor closed its end: its way of asking an agent to go.
                     stdin_open = false;
                     let now = now_ms(start);
-                    lock(&env).asked(pid, now);
+                    let mut e = lock(&env);
+                    e.asked(pid, now);
+                    // Every line written before the end was read before it (a pipe keeps
+                    // order): a cancel sent first has been seen.
+                    if let Some(session) = model.silent_prompt() {
+                        e.silent_stopped.push(SilentStop {
+                            pid,
+                            session: session.to_owned(),
+                            cancelled: cancels.iter().any(|c| c == session),
+                            at_ms: now,
+                        });
+                    }
+                    drop(e);
                     model.on_stdin_closed(now);
                 }
             },

@@ -20,9 +20,11 @@
 //!   caller (a message) and does not exit 0.
 //! - `S-restart-spends-recovery`: a turn the caller saw end `Failed` had more of its
 //!   runtimes fail than the recovery schedule has steps (with a non-empty schedule),
-//!   counting the agent processes that died while it was in flight and not
-//!   the ones taken down with a crashed supervisor: a supervisor restart resumes an
-//!   in-flight turn without using up one of its recovery steps (issue 11, third bug).
+//!   counting the agent processes that died while it was in flight (one given up on
+//!   silence, or that refused to load a conversation it had, counts when its stdin was
+//!   closed) and not the ones taken down with a crashed
+//!   supervisor: a supervisor restart resumes an in-flight turn without using up one of its
+//!   recovery steps (issue 11, third bug).
 //! - `S-agent-outlives-supervisor`: no agent process runs once its supervisor exited.
 //! - `S-second-process-ran`: a second `palisade-supervise` started on the state file while
 //!   another holds it exits 2 having claimed no prompt, shown no event and started no
@@ -47,8 +49,15 @@
 //!   times).
 //! - `S-cause-untrue`: a message that says a prompt never reached (or was never sent to)
 //!   an agent is about a prompt no agent had received (issue 28, item 4).
+//! - `S-silent-uncancelled`: an agent whose prompt went silent, and whose stdin a running
+//!   supervisor closed (the idle rule gave the turn up), had read a `session/cancel` for
+//!   that prompt's conversation first: the provider is told to drop the prompt before its
+//!   runtime is asked to go. Not judged for agents taken down by a supervisor that was
+//!   signalled, crashed, lost its caller or its state file (a shutdown stops agents as they
+//!   are). (Found by the real-agent test of the idle rule: the cancel and the stop were
+//!   written by two tasks in either order, and the stdin's end could overtake the cancel.)
 //! - `S-prompt-not-run`: a prompt first sent after the environment's last disruption (an
-//!   agent killed, a disk fault, a crash) completes: nothing that happened before it may
+//!   agent killed or gone silent, a refused load, a disk fault, a crash) completes: nothing that happened before it may
 //!   doom it (a runtime killed right before it must not take it down).
 
 use std::collections::BTreeMap;
@@ -401,11 +410,21 @@ pub(crate) fn judge(
         let ended_at = log.ended_at.get(turn).copied().unwrap_or(u64::MAX);
         // A runtime killed just before the claim may be the one the turn was sent to.
         let from = claimed_at.saturating_sub(super::env::DYING_MS);
+        // A runtime given up on silence failed when it was asked to go (it dies up to
+        // the stop deadline later, maybe after the turn ended); any other when it died.
         let failed = env
             .procs
-            .values()
-            .filter(|p| !p.died_with_supervisor)
-            .filter(|p| p.died_at_ms.is_some_and(|at| at >= from && at <= ended_at))
+            .iter()
+            .filter(|(_, p)| !p.died_with_supervisor)
+            .filter(|(pid, p)| {
+                let silent = env.silent_stopped.iter().find(|s| s.pid == **pid);
+                let refused = env.load_failed.contains(pid);
+                silent
+                    .map(|s| s.at_ms)
+                    .or(if refused { p.asked_at_ms } else { None })
+                    .or(p.died_at_ms)
+                    .is_some_and(|at| at >= from && at <= ended_at)
+            })
             .count();
         let restarts = env
             .procs
@@ -462,6 +481,26 @@ pub(crate) fn judge(
                     if told { "" } else { " and told its caller nothing" }
                 ),
                 line,
+            ));
+        }
+    }
+    // A prompt given up on silence is cancelled before its runtime is asked to go, unless
+    // the runtime went down with its supervisor (a signal, a crash, a caller gone, a state
+    // file that failed: the shutdown stops every agent as it is).
+    for stop in env.silent_stopped.iter().filter(|s| !s.cancelled) {
+        let incarnation = env.procs.get(&stop.pid).map_or(0, |p| p.incarnation);
+        let own_exit = log
+            .exits
+            .iter()
+            .any(|(i, code, _)| *i == incarnation && *code != 143);
+        if own_exit && stopped_cleanly(incarnation) {
+            return Err(v(
+                "S-silent-uncancelled",
+                format!(
+                    "agent {} went silent on a prompt of conversation {:?} and had its stdin closed at {} ms by incarnation {incarnation} without having been sent session/cancel for it",
+                    stop.pid, stop.session, stop.at_ms
+                ),
+                idx,
             ));
         }
     }
