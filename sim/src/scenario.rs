@@ -261,6 +261,13 @@ pub struct WorldSpec {
     /// (exit 2) before it does anything. At most [`MAX_SIGNAL_STOPS`].
     #[serde(skip_serializing_if = "is_zero_u32")]
     pub second_starts: u32,
+    /// Stack world only: in how many of the first incarnations the machine loses power at
+    /// a drawn moment of the fault window and comes back with one bit of the state file
+    /// flipped (bit rot: the disk returns other bytes than were written). The supervisor
+    /// started on it must refuse it (exit 2, saying why) before it does anything; a
+    /// service manager does not start it again after exit 2. At most [`MAX_SIGNAL_STOPS`].
+    #[serde(skip_serializing_if = "is_zero_u32")]
+    pub bit_rot: u32,
 }
 
 fn is_zero_u32(n: &u32) -> bool {
@@ -1022,6 +1029,22 @@ impl Scenario {
                 return Err(invalid(
                     &path,
                     "second starts need the stack world (`kind = \"stack\"`): only there does palisade-supervise run on a state file".into(),
+                ));
+            }
+            let path = [Field("world"), Field("bit_rot")];
+            if self.world.bit_rot > MAX_SIGNAL_STOPS {
+                return Err(invalid(
+                    &path,
+                    format!(
+                        "{} bit rots is above MAX_SIGNAL_STOPS ({MAX_SIGNAL_STOPS})",
+                        self.world.bit_rot
+                    ),
+                ));
+            }
+            if self.world.kind != WorldKind::Stack && self.world.bit_rot > 0 {
+                return Err(invalid(
+                    &path,
+                    "bit rot needs the stack world (`kind = \"stack\"`): only there does palisade-supervise run on a state file".into(),
                 ));
             }
             if self.world.kind.is_stack() && self.workload.sessions != 1 {
@@ -1787,6 +1810,17 @@ mod tests {
             })
         );
         assert!(e.message.starts_with("missing actor"), "{e}");
+    }
+
+    #[test]
+    fn bit_rot_needs_the_stack_world_and_a_bound() {
+        let e = parse("name = \"x\"\n[world]\nbit_rot = 1\n").unwrap_err();
+        assert_eq!(e.kind, ScenarioErrorKind::Invalid);
+        assert!(e.message.contains("bit rot needs the stack world"), "{e}");
+        let e = parse("name = \"x\"\n[world]\nkind = \"stack\"\nbit_rot = 9\n").unwrap_err();
+        assert!(e.message.contains("above MAX_SIGNAL_STOPS"), "{e}");
+        let s = parse("name = \"x\"\n[world]\nkind = \"stack\"\nbit_rot = 1\n").expect("valid");
+        assert_eq!(s.world.bit_rot, 1);
     }
 
     #[test]

@@ -150,6 +150,8 @@ pub(crate) struct EnvState {
     pub(crate) silent_stopped: Vec<SilentStop>,
     /// Agents that refused to load a conversation they had (a drawn flake).
     pub(crate) load_failed: BTreeSet<u32>,
+    /// Incarnations started on a state file with a bit flipped at rest (`[world] bit_rot`).
+    pub(crate) rotted: BTreeSet<u32>,
 }
 
 /// An agent whose stdin the supervisor closed while the prompt it held had gone silent.

@@ -29,7 +29,7 @@ mod oracle;
 pub(crate) mod proxy;
 
 use std::collections::VecDeque;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -368,6 +368,7 @@ pub(crate) async fn run(
     let mut incarnation = 0;
     let mut restarts_left = scenario.world.restarts_after_exit;
     let mut signalled = false;
+    let mut refused = false;
 
     'incarnations: while incarnation < MAX_INCARNATIONS {
         incarnation += 1;
@@ -454,6 +455,16 @@ pub(crate) async fn run(
             }
             None => Box::pin(std::future::pending()),
         };
+        // Power lost at a drawn moment of the fault window, for the first `bit_rot`
+        // incarnations: the machine comes back with a bit of the state file flipped.
+        let rot_at = (incarnation <= scenario.world.bit_rot)
+            .then(|| {
+                let now = env::now_ms(start);
+                (now < window)
+                    .then(|| pick(mix(seed, u64::from(incarnation), 0xb17, 0), now + 1, window))
+            })
+            .flatten();
+        let mut rot_now = false;
         if incarnation <= scenario.world.second_starts {
             let now = env::now_ms(start);
             if now < window {
@@ -506,7 +517,10 @@ pub(crate) async fn run(
         // Until the loop exits, a fault crashes it, or the run's time is up.
         let crash = loop {
             let now = env::now_ms(start);
-            let next = faults.front().map_or(end, |f| f.at_ms.min(end));
+            let next = faults
+                .front()
+                .map_or(end, |f| f.at_ms.min(end))
+                .min(rot_at.unwrap_or(u64::MAX));
             let nap = madsim::time::sleep(Duration::from_millis(next.saturating_sub(now)));
             tokio::select! {
                 biased;
@@ -531,6 +545,13 @@ pub(crate) async fn run(
                         signalled = true;
                         break false;
                     }
+                    // Exit 2 is bad input (a refused state file, a usage error): a person
+                    // must look, and the service manager does not start it again.
+                    if code == 2 {
+                        refused = true;
+                        finished = true;
+                        break false;
+                    }
                     // A service manager starts a failed supervisor again while its caller
                     // still waits for a turn (a caller that went away waits for nothing).
                     if code != 0 && l.unfinished() && l.gone_at.is_none() {
@@ -544,6 +565,10 @@ pub(crate) async fn run(
                     let now = env::now_ms(start);
                     if now >= end {
                         break 'incarnations;
+                    }
+                    if rot_at.is_some_and(|at| at <= now) {
+                        rot_now = true;
+                        break true;
                     }
                     while faults.front().is_some_and(|f| f.at_ms <= now) {
                         let f = faults.pop_front().expect("peeked");
@@ -571,6 +596,9 @@ pub(crate) async fn run(
             );
             madsim::time::sleep(Duration::from_millis(RESTART_AFTER_MS)).await;
             continue;
+        }
+        if refused {
+            break;
         }
         if !crash {
             // The caller starts it again on the same state file, with nothing new to ask:
@@ -616,6 +644,25 @@ pub(crate) async fn run(
             "supervisor_crashed",
             &[("incarnation", u64::from(incarnation))],
         );
+        if rot_now {
+            // The machine comes back with one bit of the state file flipped at rest.
+            let mut e = lock(&env);
+            if let Some(bytes) = e.files.get_mut(Path::new(STATE_PATH)) {
+                let bits = (bytes.len() as u64 * 8).max(1);
+                let bit = pick(mix(seed, u64::from(incarnation), 0xb17, 1), 0, bits - 1);
+                if let Some(byte) = bytes.get_mut((bit / 8) as usize) {
+                    *byte ^= 1 << (bit % 8);
+                    e.rotted.insert(incarnation + 1);
+                    drop(e);
+                    lock_logbook(&logbook).tracer.note(
+                        now,
+                        "world",
+                        "bit_rot",
+                        &[("incarnation", u64::from(incarnation)), ("bit", bit)],
+                    );
+                }
+            }
+        }
         madsim::time::sleep(Duration::from_millis(RESTART_AFTER_MS)).await;
     }
 

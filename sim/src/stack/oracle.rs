@@ -56,6 +56,12 @@
 //!   signalled, crashed, lost its caller or its state file (a shutdown stops agents as they
 //!   are). (Found by the real-agent test of the idle rule: the cancel and the stop were
 //!   written by two tasks in either order, and the stdin's end could overtake the cancel.)
+//! - `S-state-misread`: a state file is used as written or refused: an incarnation started
+//!   on one with a bit flipped at rest (`[world] bit_rot`) exits 2, saying it cannot
+//!   restore, having claimed no prompt, shown no event and started no agent (issue 28,
+//!   item 5: 15 of 909 single-bit flips of a crashed run's state file were accepted and
+//!   hung the restart). Once the last start refused its state file, no check asks that the
+//!   caller saw its turns end: a person must look first.
 //! - `S-prompt-not-run`: a prompt first sent after the environment's last disruption (an
 //!   agent killed or gone silent, a refused load, a disk fault, a crash) completes: nothing that happened before it may
 //!   doom it (a runtime killed right before it must not take it down).
@@ -194,6 +200,33 @@ pub(crate) fn judge(
                     second.process, second.code, second.claimed, second.events
                 ),
                 second.line,
+            ));
+        }
+    }
+    // A state file is used as written or refused: one the disk changed at rest is refused
+    // (exit 2, saying it cannot restore) before anything is claimed, shown or started.
+    for &rotted in &env.rotted {
+        let exit = log.exits.iter().position(|(i, _, _)| *i == rotted);
+        let code = exit.map(|k| log.exits[k].1);
+        let claimed = log.claimed.iter().filter(|(i, _, _)| *i == rotted).count();
+        let shown = log.events.iter().filter(|(i, _, _)| *i == rotted).count();
+        let agents = env
+            .procs
+            .values()
+            .filter(|p| p.incarnation == rotted)
+            .count();
+        let told = log
+            .messages
+            .iter()
+            .any(|(i, text)| *i == rotted && text.contains("cannot restore"));
+        if code != Some(2) || claimed > 0 || shown > 0 || agents > 0 || !told {
+            return Err(v(
+                "S-state-misread",
+                format!(
+                    "incarnation {rotted} started on a state file with a bit flipped at rest and was not refused: exit {code:?}, {claimed} prompts claimed, {shown} events shown, {agents} agents started{}",
+                    if told { "" } else { ", no message that it cannot restore" }
+                ),
+                exit.map_or(idx, |k| line_of(&log.exit_lines, k)),
             ));
         }
     }
@@ -528,6 +561,15 @@ pub(crate) fn judge(
         // Nobody is left to see the claimed turns end.
         return Ok(());
     }
+    if log
+        .exits
+        .last()
+        .is_some_and(|(i, code, _)| *code == 2 && env.rotted.contains(i))
+    {
+        // The last start refused a damaged state file: a person must look, and until then
+        // nothing runs the claimed turns.
+        return Ok(());
+    }
     if finished {
         for (text, (at, turn, line)) in &first_claim {
             if *at > env.last_disruption_ms && !completed[text] {
@@ -572,7 +614,7 @@ mod tests {
     use palisade_core::{ExecutionId, SessionId};
     use palisade_embed::FailureCause;
 
-    use super::super::env::{ProcTruth, Received};
+    use super::super::env::{ProcTruth, Received, SilentStop};
     use super::*;
 
     fn turn(n: u64) -> TurnId {
@@ -636,6 +678,52 @@ mod tests {
         judge(env, log, &[], schedule, true, 0)
             .err()
             .map(|v| v.invariant)
+    }
+
+    #[test]
+    fn a_silent_prompt_stopped_without_its_cancel_is_caught_unless_the_supervisor_went_down() {
+        let log = history(ended(1, TurnOutcome::Completed, None), 1);
+        let mut env = environment();
+        env.procs.insert(7, dead(1200, false));
+        env.silent_stopped.push(SilentStop {
+            pid: 7,
+            session: "sess-1".into(),
+            cancelled: true,
+            at_ms: 1100,
+        });
+        assert_eq!(caught(&env, &log, 3), None);
+        env.silent_stopped[0].cancelled = false;
+        assert_eq!(
+            caught(&env, &log, 3).as_deref(),
+            Some("S-silent-uncancelled")
+        );
+        // Its incarnation was signalled: the shutdown stops agents as they are.
+        let mut signalled = history(ended(1, TurnOutcome::Completed, None), 1);
+        signalled.exits[0].1 = 143;
+        assert_ne!(
+            caught(&env, &signalled, 3).as_deref(),
+            Some("S-silent-uncancelled")
+        );
+    }
+
+    #[test]
+    fn a_rotted_state_file_used_is_caught_and_refused_is_not() {
+        let mut log = history(ended(1, TurnOutcome::Completed, None), 1);
+        let mut env = environment();
+        env.rotted.insert(2);
+        // The second start refused it, said why, and did nothing else.
+        log.exits.push((2, 2, Vec::new()));
+        log.exit_lines.push(9);
+        log.messages
+            .push((2, "cannot restore: state file damaged".into()));
+        assert_eq!(caught(&env, &log, 3), None);
+        // The same start without a word about it.
+        let mut silent = history(ended(1, TurnOutcome::Completed, None), 1);
+        silent.exits.push((2, 2, Vec::new()));
+        assert_eq!(caught(&env, &silent, 3).as_deref(), Some("S-state-misread"));
+        // Used as if whole: it showed an event and exited 0.
+        log.exits[1].1 = 0;
+        assert_eq!(caught(&env, &log, 3).as_deref(), Some("S-state-misread"));
     }
 
     #[test]
