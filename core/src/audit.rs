@@ -64,6 +64,8 @@ struct TurnRec {
     /// The runtime it was last heard from (acceptance or a stream event the core took),
     /// and when: the idle rule may give that runtime up only a whole idle period later.
     heard: Option<(ExecutionId, Timestamp)>,
+    /// The replay generation of its last re-prompt: each re-prompt restates a later one.
+    last_generation: u32,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -603,6 +605,12 @@ impl Auditor {
                     }
                     if rewrapped && request.delivered_through != t.delivered {
                         fail!("R9-partial-output", "session {session} turn {turn}: replay resumes after {} but {} were delivered", request.delivered_through, t.delivered);
+                    }
+                    if rewrapped {
+                        if request.replay_generation <= t.last_generation {
+                            fail!("R8-replay-generation", "session {session} turn {turn}: a re-prompt restates generation {} after generation {}", request.replay_generation, t.last_generation);
+                        }
+                        t.last_generation = request.replay_generation;
                     }
                     t.dispatches += 1;
                 }

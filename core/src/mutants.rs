@@ -66,12 +66,17 @@ pub enum Mutant {
     /// no idle deadline is armed, so the turn hangs on a wedged runtime instead of being
     /// cancelled, stopped and recovered (xenodium/agent-shell #741, issue 27).
     IdleDeadlineIgnored,
+    /// Every recovery re-prompt's replay block restates the first recovery's generation
+    /// (a block kept from the turn's first re-prompt), so from the second recovery on the
+    /// agent is told it continues a run it was already told about: it works from a stale
+    /// context (compozy #454's class; issue 29, item 2).
+    ReplayGenerationStale,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
     /// Every mutant, in a fixed order.
-    pub const ALL: [Mutant; 21] = [
+    pub const ALL: [Mutant; 22] = [
         Mutant::TombstoneEvictionReopens,
         Mutant::ToctouGeneration,
         Mutant::SubstringFallback,
@@ -93,6 +98,7 @@ impl Mutant {
         Mutant::FailureKeepsOldAttempt,
         Mutant::PromptClaimedTwice,
         Mutant::IdleDeadlineIgnored,
+        Mutant::ReplayGenerationStale,
     ];
 
     /// The kebab-case name used on the command line and in reports.
@@ -119,6 +125,7 @@ impl Mutant {
             Mutant::FailureKeepsOldAttempt => "failure-keeps-old-attempt",
             Mutant::PromptClaimedTwice => "prompt-claimed-twice",
             Mutant::IdleDeadlineIgnored => "idle-deadline-ignored",
+            Mutant::ReplayGenerationStale => "replay-generation-stale",
         }
     }
 

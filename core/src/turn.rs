@@ -99,9 +99,15 @@ impl Turn {
         } else {
             self.delivered
         };
+        let replay_generation = if mutant_on!(mutant, ReplayGenerationStale) {
+            // The bug: the block restates the turn's first recovery, whatever this one is.
+            1
+        } else {
+            self.recovery_generation
+        };
         let request = PromptRequest {
             replay_blocks: wraps,
-            replay_generation: self.recovery_generation,
+            replay_generation,
             delivered_through,
         };
         // The replay resumes within what the caller has, and a re-prompt carries a block.

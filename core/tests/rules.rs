@@ -1296,6 +1296,19 @@ fn case_exhausts_once(h: H) -> R {
         replays == vec![0, 1, 1, 1],
         "replay blocks per dispatch {replays:?}"
     );
+    // Each re-prompt restates its own recovery: generations 1, 2, 3 (rule 8).
+    let generations: Vec<u32> = h
+        .log()
+        .iter()
+        .filter_map(|x| match x {
+            Effect::DispatchPrompt { request, .. } => Some(request.replay_generation),
+            _ => None,
+        })
+        .collect();
+    check!(
+        generations == vec![0, 1, 2, 3],
+        "replay generation per dispatch {generations:?}"
+    );
     clean(&h)
 }
 
@@ -1853,6 +1866,10 @@ mod mutants {
             Mutant::ListedConversationReplaced,
             case_listed_conversation_is_kept,
         );
+    }
+    #[test]
+    fn replay_generation_stale() {
+        caught(Mutant::ReplayGenerationStale, case_exhausts_once);
     }
     #[test]
     fn idle_deadline_ignored() {

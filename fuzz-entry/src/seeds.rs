@@ -258,7 +258,11 @@ fn orderings_seeds() -> Vec<Seed> {
                     r(How::Good),
                 ],
             ]),
-            &[Mutant::DoubleReplayBlock, Mutant::ReplayRepeatsDelivered],
+            &[
+                Mutant::DoubleReplayBlock,
+                Mutant::ReplayRepeatsDelivered,
+                Mutant::ReplayGenerationStale,
+            ],
         ),
         // An accepted turn whose agent then goes silent: the idle rule cancels the prompt,
         // stops the runtime and recovers the turn (nobody rescues it in the liveness phase).

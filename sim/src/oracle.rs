@@ -160,6 +160,15 @@ pub(crate) fn strip_blocks(text: &str) -> &str {
     rest
 }
 
+/// The `generation` of a prompt's first replay block, if it carries one.
+pub(crate) fn replay_generation(text: &str) -> Option<u32> {
+    const KEY: &str = "generation=\"";
+    let block = text.strip_prefix(REPLAY_BLOCK_TAG)?;
+    let at = block.find(KEY)? + KEY.len();
+    let rest = &block[at..];
+    rest[..rest.find('"')?].parse().ok()
+}
+
 /// The `delivered-through` count of a prompt's first replay block, if it carries one.
 pub(crate) fn replay_delivered_through(text: &str) -> Option<u64> {
     const KEY: &str = "delivered-through=\"";

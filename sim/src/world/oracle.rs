@@ -19,7 +19,9 @@ use palisade_reference::rule6;
 use palisade_testkit::agent_model::{Behaviour, LoadCapability, Seen, StreamedEvent};
 use palisade_wire::jsonrpc::RpcError;
 
-use crate::oracle::{blames_agent_exit, replay_delivered_through, strip_blocks, Violation};
+use crate::oracle::{
+    blames_agent_exit, replay_delivered_through, replay_generation, strip_blocks, Violation,
+};
 use crate::scenario::Expect;
 
 /// Slack for a deadline judged by the environment: the core acts on a deadline when the
@@ -140,6 +142,8 @@ pub(crate) struct Oracle {
     sent: BTreeMap<String, usize>,
     /// Prompts received without a replay block, per original text.
     plain: BTreeMap<String, usize>,
+    /// The replay generation of the last re-prompt a live agent received, per original text.
+    generations: BTreeMap<String, u32>,
     /// The last `session/load` each agent process received, and its answer.
     loads: BTreeMap<ExecutionId, LoadTruth>,
     /// The agent the engine is configured for (rule 6's profile).
@@ -167,6 +171,7 @@ impl Oracle {
             dispatched: BTreeMap::new(),
             sent: BTreeMap::new(),
             plain: BTreeMap::new(),
+            generations: BTreeMap::new(),
             loads: BTreeMap::new(),
             profile: config.core.agent_profile,
             turns_claimed: 0,
@@ -400,6 +405,26 @@ impl Oracle {
                             "{exec}: prompt {tag} tells the agent to continue after event {} \
                              of its turn, but the client already got {client_has}",
                             resumes_after.unwrap_or_default()
+                        )
+                    },
+                    idx,
+                )?;
+                // Rule 8, what the replay says: each re-prompt a live agent receives
+                // restates a later recovery generation than any before it (nothing older,
+                // nothing twice), or the agent continues a run it was already told about.
+                // (A retired process's prompt, held in a pipe, may be an older one.)
+                let Some(generation) = replay_generation(&text).filter(|_| !retired) else {
+                    return Ok(());
+                };
+                let before = self.generations.insert(original, generation);
+                self.check(
+                    before.is_none_or(|b| generation > b),
+                    "R8-replay-generation",
+                    || {
+                        format!(
+                            "{exec}: prompt {tag} restates recovery generation {generation}, \
+                             after a re-prompt of generation {} reached an agent",
+                            before.unwrap_or_default()
                         )
                     },
                     idx,
