@@ -49,6 +49,9 @@
 //!   times).
 //! - `S-cause-untrue`: a message that says a prompt never reached (or was never sent to)
 //!   an agent is about a prompt no agent had received (issue 28, item 4).
+//! - `S-replay-generation`: a re-prompt a live agent receives restates a later recovery
+//!   generation than any re-prompt of the same text before it in the same incarnation
+//!   (issue 29, item 2; `stale_replay`, shared with the proxy world).
 //! - `S-silent-uncancelled`: an agent whose prompt went silent, and whose stdin a running
 //!   supervisor closed (the idle rule gave the turn up), had read a `session/cancel` for
 //!   that prompt's conversation first: the provider is told to drop the prompt before its
@@ -73,7 +76,7 @@ use palisade_core::{ExecutionId, TurnId, TurnOutcome};
 use palisade_embed::SessionEvent;
 
 use super::env::{EnvState, ProcTruth};
-use crate::oracle::{blames_agent_exit, strip_blocks, CaughtBy, Violation};
+use crate::oracle::{blames_agent_exit, replay_generation, strip_blocks, CaughtBy, Violation};
 
 /// What the caller of `palisade-supervise` got, over every incarnation.
 #[derive(Debug, Default)]
@@ -152,6 +155,33 @@ impl CallerLog {
         self.events.push((incarnation, agent_prompts, event));
         self.event_lines.push(line);
     }
+}
+
+/// Rule 8 on what the agents read, in both stack worlds: a re-prompt a live agent receives
+/// restates a later recovery generation than any re-prompt of the same text before it in
+/// the same supervisor incarnation (a restart may start a new turn of the same text). A
+/// prompt that reached its process only after the supervisor asked it to go (a pipe held
+/// it) may be older. The first re-prompt that breaks it: when, its generation, the one
+/// before.
+pub(crate) fn stale_replay(env: &EnvState) -> Option<(u64, u32, u32)> {
+    let mut generations: BTreeMap<(u32, &str), u32> = BTreeMap::new();
+    for received in &env.prompts {
+        let Some(generation) = replay_generation(&received.text) else {
+            continue;
+        };
+        let Some(p) = env.procs.get(&received.pid) else {
+            continue;
+        };
+        if p.asked_at_ms.is_some_and(|at| at <= received.at_ms) {
+            continue;
+        }
+        let original = strip_blocks(&received.text);
+        let before = generations.insert((p.incarnation, original), generation);
+        if let Some(before) = before.filter(|b| generation <= *b) {
+            return Some((received.at_ms, generation, before));
+        }
+    }
+    None
 }
 
 fn v(invariant: &str, message: String, idx: u64) -> Violation {
@@ -516,6 +546,15 @@ pub(crate) fn judge(
                 line,
             ));
         }
+    }
+    if let Some((at_ms, generation, before)) = stale_replay(env) {
+        return Err(v(
+            "S-replay-generation",
+            format!(
+                "an agent re-prompted at {at_ms} ms was told it continues recovery generation {generation}, after a re-prompt of generation {before} reached an agent"
+            ),
+            idx,
+        ));
     }
     // A prompt given up on silence is cancelled before its runtime is asked to go, unless
     // the runtime went down with its supervisor (a signal, a crash, a caller gone, a state

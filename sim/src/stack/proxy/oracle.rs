@@ -25,6 +25,9 @@
 //! - `P-retired-request-shown`: no request an agent wrote after the proxy retired its
 //!   process (asked it to go) reaches the client, nor one of an earlier incarnation's.
 //! - `P-replay-once`: no prompt an agent receives carries more than one replay block.
+//! - `P-replay-generation`: a re-prompt a live agent receives restates a later recovery
+//!   generation than any re-prompt of the same text before it in the same proxy
+//!   incarnation (nothing older, nothing twice).
 //! - `P-replay-behind-client`: a re-prompt's replay block tells the agent to go on after
 //!   at least the updates of its turn the client had already read when the agent got it
 //!   (else the agent repeats output the client has).
@@ -42,6 +45,7 @@ use palisade_engine::replay::REPLAY_BLOCK_TAG;
 use palisade_wire::RequestId;
 
 use super::super::env::EnvState;
+use super::super::oracle::stale_replay;
 use super::client::{ClientLog, Item};
 use super::LOAD_REPLAY;
 use crate::oracle::{replay_delivered_through, strip_blocks, CaughtBy, Violation};
@@ -277,8 +281,19 @@ pub(crate) fn judge(
             idx,
         ));
     }
-    // Rule 8 and 9 on what the agents read: a re-prompt carries one replay block, and it
-    // tells the agent to go on after at least the output the client already read.
+    // Rule 8 and 9 on what the agents read: a re-prompt carries one replay block, it
+    // restates a later recovery generation than any re-prompt of the same text a live
+    // agent of the same proxy incarnation received before it, and it tells the agent to go
+    // on after at least the output the client already read.
+    if let Some((at_ms, generation, before)) = stale_replay(env) {
+        return Err(v(
+            "P-replay-generation",
+            format!(
+                "an agent re-prompted at {at_ms} ms was told it continues recovery generation {generation}, after a re-prompt of generation {before} reached an agent"
+            ),
+            idx,
+        ));
+    }
     for received in &env.prompts {
         let blocks = received.text.matches(REPLAY_BLOCK_TAG).count();
         if blocks > 1 {
@@ -291,10 +306,10 @@ pub(crate) fn judge(
                 idx,
             ));
         }
+        let original = strip_blocks(&received.text);
         let Some(through) = replay_delivered_through(&received.text) else {
             continue;
         };
-        let original = strip_blocks(&received.text);
         if let Some(has) = client_has(log, env, original, received.at_ms) {
             if has > through {
                 return Err(v(
