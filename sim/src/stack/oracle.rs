@@ -7,6 +7,9 @@
 //! - `S-end-without-cause`: a turn that ended neither completed nor cancelled says why.
 //! - `S-completed-turn-rerun`: no agent receives a prompt again after the caller saw it
 //!   complete (a restored state that forgot the completion re-sends it).
+//! - `S-output-gap`: a turn the caller saw complete reached it with every output seq from
+//!   the first to its last, across restarts: nothing is dropped for a slow caller (issue
+//!   29, item 3).
 //! - `S-output-seq-twice`: no output seq of a turn reaches the caller twice with different
 //!   content. (The same event handed out again after a crash is the write-ahead's
 //!   at-least-once delivery: the state listing it undelivered was durable, the step that
@@ -372,6 +375,30 @@ pub(crate) fn judge(
                 }
             }
             _ => {}
+        }
+    }
+    // Nothing dropped for a slow caller: a turn the caller saw complete reached it with
+    // every output seq from the first to its last, none left out.
+    for (turn, (outcome, _, _, line)) in &ended {
+        if *outcome != TurnOutcome::Completed {
+            continue;
+        }
+        let shown: Vec<u64> = seqs
+            .range((*turn, 0)..=(*turn, u64::MAX))
+            .map(|((_, seq), _)| *seq)
+            .collect();
+        if let Some(missing) =
+            (1..=shown.last().copied().unwrap_or(0)).find(|k| shown.binary_search(k).is_err())
+        {
+            return Err(v(
+                "S-output-gap",
+                format!(
+                    "turn {} completed, and the caller got its output seqs up to {} without seq {missing}",
+                    turn.get(),
+                    shown.last().copied().unwrap_or(0)
+                ),
+                *line,
+            ));
         }
     }
     for (turn, (outcome, caused, _, line)) in &ended {
@@ -743,6 +770,36 @@ mod tests {
             caught(&env, &signalled, 3).as_deref(),
             Some("S-silent-uncancelled")
         );
+    }
+
+    #[test]
+    fn a_completed_turn_with_an_output_seq_left_out_is_caught() {
+        let env = environment();
+        let mut log = history(ended(1, TurnOutcome::Completed, None), 1);
+        let output = |seqs: &[u64]| {
+            let events = seqs
+                .iter()
+                .map(|&seq| palisade_embed::OutputEvent {
+                    seq,
+                    kind: palisade_core::delivery::EventKind::Text,
+                    update: palisade_wire::RawJson::from_text(format!(
+                        r#"{{"sessionUpdate":"agent_message_chunk","content":{{"type":"text","text":"{seq}"}}}}"#
+                    ))
+                    .expect("json"),
+                })
+                .collect();
+            SessionEvent::Output {
+                session: SessionId::new(1).expect("not zero"),
+                turn: turn(1),
+                events,
+            }
+        };
+        log.events.insert(0, (1, 1, output(&[1, 2])));
+        log.event_lines.insert(0, 2);
+        assert_eq!(caught(&env, &log, 3), None);
+        log.events.insert(1, (1, 1, output(&[4])));
+        log.event_lines.insert(1, 2);
+        assert_eq!(caught(&env, &log, 3).as_deref(), Some("S-output-gap"));
     }
 
     #[test]
