@@ -4,6 +4,12 @@
 //! marker), which conversations really exist on the agent's disk, and what each client
 //! really got. It never reads the core's or the engine's view of themselves.
 //!
+//! What the client gets is read for its content too: `R9-output-altered` holds that each
+//! output event is the update its agent wrote, the same bytes or (written again by a
+//! reader that decoded it) the same text and tool-call input once decoded. The agents
+//! write escapes, unicode, backslash runs and nested JSON (`palisade_testkit::wire_text`),
+//! so a reader that mis-reads them shows here.
+//!
 //! Beside it, the engine's driver runs the shared [`palisade_core::audit::Checker`] (the
 //! reference model and the core's own invariants) after every core step; see `crate::logbook`.
 
@@ -945,10 +951,22 @@ impl Oracle {
                 ));
             }
             *last = k;
-            bytes += p
-                .events
-                .get(k as usize - 1)
-                .map_or(0, |ev| ev.wire_bytes as u64);
+            let written = p.events.get(k as usize - 1);
+            if let Some(w) = written.filter(|_| enabled) {
+                // What the agent wrote reaches the client as it wrote it, once decoded.
+                if !w.delivered_as_written(e.update.get()) {
+                    return Err(v(
+                        "R9-output-altered",
+                        format!(
+                            "session {session}: turn {turn}: event #{k} of prompt {tag} reached \
+                             the client altered: {}",
+                            e.update.get()
+                        ),
+                        idx,
+                    ));
+                }
+            }
+            bytes += written.map_or(0, |ev| ev.wire_bytes as u64);
         }
         if enabled && events.len() > 1 && (events.len() > max_events || bytes > max_bytes) {
             return Err(v(
@@ -1244,6 +1262,7 @@ mod tests {
     use palisade_core::delivery::EventKind;
     use palisade_core::SessionId;
     use palisade_engine::{ConversationOrigin, FailureCause};
+    use palisade_testkit::agent_model::EventText;
     use palisade_wire::jsonrpc::RawJson;
     use palisade_wire::RpcFailure;
 
@@ -1407,6 +1426,9 @@ mod tests {
                         index: k,
                         wire_bytes: 100,
                         tool_call: false,
+                        raw_crc: 0,
+                        text: EventText::Plain(format!("{tag}#{k} xxxx")),
+                        args: None,
                     },
                 },
             );
