@@ -754,7 +754,7 @@ impl StreamedEvent {
     /// same content once decoded.
     #[must_use]
     pub fn delivered_as_written(&self, update: &str) -> bool {
-        crc32fast::hash(update.as_bytes()) == self.raw_crc
+        wire_text::raw_crc(update) == self.raw_crc
             || wire_text::update_digest_raw(update) == Some(self.digest())
     }
 }

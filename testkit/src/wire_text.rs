@@ -331,6 +331,12 @@ pub fn pick(rng: &mut TextRng, class: Option<TextClass>) -> &'static str {
     &pool.texts[i].1
 }
 
+/// The CRC-32 of an update's JSON text ([`crate::agent_model::StreamedEvent::raw_crc`]).
+#[must_use]
+pub fn raw_crc(text: &str) -> u32 {
+    crc32fast::hash(text.as_bytes())
+}
+
 /// A 64-bit digest of bytes fed in pieces, the same however they are cut: eight bytes
 /// at a time (a multiply and a rotate per word), so a checker can digest every update a
 /// client gets at a small fraction of reading it. Stable across runs and platforms.

@@ -17,7 +17,7 @@ use palisade_embed::platform::{
 use palisade_embed::state_file::{StateFs, StateLock};
 use palisade_embed::watch;
 use palisade_testkit::agent_model::{
-    AgentModel, Behaviour, LoadCapability, MemoryStore, Out, Script, Seen,
+    AgentModel, Behaviour, LoadCapability, MemoryStore, Out, Script, Seen, StreamedEvent,
 };
 use palisade_wire::jsonrpc::{parse_frame, Frame};
 use palisade_wire::{ProcessExit, RequestId};
@@ -146,6 +146,9 @@ pub(crate) struct EnvState {
     pub(crate) proxy: Option<ProxyTruth>,
     /// History updates every successful `session/load` replays (the proxy world's agents).
     pub(crate) load_replay: u32,
+    /// Every stream event an agent wrote, by its marker (`<tag>#<k>`), as it wrote it:
+    /// what a caller or client must get when it gets that event.
+    pub(crate) written: BTreeMap<String, StreamedEvent>,
 }
 
 /// A `session/request_permission` an agent process wrote.
@@ -494,6 +497,9 @@ async fn agent_process(
                 let mut e = lock(&env);
                 if let Some(truth) = e.proxy.as_mut() {
                     truth.saw(pid, now, &seen);
+                }
+                if let Seen::Event { event, .. } = &seen {
+                    e.written.insert(event.marker.clone(), event.clone());
                 }
                 // (A prompt is seen when it is read, below: it comes with no output.)
                 if let Seen::PromptAnswered { .. } = seen {

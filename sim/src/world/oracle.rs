@@ -1192,10 +1192,15 @@ fn cause_given(event: &SessionEvent) -> bool {
 /// `"toolCallId":"` of the update, or after its first `"text":"` when it has no tool call
 /// id; [`marker_start`] finds that place without scanning the whole payload twice.
 pub(crate) fn marker(update: &palisade_wire::jsonrpc::RawJson) -> Option<(&str, u32)> {
-    let raw = update.get();
+    // The marker ends at a space or a quote: both ASCII, so the cut is on a character
+    // boundary.
+    marker_of(update.get())
+}
+
+/// [`marker`] of an update's raw text.
+pub(crate) fn marker_of(raw: &str) -> Option<(&str, u32)> {
     let start = marker_start(raw.as_bytes())?;
     let rest = &raw[start..];
-    // Both bytes are ASCII, so the cut is on a character boundary.
     let head = &rest[..memchr::memchr2(b' ', b'"', rest.as_bytes())?];
     let (tag, k) = head.rsplit_once('#')?;
     Some((tag, k.parse().ok()?))
@@ -1562,6 +1567,35 @@ mod tests {
         prompt(&mut o, 33, 1);
         completed(&mut o);
         assert_eq!(o.liveness(8, 0).map_err(|v| v.message), Ok(()));
+    }
+
+    /// An output event whose update is not the one its agent wrote (its text cut at an
+    /// escaped backslash, as a scanner that misreads `\\"` would) is `R9-output-altered`;
+    /// the update as written, or written again with `\u` escapes, holds.
+    #[test]
+    fn r9_output_altered_catches_an_update_read_wrong() {
+        let got = |text: &str| {
+            let mut o = oracle();
+            ready(&mut o, 39);
+            prompt(&mut o, 39, 1);
+            let update = format!(
+                r#"{{"sessionUpdate":"agent_message_chunk","content":{{"type":"text","text":{text}}}}}"#
+            );
+            let event = SessionEvent::Output {
+                session: SessionId::new(7).expect("7"),
+                turn: turn(),
+                events: vec![OutputEvent {
+                    seq: 1,
+                    kind: EventKind::Text,
+                    update: RawJson::from_text(update).expect("json"),
+                }],
+            };
+            o.client_got(&event, 0).map_err(|v| v.invariant)
+        };
+        // `prompt` records each event's text as `<marker> xxxx`.
+        assert_eq!(got(r#""39.1#1 xxxx""#), Ok(()));
+        assert_eq!(got(r#""39.1#1 \u0078xxx""#), Ok(()));
+        assert_eq!(got(r#""39.1#1 xx\\""#), Err("R9-output-altered".to_owned()));
     }
 
     /// A true loss is still caught: the prompt that completed the turn wrote two events and

@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use palisade_testkit::wire_text;
 use palisade_wire::jsonrpc::{encode_message, encode_response, parse_frame, Frame};
 use palisade_wire::{RawJson, RequestId, RpcError};
 use serde_json::{json, Value};
@@ -68,6 +69,8 @@ pub(crate) enum Item {
     Update {
         marker: Option<String>,
         history: bool,
+        /// The content the client decoded ([`wire_text::update_digest`]).
+        digest: Option<u64>,
     },
     /// A request of an agent, under the proxy's id, with its `toolCallId`.
     Asked { id: i64, tool: String },
@@ -349,8 +352,12 @@ impl Client {
             }
             Ok(Frame::Notification { method, params }) => {
                 if method == "session/update" {
-                    let (marker, history) = update_of(&params);
-                    self.record(Item::Update { marker, history });
+                    let (marker, history, digest) = update_of(&params);
+                    self.record(Item::Update {
+                        marker,
+                        history,
+                        digest,
+                    });
                 } else if method == palisade_engine::proxy::CONVERSATION_REPLACED {
                     self.record(Item::Replaced);
                 }
@@ -565,12 +572,14 @@ fn tool_call_id(params: &RawJson) -> Option<String> {
     )
 }
 
-/// An update's marker (`<tag>#<k>`) and whether it is a history line.
-pub(crate) fn update_of(params: &RawJson) -> (Option<String>, bool) {
+/// An update's marker (`<tag>#<k>`), whether it is a history line, and the digest of the
+/// content the client decoded ([`wire_text::update_digest`]).
+pub(crate) fn update_of(params: &RawJson) -> (Option<String>, bool, Option<u64>) {
     let Ok(value) = params.parse::<Value>() else {
-        return (None, false);
+        return (None, false, None);
     };
     let update = &value["update"];
+    let digest = wire_text::update_digest(update);
     let text = if update["sessionUpdate"] == "tool_call" {
         update["toolCallId"].as_str()
     } else {
@@ -579,11 +588,11 @@ pub(crate) fn update_of(params: &RawJson) -> (Option<String>, bool) {
             .or_else(|| update["content"]["resource"]["text"].as_str())
     };
     let Some(text) = text else {
-        return (None, false);
+        return (None, false, digest);
     };
     if text.starts_with("history ") {
-        return (None, true);
+        return (None, true, digest);
     }
     let first = text.split(' ').next().unwrap_or_default();
-    (first.contains('#').then(|| first.to_owned()), false)
+    (first.contains('#').then(|| first.to_owned()), false, digest)
 }

@@ -12,6 +12,10 @@
 //! - `P-update-lost`: the updates the agent wrote for the prompt that completed the turn
 //!   (answered `end_turn`) reach the client on that connection, each once, in order,
 //!   before the answer.
+//! - `P-update-altered`: an update of an agent reaches the client as the agent wrote it:
+//!   the client decodes the same text (and tool-call input) the agent meant. The agents
+//!   write escapes, unicode, backslash runs and nested JSON (`palisade_testkit::wire_text`),
+//!   so a reader of the wire that mis-reads them shows here (issue 29, class 5).
 //! - `P-update-twice`: no update of an agent reaches the client twice on one connection.
 //! - `P-update-before-open`: on a connection, no `session/update` and no agent's request
 //!   reaches the client before it sent its `session/new` or `session/load` there (after a
@@ -161,6 +165,24 @@ pub(crate) fn judge(
                     if loading.is_some_and(|(id, _)| id == *n) {
                         loading = None;
                     }
+                }
+                Item::Update {
+                    marker: Some(marker),
+                    digest,
+                    ..
+                } if env
+                    .written
+                    .get(marker.as_str())
+                    .is_some_and(|w| *digest != Some(w.digest())) =>
+                {
+                    return Err(v(
+                        "P-update-altered",
+                        format!(
+                            "the update {marker} reached the client on connection {} altered from what its agent wrote",
+                            conn.incarnation
+                        ),
+                        line(i),
+                    ));
                 }
                 Item::Update {
                     marker: Some(marker),
@@ -449,6 +471,7 @@ fn client_has(log: &ClientLog, env: &EnvState, text: &str, at_ms: u64) -> Option
             Item::Update {
                 marker: Some(marker),
                 history: false,
+                ..
             } => Some(marker.as_str()),
             _ => None,
         })
@@ -568,6 +591,46 @@ mod tests {
             .map(|v| v.invariant)
     }
 
+    /// An update the client decodes to other text than its agent wrote (cut at an escaped
+    /// backslash) is `P-update-altered`; the text as written holds.
+    #[test]
+    fn an_update_altered_on_its_way_is_caught() {
+        use palisade_testkit::agent_model::{EventText, StreamedEvent};
+        use palisade_testkit::wire_text;
+
+        let text = "p1001.1#1 xx C:\\Users\\";
+        let with_update = |decoded: &str| {
+            let (mut env, mut log) = history();
+            env.written.insert(
+                "p1001.1#1".into(),
+                StreamedEvent {
+                    marker: "p1001.1#1".into(),
+                    index: 1,
+                    wire_bytes: 100,
+                    tool_call: false,
+                    raw_crc: 0,
+                    text: EventText::Plain(text.into()),
+                    args: None,
+                },
+            );
+            log.conns[0].items.push((
+                70,
+                Item::Update {
+                    marker: Some("p1001.1#1".into()),
+                    history: false,
+                    digest: Some(wire_text::content_digest(decoded, None)),
+                },
+            ));
+            log.conns[0].lines.push(6);
+            caught(&env, &log)
+        };
+        assert_eq!(with_update(text), None);
+        assert_eq!(
+            with_update("p1001.1#1 xx C:\\Users\"}").as_deref(),
+            Some("P-update-altered")
+        );
+    }
+
     #[test]
     fn the_history_holds_and_each_break_is_caught() {
         let (env, log) = history();
@@ -604,6 +667,7 @@ mod tests {
             Item::Update {
                 marker: None,
                 history: true,
+                digest: None,
             },
         ));
         log6.conns[0].lines.push(6);
@@ -616,6 +680,7 @@ mod tests {
                 Item::Update {
                     marker: Some("p1001.1#1".into()),
                     history: false,
+                    digest: None,
                 },
             ),
         );
@@ -672,6 +737,7 @@ mod tests {
                     Item::Update {
                         marker: Some(format!("1001.1#{k}")),
                         history: false,
+                        digest: None,
                     },
                 ),
             );
