@@ -1681,7 +1681,8 @@ impl AgentModel {
         match answer {
             Ok(stop) => {
                 let mut answer = json!({ "stopReason": stop });
-                if self.text.chance(250) {
+                // A scripted prompt (a test's agent) is answered exactly.
+                if self.script.chunks.is_none() && self.text.chance(250) {
                     answer["_meta"] = json!({ "summary": wire_text::pick(&mut self.text, None) });
                 }
                 let line = palisade_wire::jsonrpc::encode_response(&p.id, &Ok(answer));
