@@ -1587,7 +1587,7 @@ impl AgentModel {
         line.push(' ');
         // ASCII filler: no escaping, so the line's size is exact and cheap to write. With
         // wire sizes the whole line is `bytes` long (never shorter than its envelope): the
-        // drawn text and arguments go in only when they fit.
+        // drawn text and arguments go in only when they fit (else a backslash-ended word).
         let (fill_bytes, drawn, escaped, drawn_args) = match self.behaviour.event_wire_bytes {
             Some(_) => {
                 let plain_tail = if resource { "\"}}}}}\n" } else { "\"}}}}\n" };
@@ -1599,13 +1599,26 @@ impl AgentModel {
                         drawn_args,
                     )
                 } else {
+                    // Too tight for the drawn text: the shortest that ends in a backslash,
+                    // when even that fits; else none.
                     tail = String::from(plain_tail);
-                    (
-                        bytes.saturating_sub(line.len() + tail.len()),
-                        None,
-                        "",
-                        None,
-                    )
+                    let (_, _, spellings) = &pool.texts[usize::from(pool.small)];
+                    let small = spellings[usize::from(self.ascii)].as_str();
+                    if drawn.is_some() && line.len() + small.len() + tail.len() <= bytes {
+                        (
+                            bytes - (line.len() + small.len() + tail.len()),
+                            Some(pool.small),
+                            small,
+                            None,
+                        )
+                    } else {
+                        (
+                            bytes.saturating_sub(line.len() + tail.len()),
+                            None,
+                            "",
+                            None,
+                        )
+                    }
                 }
             }
             None => (

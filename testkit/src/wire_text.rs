@@ -285,6 +285,9 @@ pub struct Pool {
     pub texts: Vec<(TextClass, String, [String; 2])>,
     /// Nested JSON objects ([`nested_json`]) written compactly, some deep.
     pub args: Vec<String>,
+    /// The shortest of `texts` that ends in a backslash (`\\"` on the wire): what a line
+    /// sized too tight for the others still carries.
+    pub small: u16,
 }
 
 /// Texts in the [`Pool`]: every class many times over.
@@ -297,7 +300,7 @@ pub fn pool() -> &'static Pool {
     static POOL: std::sync::OnceLock<Pool> = std::sync::OnceLock::new();
     POOL.get_or_init(|| {
         let mut rng = TextRng::new(29);
-        let texts = (0..POOL_TEXTS)
+        let texts: Vec<(TextClass, String, [String; 2])> = (0..POOL_TEXTS)
             .map(|i| {
                 let class = TextClass::ALL[i % TextClass::ALL.len()];
                 let text = draw(&mut rng, class);
@@ -313,7 +316,11 @@ pub fn pool() -> &'static Pool {
         let args = (0..POOL_ARGS)
             .map(|i| nested_json(&mut rng, if i % 16 == 0 { 4 } else { 2 }).to_string())
             .collect();
-        Pool { texts, args }
+        let small = (0..texts.len())
+            .filter(|&i| texts[i].1.ends_with('\\'))
+            .min_by_key(|&i| texts[i].2[0].len())
+            .expect("the pool ends texts in a backslash") as u16;
+        Pool { texts, args, small }
     })
 }
 
@@ -607,6 +614,11 @@ mod tests {
         assert!(
             pool.args.iter().any(|a| a.len() > 300),
             "no large nested JSON"
+        );
+        let small = &pool.texts[usize::from(pool.small)];
+        assert!(
+            small.1.ends_with('\\') && small.2[1].len() <= 8,
+            "{small:?}"
         );
     }
 
