@@ -762,8 +762,11 @@ impl StreamedEvent {
 /// What the agent did, for the checker: every request it received and what it answered.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Seen {
-    /// `initialize`.
-    Initialize,
+    /// `initialize`, answered naming the agent with this `agentInfo`.
+    Initialize {
+        /// The `agentInfo` it answered with.
+        agent_info: Value,
+    },
     /// `session/new`; the conversation it created, or the error.
     New(Result<String, RpcError>),
     /// `session/load` of `id`; `Ok` if loaded.
@@ -1185,7 +1188,6 @@ impl AgentModel {
         let at = self.delay(now);
         match method {
             "initialize" => {
-                self.seen.push(Seen::Initialize);
                 let result = initialize_result(
                     self.script
                         .protocol_version
@@ -1195,6 +1197,9 @@ impl AgentModel {
                     self.script.malformed_load_capability,
                 );
                 let result = self.with_agent_info(result);
+                self.seen.push(Seen::Initialize {
+                    agent_info: result["agentInfo"].clone(),
+                });
                 self.answer(at, &id, Ok(result));
             }
             "session/new" => {

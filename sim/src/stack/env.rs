@@ -194,6 +194,8 @@ pub(crate) struct ProxyTruth {
     pub(crate) created: Vec<(u32, u64, String)>,
     /// The conversation of each prompt an agent received, in order.
     pub(crate) prompted: Vec<String>,
+    /// The `agentInfo` of every `initialize` an agent answered.
+    pub(crate) agent_infos: Vec<serde_json::Value>,
 }
 
 /// The shared environment.
@@ -244,6 +246,7 @@ impl ProxyTruth {
     fn saw(&mut self, pid: u32, at_ms: u64, seen: &Seen) {
         match seen {
             Seen::New(Ok(conversation)) => self.created.push((pid, at_ms, conversation.clone())),
+            Seen::Initialize { agent_info } => self.agent_infos.push(agent_info.clone()),
             Seen::Load {
                 id,
                 existed,

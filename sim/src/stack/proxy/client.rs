@@ -111,6 +111,9 @@ pub(crate) struct ClientLog {
     pub(crate) done: bool,
     /// The client reads nothing before this (simulated ms).
     pub(crate) stall_until: u64,
+    /// The `agentInfo` of each `initialize` answer the client got: connection, trace
+    /// line, the value as the client decoded it.
+    pub(crate) agent_infos: Vec<(usize, u64, Value)>,
 }
 
 pub(crate) fn lock(log: &Mutex<ClientLog>) -> MutexGuard<'_, ClientLog> {
@@ -320,6 +323,14 @@ impl Client {
     fn read(&mut self, line: &str) {
         match parse_frame(line.as_bytes()) {
             Ok(Frame::Response { id, outcome }) => {
+                // An `initialize` answer names the agent: kept as decoded, for the oracle.
+                let info = match &outcome {
+                    Ok(result) => match result.parse::<Value>() {
+                        Ok(Value::Object(mut answer)) => answer.remove("agentInfo"),
+                        _ => None,
+                    },
+                    Err(_) => None,
+                };
                 let ok = match &outcome {
                     Ok(result) => Some(stop_reason(result).unwrap_or_default()),
                     Err(_) => None,
@@ -328,6 +339,11 @@ impl Client {
                     id: id.clone(),
                     ok: ok.clone(),
                 });
+                if let Some(info) = info {
+                    let mut log = lock(&self.ctx.log);
+                    let line = log.conns[self.conn].lines.last().copied().unwrap_or(0);
+                    log.agent_infos.push((self.conn, line, info));
+                }
                 if let RequestId::Number(n) = id {
                     self.answered(n, &outcome);
                 }

@@ -16,6 +16,10 @@
 //!   the client decodes the same text (and tool-call input) the agent meant. The agents
 //!   write escapes, unicode, backslash runs and nested JSON (`palisade_testkit::wire_text`),
 //!   so a reader of the wire that mis-reads them shows here (issue 29, class 5).
+//! - `P-initialize-altered`: the `agentInfo` of an `initialize` answer the client gets is
+//!   one an agent wrote (the proxy decodes the agent's answer and writes it again; the
+//!   agents name themselves with escapes, unicode and Windows paths ending in a
+//!   backslash).
 //! - `P-update-twice`: no update of an agent reaches the client twice on one connection.
 //! - `P-update-before-open`: on a connection, no `session/update` and no agent's request
 //!   reaches the client before it sent its `session/new` or `session/load` there (after a
@@ -239,6 +243,20 @@ pub(crate) fn judge(
                 }
                 _ => {}
             }
+        }
+    }
+    // What the agents wrote reaches the client as they wrote it: the proxy decodes an
+    // agent's `initialize` answer (to advertise `loadSession`) and writes it again.
+    for (conn, line, info) in &log.agent_infos {
+        if !truth.agent_infos.contains(info) {
+            return Err(v(
+                "P-initialize-altered",
+                format!(
+                    "the client's initialize answer on connection {} names the agent {info}, which no agent wrote",
+                    log.conns.get(*conn).map_or(0, |c| c.incarnation)
+                ),
+                *line,
+            ));
         }
     }
     // Rule 6 on what the agents answered: the client is told of a replaced conversation
@@ -589,6 +607,26 @@ mod tests {
         judge(env, log, 0, &[], true, AgentProfile::Generic, 99)
             .err()
             .map(|v| v.invariant)
+    }
+
+    /// The client's `initialize` answer names the agent as an agent wrote it (a Windows
+    /// path ending in a backslash, unicode); a name altered on its way is
+    /// `P-initialize-altered`.
+    #[test]
+    fn an_agent_info_altered_on_its_way_is_caught() {
+        let info = serde_json::json!({"name": "p1 café 😀", "title": "C:\\Users\\dev\\", "version": "0.23.1"});
+        let (mut env, mut log) = history();
+        env.proxy
+            .as_mut()
+            .expect("the proxy's truth")
+            .agent_infos
+            .push(info.clone());
+        log.agent_infos.push((0, 1, info.clone()));
+        assert_eq!(caught(&env, &log), None);
+        let mut altered = info;
+        altered["title"] = serde_json::json!("C:\\Users\\dev\"");
+        log.agent_infos.push((0, 1, altered));
+        assert_eq!(caught(&env, &log).as_deref(), Some("P-initialize-altered"));
     }
 
     /// An update the client decodes to other text than its agent wrote (cut at an escaped
