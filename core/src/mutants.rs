@@ -1,8 +1,10 @@
 //! Known real bugs, re-created at their exact spot (feature `mutants`, off by default).
 //!
-//! Each variant names one bug from the reviews of kandev #3636 and compozy #454. With a
-//! mutant active the core (or [`crate::classify`], or [`crate::delivery`]) behaves as the
-//! buggy code did; the tests, the sim and the fuzzer must each catch every one. Without
+//! Each variant names one bug from the reviews of kandev #3636 and compozy #454 (or, for
+//! the few not [`Mutant::in_core`], a bug of the engine's reading of the wire). With a
+//! mutant active the core (or [`crate::classify`], or [`crate::delivery`], or the engine
+//! that drives the core) behaves as the buggy code did; the tests, the sim and the fuzzer
+//! must each catch every one of the core's, the sim every one. Without
 //! the feature this module holds only [`ActiveMutant`], a zero-sized type whose checks
 //! are constant `false`, so a production build contains none of the buggy paths.
 
@@ -71,12 +73,21 @@ pub enum Mutant {
     /// agent is told it continues a run it was already told about: it works from a stale
     /// context (compozy #454's class; issue 29, item 2).
     ReplayGenerationStale,
+    /// Not the core's: the engine reads a `session/update`'s members with a hand-written
+    /// string scanner instead of serde, and the scanner takes every `\"` for an escaped
+    /// quote, even the closing quote after an escaped backslash (`"C:\\Users\\"` ends in
+    /// `\\"`): a string that ends in a backslash (a Windows path, a regex) runs on past its
+    /// end, the update reads as malformed, and the turn's output event reaches the client
+    /// as `null` (issue 29, class 5: wire content the simulated agents never wrote). Lives
+    /// in `palisade-engine` (`events::UpdateParams::scanned`), switched by this enum like
+    /// the rest; see [`Mutant::in_core`].
+    UpdateScanMisreadsEscapes,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
     /// Every mutant, in a fixed order.
-    pub const ALL: [Mutant; 22] = [
+    pub const ALL: [Mutant; 23] = [
         Mutant::TombstoneEvictionReopens,
         Mutant::ToctouGeneration,
         Mutant::SubstringFallback,
@@ -99,6 +110,7 @@ impl Mutant {
         Mutant::PromptClaimedTwice,
         Mutant::IdleDeadlineIgnored,
         Mutant::ReplayGenerationStale,
+        Mutant::UpdateScanMisreadsEscapes,
     ];
 
     /// The kebab-case name used on the command line and in reports.
@@ -126,7 +138,15 @@ impl Mutant {
             Mutant::PromptClaimedTwice => "prompt-claimed-twice",
             Mutant::IdleDeadlineIgnored => "idle-deadline-ignored",
             Mutant::ReplayGenerationStale => "replay-generation-stale",
+            Mutant::UpdateScanMisreadsEscapes => "update-scan-misreads-escapes",
         }
+    }
+
+    /// Whether the bug lives in the core (or its classifier or delivery) rather than in
+    /// the engine's reading of the wire: only those reach the core's own tests and fuzz
+    /// targets, which never read JSON. The others are caught by the simulator's sweep.
+    pub const fn in_core(self) -> bool {
+        !matches!(self, Mutant::UpdateScanMisreadsEscapes)
     }
 
     /// Parses a kebab-case name.

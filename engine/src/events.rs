@@ -549,6 +549,110 @@ impl<'a> UpdateParams<'a> {
     pub(crate) fn of(params: &'a RawJson) -> UpdateParams<'a> {
         params.parse().unwrap_or_default()
     }
+
+    /// Mutant `update-scan-misreads-escapes` (issue 29, class 5): what a hand-written
+    /// reader of the params, in place of serde, makes of them. It walks the members one by
+    /// one, keeping each it reads, and finds where a string ends with the classic mistake:
+    /// a `"` after a `\` is escaped, even when that backslash is itself escaped (`\\"`
+    /// is an escaped backslash, then the closing quote). A string that ends in a backslash
+    /// (a Windows path) runs on past its end, the `update` holding it has no end, and the
+    /// update is lost: the session id read before it stays, so the turn's output event
+    /// carries `null`.
+    #[cfg(feature = "mutants")]
+    pub(crate) fn scanned(params: &'a RawJson) -> UpdateParams<'a> {
+        let text = params.get();
+        let mut out = UpdateParams::default();
+        let mut at = skip_blank(text, 0);
+        if !text[at..].starts_with('{') {
+            return out;
+        }
+        at += 1;
+        loop {
+            at = skip_blank(text, at);
+            let Some(key_end) = naive_string_end(text, at) else {
+                return out;
+            };
+            let key = &text[at + 1..key_end - 1];
+            at = skip_blank(text, key_end);
+            if !text[at..].starts_with(':') {
+                return out;
+            }
+            at = skip_blank(text, at + 1);
+            let Some(value_end) = naive_value_end(text, at) else {
+                return out;
+            };
+            let value = &text[at..value_end];
+            match key {
+                "sessionId" => out.session_id = serde_json::from_str(value).ok(),
+                "update" => out.update = serde_json::from_str(value).ok(),
+                _ => {}
+            }
+            at = skip_blank(text, value_end);
+            match text.as_bytes().get(at) {
+                Some(b',') => at += 1,
+                _ => return out,
+            }
+        }
+    }
+}
+
+/// The first byte at or after `at` that is not JSON whitespace.
+#[cfg(feature = "mutants")]
+fn skip_blank(text: &str, mut at: usize) -> usize {
+    while matches!(text.as_bytes().get(at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        at += 1;
+    }
+    at
+}
+
+/// Where the string that starts at `at` ends (after its closing quote), as the buggy
+/// scanner sees it: a quote right after a backslash never closes it.
+#[cfg(feature = "mutants")]
+fn naive_string_end(text: &str, at: usize) -> Option<usize> {
+    let bytes = text.as_bytes();
+    if bytes.get(at) != Some(&b'"') {
+        return None;
+    }
+    (at + 1..bytes.len())
+        .find(|&i| bytes[i] == b'"' && bytes[i - 1] != b'\\')
+        .map(|i| i + 1)
+}
+
+/// Where the value that starts at `at` ends: a string, an object or array (brackets
+/// counted outside strings), or a literal up to the next delimiter.
+#[cfg(feature = "mutants")]
+fn naive_value_end(text: &str, at: usize) -> Option<usize> {
+    let bytes = text.as_bytes();
+    match bytes.get(at)? {
+        b'"' => naive_string_end(text, at),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut i = at;
+            while i < bytes.len() {
+                match bytes[i] {
+                    b'"' => {
+                        i = naive_string_end(text, i)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+            None
+        }
+        _ => Some(
+            (at..bytes.len())
+                .find(|&i| matches!(bytes[i], b',' | b'}' | b']' | b' ' | b'\n'))
+                .unwrap_or(bytes.len()),
+        ),
+    }
 }
 
 /// What the engine reads of a `session/update`'s `update`: its kind and its content's
@@ -623,6 +727,37 @@ mod tests {
                     .expect("reads back");
             assert_eq!(alone, content);
         }
+    }
+
+    /// The scanner of mutant `update-scan-misreads-escapes` reads what serde reads from
+    /// params whose strings end in no backslash, escaped quotes and all, and loses the
+    /// update (keeping the session id) when a string in it ends in one.
+    #[cfg(feature = "mutants")]
+    #[test]
+    fn the_update_scanner_mutant_loses_updates_that_end_a_string_in_a_backslash() {
+        for text in [
+            r#"{"sessionId":"s-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"say \"hi\" {\u00e9} [x]"}}}"#,
+            r#" { "sessionId" : "s-1" , "update" : {"sessionUpdate":"tool_call","rawInput":{"a":[1,{"b":null}],"c":true}} } "#,
+            r#"{"update":{"sessionUpdate":"plan"},"sessionId":"s\u0031"}"#,
+        ] {
+            let params = RawJson::from_text(text).expect("json");
+            let (of, scanned) = (UpdateParams::of(&params), UpdateParams::scanned(&params));
+            assert_eq!(of.session_id, scanned.session_id, "{text}");
+            assert_eq!(
+                of.update.map(RawValue::get),
+                scanned.update.map(RawValue::get),
+                "{text}"
+            );
+        }
+        let params = RawJson::from_text(
+            r#"{"sessionId":"s-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"m#1 C:\\Users\\"}}}"#,
+        )
+        .expect("json");
+        let of = UpdateParams::of(&params);
+        assert!(of.update.is_some());
+        let scanned = UpdateParams::scanned(&params);
+        assert_eq!(scanned.session_id.as_deref(), Some("s-1"));
+        assert!(scanned.update.is_none());
     }
 
     /// The largest integer every JSON reader keeps exactly (an `f64` mantissa).

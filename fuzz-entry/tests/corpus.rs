@@ -73,7 +73,9 @@ fn each_seed_catches_the_mutants_it_names() {
 #[test]
 fn every_mutant_is_caught_by_some_seed_of_its_target() {
     let seeds = seeds::all();
-    for m in Mutant::ALL {
+    // A mutant of the engine's reading of the wire never reaches the core's targets (they
+    // read no JSON): the simulator's sweep catches it.
+    for m in Mutant::ALL.into_iter().filter(|m| m.in_core()) {
         let target = Target::for_mutant(m);
         assert!(
             seeds

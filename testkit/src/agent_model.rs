@@ -35,6 +35,8 @@ use palisade_core::classify::AgentProfile;
 
 use palisade_wire::jsonrpc::{parse_frame, Frame, RawJson, RequestId, RpcError};
 
+use crate::wire_text::{self, TextRng};
+
 /// What `initialize` says about `session/load`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -706,13 +708,65 @@ pub struct StreamedEvent {
     pub wire_bytes: usize,
     /// Whether it is a tool call (else a text chunk).
     pub tool_call: bool,
+    /// The CRC-32 of the update's JSON text exactly as written: a reader that hands it on
+    /// untouched hands on these bytes.
+    pub raw_crc: u32,
+    /// The text the agent meant, as [`StreamedEvent::digest`] needs it.
+    pub text: EventText,
+    /// A tool call's `rawInput.args`: which of [`wire_text::pool`]'s, written compactly.
+    pub args: Option<u16>,
+}
+
+/// The text of a stream event, as the agent meant it (kept in parts: a checker needs it
+/// only when the bytes a client got differ from the ones written).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventText {
+    /// The marker, a space, `fill` bytes of ASCII filler, then `extra` (drawn text).
+    Drawn {
+        /// Filler bytes.
+        fill: usize,
+        /// What real agents write, at the end of the text: which of
+        /// [`wire_text::pool`]'s texts, if any.
+        extra: Option<u16>,
+    },
+    /// This text, whole.
+    Plain(String),
+}
+
+impl StreamedEvent {
+    /// Its content as the agent meant it ([`wire_text::content_digest`] of its text and
+    /// of a tool call's `rawInput.args`): what a reader must decode from the line.
+    #[must_use]
+    pub fn digest(&self) -> u64 {
+        let pool = wire_text::pool();
+        let args = self.args.map(|i| pool.args[usize::from(i)].as_str());
+        match &self.text {
+            EventText::Drawn { fill, extra } => {
+                let extra = extra.map_or("", |i| pool.texts[usize::from(i)].1.as_str());
+                wire_text::content_digest_of(&[&self.marker, " ", filler(*fill), extra], args)
+            }
+            EventText::Plain(text) => wire_text::content_digest(text, args),
+        }
+    }
+
+    /// Whether `update` (the update's JSON text as a reader handed it on) is what the
+    /// agent wrote: the same bytes, or (written again by a reader that decoded it) the
+    /// same content once decoded.
+    #[must_use]
+    pub fn delivered_as_written(&self, update: &str) -> bool {
+        wire_text::raw_crc(update) == self.raw_crc
+            || wire_text::update_digest_raw(update) == Some(self.digest())
+    }
 }
 
 /// What the agent did, for the checker: every request it received and what it answered.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Seen {
-    /// `initialize`.
-    Initialize,
+    /// `initialize`, answered naming the agent with this `agentInfo`.
+    Initialize {
+        /// The `agentInfo` it answered with.
+        agent_info: Value,
+    },
     /// `session/new`; the conversation it created, or the error.
     New(Result<String, RpcError>),
     /// `session/load` of `id`; `Ok` if loaded.
@@ -920,6 +974,11 @@ pub struct AgentModel {
     script: Script,
     /// Prompts answered with a stop reason (for [`Script::exit_after_prompts`]).
     answered: u64,
+    /// The text it writes into its strings ([`wire_text`]), from a stream of its own so
+    /// that its behaviour draws are what they were without it.
+    text: TextRng,
+    /// It writes non-ASCII as `\u` escapes (Python's `json.dumps`), else as UTF-8.
+    ascii: bool,
 }
 
 /// An event's text is padded to its drawn size with ASCII (no escaping: the line's size is
@@ -958,7 +1017,10 @@ impl AgentModel {
             exited: false,
             script: Script::default(),
             answered: 0,
+            text: TextRng::new(seed),
+            ascii: false,
         };
+        model.ascii = model.text.chance(300);
         if model.behaviour.stderr_noise {
             model.emit(now, Out::Stderr("[agent] starting up\n".into()));
             model.emit(
@@ -1126,7 +1188,6 @@ impl AgentModel {
         let at = self.delay(now);
         match method {
             "initialize" => {
-                self.seen.push(Seen::Initialize);
                 let result = initialize_result(
                     self.script
                         .protocol_version
@@ -1135,6 +1196,10 @@ impl AgentModel {
                     self.behaviour.lists_sessions,
                     self.script.malformed_load_capability,
                 );
+                let result = self.with_agent_info(result);
+                self.seen.push(Seen::Initialize {
+                    agent_info: result["agentInfo"].clone(),
+                });
                 self.answer(at, &id, Ok(result));
             }
             "session/new" => {
@@ -1149,10 +1214,13 @@ impl AgentModel {
                 if self.script.silent_on_new && !self.created.contains(&session) {
                     self.created.push(session.clone());
                 }
-                let line = palisade_wire::jsonrpc::encode_response(
-                    &id,
-                    &Ok(json!({ "sessionId": session })),
-                );
+                let mut answer = json!({ "sessionId": session });
+                if self.text.chance(500) {
+                    let cwd =
+                        wire_text::pick(&mut self.text, Some(wire_text::TextClass::WindowsPath));
+                    answer["_meta"] = json!({ "cwd": cwd });
+                }
+                let line = palisade_wire::jsonrpc::encode_response(&id, &Ok(answer));
                 if self.behaviour.unprompted_updates {
                     let update = commands_update_line(&session);
                     self.emit_noted(at, Out::Line(line), Some(Seen::New(Ok(session))));
@@ -1269,7 +1337,12 @@ impl AgentModel {
             return;
         }
         if self.chance(self.behaviour.prompt_fail_per_mille) {
-            let error = self.behaviour.prompt_failure.error();
+            let mut error = self.behaviour.prompt_failure.error();
+            // What the agent's own stack said, beside the details.
+            if let Some(Value::Object(data)) = error.data.as_mut() {
+                let trace = wire_text::pick(&mut self.text, None);
+                data.insert("trace".into(), Value::from(trace));
+            }
             let note = Seen::PromptAnswered {
                 tag,
                 answer: Err(error.clone()),
@@ -1317,6 +1390,40 @@ impl AgentModel {
             silent,
         });
         self.wake = Some(now + first);
+    }
+
+    /// `initialize`'s `result` with the agent's `agentInfo` (its name, title and version,
+    /// drawn as real agents write them: a title may be a Windows path ending in a
+    /// backslash), first or last among the members (agents differ).
+    fn with_agent_info(&mut self, result: Value) -> Value {
+        let title = if self.text.chance(500) {
+            wire_text::pick(&mut self.text, Some(wire_text::TextClass::WindowsPath))
+        } else {
+            wire_text::pick(&mut self.text, None)
+        };
+        let mut version = String::from("0.23.1");
+        if self.text.chance(300) {
+            version.push_str("+build.");
+            version.push_str(wire_text::pick(&mut self.text, None));
+        }
+        let info = json!({
+            "name": format!("{} {}", self.name, wire_text::pick(&mut self.text, Some(wire_text::TextClass::Unicode))),
+            "title": title,
+            "version": version,
+        });
+        let Value::Object(members) = result else {
+            return result;
+        };
+        let mut out = serde_json::Map::new();
+        let first = self.text.chance(500);
+        if first {
+            out.insert("agentInfo".into(), info.clone());
+        }
+        out.extend(members);
+        if !first {
+            out.insert("agentInfo".into(), info);
+        }
+        Value::Object(out)
     }
 
     /// Streams [`Script::load_replay`] history chunks of `session` at `at`.
@@ -1400,10 +1507,12 @@ impl AgentModel {
             }
             if self.behaviour.asks_permission && !p.asked && p.sent * 2 >= p.total {
                 p.asked = true;
+                let title = wire_text::pick(&mut self.text, None);
                 let request = permission_request_line(
                     &RequestId::Number(1_000_000 + i64::try_from(self.prompts).unwrap_or(0)),
                     &p.session,
                     &p.tag,
+                    title,
                 );
                 self.emit(now, Out::Line(request));
             }
@@ -1439,6 +1548,8 @@ impl AgentModel {
         let mut line = String::with_capacity(bytes + 2 * marker.len() + 256);
         line.push_str(r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":""#);
         line.push_str(&p.session);
+        // Where the update's text starts: after `","update":`.
+        let update_at = line.len() + 11;
         if tool_call {
             line.push_str(r#"","update":{"sessionUpdate":"tool_call","toolCallId":""#);
             line.push_str(&marker);
@@ -1456,17 +1567,83 @@ impl AgentModel {
                 r#"","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":""#,
             );
         }
+        // The text: the marker, ASCII filler to the drawn size, then (drawn from the text
+        // stream, half the time) what real agents write, so a string may end in a
+        // backslash; a tool call's raw input carries nested JSON beside it, half the time.
+        let pool = wire_text::pool();
+        let drawn = self
+            .text
+            .chance(500)
+            .then(|| self.text.below(pool.texts.len()) as u16);
+        let drawn_args =
+            (tool_call && self.text.chance(500)).then(|| self.text.below(pool.args.len()) as u16);
+        let (extra, escaped) = drawn.map_or(("", ""), |i| {
+            let (_, text, spellings) = &pool.texts[usize::from(i)];
+            (text.as_str(), spellings[usize::from(self.ascii)].as_str())
+        });
+        let args = drawn_args.map(|i| pool.args[usize::from(i)].as_str());
+        let mut tail = String::from("\"");
+        if let Some(args) = args {
+            tail.push_str(",\"args\":");
+            tail.push_str(args);
+        }
+        tail.push_str(if resource { "}}}}}\n" } else { "}}}}\n" });
         line.push_str(&marker);
         line.push(' ');
-        let tail = if resource { "\"}}}}}\n" } else { "\"}}}}\n" };
         // ASCII filler: no escaping, so the line's size is exact and cheap to write. With
-        // wire sizes the whole line is `bytes` long (never shorter than its envelope).
-        let fill_bytes = match self.behaviour.event_wire_bytes {
-            Some(_) => bytes.saturating_sub(line.len() + tail.len()),
-            None => bytes.saturating_sub(marker.len() + 1),
+        // wire sizes the whole line is `bytes` long (never shorter than its envelope): the
+        // drawn text and arguments go in only when they fit (else a backslash-ended word).
+        let (fill_bytes, drawn, escaped, drawn_args) = match self.behaviour.event_wire_bytes {
+            Some(_) => {
+                let plain_tail = if resource { "\"}}}}}\n" } else { "\"}}}}\n" };
+                if line.len() + escaped.len() + tail.len() <= bytes {
+                    (
+                        bytes - (line.len() + escaped.len() + tail.len()),
+                        drawn,
+                        escaped,
+                        drawn_args,
+                    )
+                } else {
+                    // Too tight for the drawn text: the shortest that ends in a backslash,
+                    // when even that fits; else none.
+                    tail = String::from(plain_tail);
+                    let (_, _, spellings) = &pool.texts[usize::from(pool.small)];
+                    let small = spellings[usize::from(self.ascii)].as_str();
+                    if drawn.is_some() && line.len() + small.len() + tail.len() <= bytes {
+                        (
+                            bytes - (line.len() + small.len() + tail.len()),
+                            Some(pool.small),
+                            small,
+                            None,
+                        )
+                    } else {
+                        (
+                            bytes.saturating_sub(line.len() + tail.len()),
+                            None,
+                            "",
+                            None,
+                        )
+                    }
+                }
+            }
+            None => (
+                bytes.saturating_sub(marker.len() + 1 + extra.len()),
+                drawn,
+                escaped,
+                drawn_args,
+            ),
         };
-        line.push_str(filler(fill_bytes));
-        line.push_str(tail);
+        let filler = filler(fill_bytes);
+        line.push_str(filler);
+        line.push_str(escaped);
+        line.push_str(&tail);
+        // The update's own text: from its opening brace to the closing braces of the
+        // params and of the message (and the newline).
+        let raw_crc = crc32fast::hash(&line.as_bytes()[update_at..line.len() - 3]);
+        let text = EventText::Drawn {
+            fill: filler.len(),
+            extra: drawn,
+        };
         let note = Seen::Event {
             tag: p.tag.clone(),
             event: StreamedEvent {
@@ -1474,6 +1651,9 @@ impl AgentModel {
                 index: p.sent,
                 wire_bytes: line.len(),
                 tool_call,
+                raw_crc,
+                text,
+                args: drawn_args,
             },
         };
         self.emit_noted(now, Out::Line(line), Some(note));
@@ -1497,6 +1677,9 @@ impl AgentModel {
                 },
             }),
         );
+        let raw_crc = line.find("\"update\":").map_or(0, |at| {
+            crc32fast::hash(&line.as_bytes()[at + 9..line.len() - 3])
+        });
         let note = Seen::Event {
             tag: p.tag.clone(),
             event: StreamedEvent {
@@ -1504,6 +1687,9 @@ impl AgentModel {
                 index: p.sent,
                 wire_bytes: line.len(),
                 tool_call: false,
+                raw_crc,
+                text: EventText::Plain(text),
+                args: None,
             },
         };
         self.emit_noted(now, Out::Line(line), Some(note));
@@ -1512,10 +1698,12 @@ impl AgentModel {
     fn finish(&mut self, now: u64, p: Prompting, answer: Result<String, RpcError>) {
         match answer {
             Ok(stop) => {
-                let line = palisade_wire::jsonrpc::encode_response(
-                    &p.id,
-                    &Ok(json!({ "stopReason": stop })),
-                );
+                let mut answer = json!({ "stopReason": stop });
+                // A scripted prompt (a test's agent) is answered exactly.
+                if self.script.chunks.is_none() && self.text.chance(250) {
+                    answer["_meta"] = json!({ "summary": wire_text::pick(&mut self.text, None) });
+                }
+                let line = palisade_wire::jsonrpc::encode_response(&p.id, &Ok(answer));
                 let note = Seen::PromptAnswered {
                     tag: p.tag.clone(),
                     answer: Ok(stop),
@@ -1606,13 +1794,13 @@ fn commands_update_line(session: &str) -> String {
 }
 
 /// The `session/request_permission` request of the prompt tagged `tag` in `session`.
-fn permission_request_line(id: &RequestId, session: &str, tag: &str) -> String {
+fn permission_request_line(id: &RequestId, session: &str, tag: &str, title: &str) -> String {
     palisade_wire::jsonrpc::encode_request(
         id,
         "session/request_permission",
         &json!({
             "sessionId": session,
-            "toolCall": {"toolCallId": format!("{tag}-perm")},
+            "toolCall": {"toolCallId": format!("{tag}-perm"), "title": title},
             "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}],
         }),
     )
@@ -1821,6 +2009,130 @@ mod tests {
             wire.receive(lines.last().unwrap().trim_end().as_bytes()),
             Incoming::Reply { tag: "prompt", result: Ok(v) } if v.parse::<Value>().unwrap()["stopReason"] == "end_turn"
         ));
+    }
+
+    /// Many prompts of agents that write tool calls and resources too: every event's line
+    /// reads back to the content its digest says, wire-sized lines stay exact, and the
+    /// lines hold what real agents write (issue 29, class 5): a string ending in an
+    /// escaped backslash, `\"` after `\\`, `\u` escapes with a surrogate pair, raw
+    /// non-ASCII, Windows paths, code and nested JSON; `initialize` names the agent with
+    /// such text, its `agentInfo` first or last.
+    #[test]
+    fn agents_write_what_real_agents_write_and_digest_it() {
+        let mut wire_text_seen = String::new();
+        let mut events = 0;
+        for (seed, wire_sized) in (0..40u64).map(|s| (s, s % 4 == 3)) {
+            let mut store = MemoryStore::default();
+            let behaviour = Behaviour {
+                tool_call_per_mille: 300,
+                resource_per_mille: 200,
+                events_per_prompt: (4, 8),
+                event_wire_bytes: wire_sized.then_some((400, 900)),
+                ..Behaviour::default()
+            };
+            let mut model = AgentModel::new("e1", behaviour, seed, 0);
+            let init = palisade_wire::acp::Params::Initialize
+                .request_line(&RequestId::Number(1), "initialize");
+            model.on_line(0, init.trim_end().as_bytes(), &mut store);
+            let new = palisade_wire::jsonrpc::encode_request(
+                &RequestId::Number(2),
+                "session/new",
+                &json!({"cwd": "/"}),
+            );
+            model.on_line(0, new.trim_end().as_bytes(), &mut store);
+            let mut lines = drain(&mut model, 10);
+            let info: Value = serde_json::from_str(&lines[0]).unwrap();
+            assert!(
+                info["result"]["agentInfo"]["title"].is_string(),
+                "{}",
+                lines[0]
+            );
+            let session = store.list()[0].clone();
+            for n in 0..6 {
+                let prompt = palisade_wire::acp::Params::Prompt {
+                    session_id: session.clone(),
+                    text: "go".into(),
+                };
+                let line = prompt.request_line(&RequestId::Number(3 + n), "session/prompt");
+                let at = 20 + n as u64 * 1_000;
+                model.on_line(at, line.trim_end().as_bytes(), &mut store);
+                lines.extend(drain(&mut model, at + 900));
+            }
+            let written: Vec<StreamedEvent> = model
+                .poll_seen()
+                .filter_map(|s| match s {
+                    Seen::Event { event, .. } => Some(event),
+                    _ => None,
+                })
+                .collect();
+            let updates: Vec<&String> = lines
+                .iter()
+                .filter(|l| l.contains("\"session/update\""))
+                .collect();
+            assert_eq!(updates.len(), written.len());
+            for (line, event) in updates.iter().zip(&written) {
+                let value: Value =
+                    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+                let update = &value["params"]["update"];
+                assert_eq!(
+                    wire_text::update_digest(update),
+                    Some(event.digest()),
+                    "{line}"
+                );
+                #[derive(serde::Deserialize)]
+                struct Raw<'a> {
+                    #[serde(borrow)]
+                    params: RawParams<'a>,
+                }
+                #[derive(serde::Deserialize)]
+                struct RawParams<'a> {
+                    #[serde(borrow)]
+                    update: &'a serde_json::value::RawValue,
+                }
+                let raw: Raw<'_> = serde_json::from_str(line).unwrap();
+                let raw = raw.params.update.get();
+                assert_eq!(crc32fast::hash(raw.as_bytes()), event.raw_crc);
+                assert_eq!(wire_text::update_digest_raw(raw), Some(event.digest()));
+                assert!(event.delivered_as_written(raw));
+                // Written again by a correct reader: the same content.
+                let again =
+                    serde_json::to_string(&serde_json::from_str::<Value>(raw).unwrap()).unwrap();
+                assert!(event.delivered_as_written(&again), "{again}");
+                // Read wrong: a string cut at its last escaped backslash.
+                if let Some(at) = raw.rfind("\\\\\"") {
+                    let cut = format!("{}\"}}}}", &raw[..at]);
+                    if serde_json::from_str::<Value>(&cut).is_ok() {
+                        assert!(!event.delivered_as_written(&cut), "{cut}");
+                    }
+                }
+                assert_eq!(event.wire_bytes, line.len());
+                if let Some((lo, hi)) = wire_sized.then_some((400, 900)) {
+                    assert!(
+                        (lo..=hi).contains(&line.len()),
+                        "{} bytes: {line}",
+                        line.len()
+                    );
+                }
+                events += 1;
+            }
+            for line in &lines {
+                wire_text_seen.push_str(line);
+            }
+        }
+        assert!(events > 500, "{events}");
+        for needle in [
+            "\\\\\"",
+            "\\\\\\\"",
+            "\\ud83d\\ude",
+            "\\u00e9",
+            "é",
+            "\\Users\\\\",
+            "```",
+            "\"args\":{",
+            "\"agentInfo\":{",
+        ] {
+            assert!(wire_text_seen.contains(needle), "no {needle} on the wire");
+        }
     }
 
     #[test]

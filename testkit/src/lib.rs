@@ -6,8 +6,11 @@
 //!   simulator drives it in simulated time.
 //! - `palisade-test-agent` (a binary of this crate): the same model on real stdio and the
 //!   real clock, for the tests of the tokio shell against a real process.
+//! - [`wire_text`]: the text real agents write (escapes, unicode, backslash runs, Windows
+//!   paths, code, nested JSON), drawn into every string the simulated agents send.
 //! - [`shipped`]: the shipped binaries built as a user builds them (their package alone,
 //!   without the features the simulator turns on), for the tests that run them.
 
 pub mod agent_model;
 pub mod shipped;
+pub mod wire_text;

@@ -16,6 +16,15 @@ impl Engine {
             return;
         };
         // The params' session id and update, and the update's head, borrowed from the text.
+        #[cfg(feature = "mutants")]
+        let parsed = if self.driver.core().active_mutant().get()
+            == Some(palisade_core::mutants::Mutant::UpdateScanMisreadsEscapes)
+        {
+            UpdateParams::scanned(&params)
+        } else {
+            UpdateParams::of(&params)
+        };
+        #[cfg(not(feature = "mutants"))]
         let parsed = UpdateParams::of(&params);
         let head = parsed.update.map(UpdateHead::of).unwrap_or_default();
         let ours = runtime.conversation.is_some()

@@ -17,7 +17,7 @@ use palisade_embed::platform::{
 use palisade_embed::state_file::{StateFs, StateLock};
 use palisade_embed::watch;
 use palisade_testkit::agent_model::{
-    AgentModel, Behaviour, LoadCapability, MemoryStore, Out, Script, Seen,
+    AgentModel, Behaviour, LoadCapability, MemoryStore, Out, Script, Seen, StreamedEvent,
 };
 use palisade_wire::jsonrpc::{parse_frame, Frame};
 use palisade_wire::{ProcessExit, RequestId};
@@ -146,6 +146,9 @@ pub(crate) struct EnvState {
     pub(crate) proxy: Option<ProxyTruth>,
     /// History updates every successful `session/load` replays (the proxy world's agents).
     pub(crate) load_replay: u32,
+    /// Every stream event an agent wrote, by its marker (`<tag>#<k>`), as it wrote it:
+    /// what a caller or client must get when it gets that event.
+    pub(crate) written: BTreeMap<String, StreamedEvent>,
     /// Agents whose stdin the supervisor closed while a prompt of theirs had gone silent.
     pub(crate) silent_stopped: Vec<SilentStop>,
     /// Agents that refused to load a conversation they had (a drawn flake).
@@ -208,6 +211,8 @@ pub(crate) struct ProxyTruth {
     pub(crate) created: Vec<(u32, u64, String)>,
     /// The conversation of each prompt an agent received, in order.
     pub(crate) prompted: Vec<String>,
+    /// The `agentInfo` of every `initialize` an agent answered.
+    pub(crate) agent_infos: Vec<serde_json::Value>,
 }
 
 /// The shared environment.
@@ -258,6 +263,7 @@ impl ProxyTruth {
     fn saw(&mut self, pid: u32, at_ms: u64, seen: &Seen) {
         match seen {
             Seen::New(Ok(conversation)) => self.created.push((pid, at_ms, conversation.clone())),
+            Seen::Initialize { agent_info } => self.agent_infos.push(agent_info.clone()),
             Seen::Load {
                 id,
                 existed,
@@ -513,6 +519,9 @@ async fn agent_process(
                 let mut e = lock(&env);
                 if let Some(truth) = e.proxy.as_mut() {
                     truth.saw(pid, now, &seen);
+                }
+                if let Seen::Event { event, .. } = &seen {
+                    e.written.insert(event.marker.clone(), event.clone());
                 }
                 // (A prompt is seen when it is read, below: it comes with no output.)
                 if let Seen::PromptAnswered { .. } = seen {

@@ -10,6 +10,11 @@
 //! - `S-output-gap`: a turn the caller saw complete reached it with every output seq from
 //!   the first to its last, across restarts: nothing is dropped for a slow caller (issue
 //!   29, item 3).
+//! - `S-output-altered`: every output event the caller gets is an update an agent wrote,
+//!   as it wrote it: the same bytes, or the same text (and tool-call input) once decoded.
+//!   The agents write escapes, unicode, backslash runs and nested JSON
+//!   (`palisade_testkit::wire_text`), so a reader of the wire that mis-reads them shows
+//!   here (issue 29, class 5).
 //! - `S-output-seq-twice`: no output seq of a turn reaches the caller twice with different
 //!   content. (The same event handed out again after a crash is the write-ahead's
 //!   at-least-once delivery: the state listing it undelivered was durable, the step that
@@ -187,6 +192,32 @@ pub(crate) fn stale_replay(env: &EnvState) -> Option<(u64, u32, u32)> {
     None
 }
 
+/// Why `update` (an output event's update as the caller got it) is not an update an agent
+/// wrote, as it wrote it; `None` when it is. An update is found by its marker, or (a
+/// scripted agent's plain chunk has none) among every update written, by its bytes or by
+/// its decoded text.
+fn altered(env: &EnvState, update: &str) -> Option<String> {
+    if let Some((tag, k)) = crate::world::oracle::marker_of(update) {
+        let key = format!("{tag}#{k}");
+        return match env.written.get(&key) {
+            Some(w) if w.delivered_as_written(update) => None,
+            Some(_) => Some(format!("altered from the update {key} its agent wrote")),
+            None => Some(format!("as {key}, an update no agent wrote")),
+        };
+    }
+    let found = env.written.values().any(|w| w.delivered_as_written(update));
+    (!found).then(|| "as an update no agent wrote".to_owned())
+}
+
+/// At most 300 bytes of `text`, for a message.
+fn cut(text: &str) -> &str {
+    let mut end = text.len().min(300);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 fn v(invariant: &str, message: String, idx: u64) -> Violation {
     // Judged from the environment's records once the run ended; the four that say
     // something never happened are liveness.
@@ -359,6 +390,18 @@ pub(crate) fn judge(
             SessionEvent::Output { turn, events, .. } => {
                 for e in events {
                     let content = e.update.get();
+                    if let Some(why) = altered(env, content) {
+                        return Err(v(
+                            "S-output-altered",
+                            format!(
+                                "output seq {} of turn {} reached the caller {why}: {}",
+                                e.seq,
+                                turn.get(),
+                                cut(content)
+                            ),
+                            line,
+                        ));
+                    }
                     if let Some(before) = seqs.insert((*turn, e.seq), content) {
                         if before != content {
                             return Err(v(
@@ -744,6 +787,68 @@ mod tests {
         judge(env, log, &[], schedule, true, 0)
             .err()
             .map(|v| v.invariant)
+    }
+
+    /// An output event is the update its agent wrote: the same bytes, or the same text
+    /// written again; a text cut at its escaped backslash, a `null`, or an update no agent
+    /// wrote is `S-output-altered`.
+    #[test]
+    fn an_output_event_altered_on_its_way_is_caught() {
+        use palisade_core::delivery::EventKind;
+        use palisade_embed::OutputEvent;
+        use palisade_testkit::agent_model::{EventText, StreamedEvent};
+        use palisade_wire::RawJson;
+
+        let text = "p7.1#1 xx C:\\Users\\José\\ 😀";
+        let written = serde_json::json!({
+            "sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": text},
+        })
+        .to_string();
+        let mut env = environment();
+        env.written.insert(
+            "p7.1#1".into(),
+            StreamedEvent {
+                marker: "p7.1#1".into(),
+                index: 1,
+                wire_bytes: written.len() + 60,
+                tool_call: false,
+                raw_crc: palisade_testkit::wire_text::raw_crc(&written),
+                text: EventText::Plain(text.into()),
+                args: None,
+            },
+        );
+        let with_output = |update: &str| {
+            let mut log = history(ended(1, TurnOutcome::Completed, None), 1);
+            let output = SessionEvent::Output {
+                session: SessionId::new(1).expect("not zero"),
+                turn: turn(1),
+                events: vec![OutputEvent {
+                    seq: 1,
+                    kind: EventKind::Text,
+                    update: RawJson::from_text(update).expect("json"),
+                }],
+            };
+            log.events.insert(0, (1, 1, output));
+            log.event_lines.insert(0, 2);
+            log
+        };
+        assert_eq!(caught(&env, &with_output(&written), 3), None);
+        // Written again, non-ASCII as `\u` escapes: the same content.
+        let ascii = written
+            .replace('é', "\\u00e9")
+            .replace('😀', "\\ud83d\\ude00");
+        assert_ne!(ascii, written);
+        assert_eq!(caught(&env, &with_output(&ascii), 3), None);
+        let cut = written.replace("José\\\\ ", "José\\\\\\\" ");
+        assert_ne!(cut, written);
+        for altered in [cut.as_str(), "null", r#"{"content":{"text":"p7.1#2 x"}}"#] {
+            assert_eq!(
+                caught(&env, &with_output(altered), 3).as_deref(),
+                Some("S-output-altered"),
+                "{altered}"
+            );
+        }
     }
 
     #[test]

@@ -4,6 +4,12 @@
 //! marker), which conversations really exist on the agent's disk, and what each client
 //! really got. It never reads the core's or the engine's view of themselves.
 //!
+//! What the client gets is read for its content too: `R9-output-altered` holds that each
+//! output event is the update its agent wrote, the same bytes or (written again by a
+//! reader that decoded it) the same text and tool-call input once decoded. The agents
+//! write escapes, unicode, backslash runs and nested JSON (`palisade_testkit::wire_text`),
+//! so a reader that mis-reads them shows here.
+//!
 //! Beside it, the engine's driver runs the shared [`palisade_core::audit::Checker`] (the
 //! reference model and the core's own invariants) after every core step; see `crate::logbook`.
 
@@ -970,10 +976,22 @@ impl Oracle {
                 ));
             }
             *last = k;
-            bytes += p
-                .events
-                .get(k as usize - 1)
-                .map_or(0, |ev| ev.wire_bytes as u64);
+            let written = p.events.get(k as usize - 1);
+            if let Some(w) = written.filter(|_| enabled) {
+                // What the agent wrote reaches the client as it wrote it, once decoded.
+                if !w.delivered_as_written(e.update.get()) {
+                    return Err(v(
+                        "R9-output-altered",
+                        format!(
+                            "session {session}: turn {turn}: event #{k} of prompt {tag} reached \
+                             the client altered: {}",
+                            e.update.get()
+                        ),
+                        idx,
+                    ));
+                }
+            }
+            bytes += written.map_or(0, |ev| ev.wire_bytes as u64);
         }
         if enabled && events.len() > 1 && (events.len() > max_events || bytes > max_bytes) {
             return Err(v(
@@ -1199,10 +1217,15 @@ fn cause_given(event: &SessionEvent) -> bool {
 /// `"toolCallId":"` of the update, or after its first `"text":"` when it has no tool call
 /// id; [`marker_start`] finds that place without scanning the whole payload twice.
 pub(crate) fn marker(update: &palisade_wire::jsonrpc::RawJson) -> Option<(&str, u32)> {
-    let raw = update.get();
+    // The marker ends at a space or a quote: both ASCII, so the cut is on a character
+    // boundary.
+    marker_of(update.get())
+}
+
+/// [`marker`] of an update's raw text.
+pub(crate) fn marker_of(raw: &str) -> Option<(&str, u32)> {
     let start = marker_start(raw.as_bytes())?;
     let rest = &raw[start..];
-    // Both bytes are ASCII, so the cut is on a character boundary.
     let head = &rest[..memchr::memchr2(b' ', b'"', rest.as_bytes())?];
     let (tag, k) = head.rsplit_once('#')?;
     Some((tag, k.parse().ok()?))
@@ -1269,6 +1292,7 @@ mod tests {
     use palisade_core::delivery::EventKind;
     use palisade_core::SessionId;
     use palisade_engine::{ConversationOrigin, FailureCause};
+    use palisade_testkit::agent_model::EventText;
     use palisade_wire::jsonrpc::RawJson;
     use palisade_wire::RpcFailure;
 
@@ -1432,6 +1456,9 @@ mod tests {
                         index: k,
                         wire_bytes: 100,
                         tool_call: false,
+                        raw_crc: 0,
+                        text: EventText::Plain(format!("{tag}#{k} xxxx")),
+                        args: None,
                     },
                 },
             );
@@ -1565,6 +1592,35 @@ mod tests {
         prompt(&mut o, 33, 1);
         completed(&mut o);
         assert_eq!(o.liveness(8, 0).map_err(|v| v.message), Ok(()));
+    }
+
+    /// An output event whose update is not the one its agent wrote (its text cut at an
+    /// escaped backslash, as a scanner that misreads `\\"` would) is `R9-output-altered`;
+    /// the update as written, or written again with `\u` escapes, holds.
+    #[test]
+    fn r9_output_altered_catches_an_update_read_wrong() {
+        let got = |text: &str| {
+            let mut o = oracle();
+            ready(&mut o, 39);
+            prompt(&mut o, 39, 1);
+            let update = format!(
+                r#"{{"sessionUpdate":"agent_message_chunk","content":{{"type":"text","text":{text}}}}}"#
+            );
+            let event = SessionEvent::Output {
+                session: SessionId::new(7).expect("7"),
+                turn: turn(),
+                events: vec![OutputEvent {
+                    seq: 1,
+                    kind: EventKind::Text,
+                    update: RawJson::from_text(update).expect("json"),
+                }],
+            };
+            o.client_got(&event, 0).map_err(|v| v.invariant)
+        };
+        // `prompt` records each event's text as `<marker> xxxx`.
+        assert_eq!(got(r#""39.1#1 xxxx""#), Ok(()));
+        assert_eq!(got(r#""39.1#1 \u0078xxx""#), Ok(()));
+        assert_eq!(got(r#""39.1#1 xx\\""#), Err("R9-output-altered".to_owned()));
     }
 
     /// A true loss is still caught: the prompt that completed the turn wrote two events and

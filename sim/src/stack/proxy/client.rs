@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use palisade_testkit::wire_text;
 use palisade_wire::jsonrpc::{encode_message, encode_response, parse_frame, Frame};
 use palisade_wire::{RawJson, RequestId, RpcError};
 use serde_json::{json, Value};
@@ -68,6 +69,8 @@ pub(crate) enum Item {
     Update {
         marker: Option<String>,
         history: bool,
+        /// The content the client decoded ([`wire_text::update_digest`]).
+        digest: Option<u64>,
     },
     /// A request of an agent, under the proxy's id, with its `toolCallId`.
     Asked { id: i64, tool: String },
@@ -108,6 +111,9 @@ pub(crate) struct ClientLog {
     pub(crate) done: bool,
     /// The client reads nothing before this (simulated ms).
     pub(crate) stall_until: u64,
+    /// The `agentInfo` of each `initialize` answer the client got: connection, trace
+    /// line, the value as the client decoded it.
+    pub(crate) agent_infos: Vec<(usize, u64, Value)>,
 }
 
 pub(crate) fn lock(log: &Mutex<ClientLog>) -> MutexGuard<'_, ClientLog> {
@@ -317,6 +323,14 @@ impl Client {
     fn read(&mut self, line: &str) {
         match parse_frame(line.as_bytes()) {
             Ok(Frame::Response { id, outcome }) => {
+                // An `initialize` answer names the agent: kept as decoded, for the oracle.
+                let info = match &outcome {
+                    Ok(result) => match result.parse::<Value>() {
+                        Ok(Value::Object(mut answer)) => answer.remove("agentInfo"),
+                        _ => None,
+                    },
+                    Err(_) => None,
+                };
                 let ok = match &outcome {
                     Ok(result) => Some(stop_reason(result).unwrap_or_default()),
                     Err(_) => None,
@@ -325,6 +339,11 @@ impl Client {
                     id: id.clone(),
                     ok: ok.clone(),
                 });
+                if let Some(info) = info {
+                    let mut log = lock(&self.ctx.log);
+                    let line = log.conns[self.conn].lines.last().copied().unwrap_or(0);
+                    log.agent_infos.push((self.conn, line, info));
+                }
                 if let RequestId::Number(n) = id {
                     self.answered(n, &outcome);
                 }
@@ -349,8 +368,12 @@ impl Client {
             }
             Ok(Frame::Notification { method, params }) => {
                 if method == "session/update" {
-                    let (marker, history) = update_of(&params);
-                    self.record(Item::Update { marker, history });
+                    let (marker, history, digest) = update_of(&params);
+                    self.record(Item::Update {
+                        marker,
+                        history,
+                        digest,
+                    });
                 } else if method == palisade_engine::proxy::CONVERSATION_REPLACED {
                     self.record(Item::Replaced);
                 }
@@ -565,12 +588,14 @@ fn tool_call_id(params: &RawJson) -> Option<String> {
     )
 }
 
-/// An update's marker (`<tag>#<k>`) and whether it is a history line.
-pub(crate) fn update_of(params: &RawJson) -> (Option<String>, bool) {
+/// An update's marker (`<tag>#<k>`), whether it is a history line, and the digest of the
+/// content the client decoded ([`wire_text::update_digest`]).
+pub(crate) fn update_of(params: &RawJson) -> (Option<String>, bool, Option<u64>) {
     let Ok(value) = params.parse::<Value>() else {
-        return (None, false);
+        return (None, false, None);
     };
     let update = &value["update"];
+    let digest = wire_text::update_digest(update);
     let text = if update["sessionUpdate"] == "tool_call" {
         update["toolCallId"].as_str()
     } else {
@@ -579,11 +604,11 @@ pub(crate) fn update_of(params: &RawJson) -> (Option<String>, bool) {
             .or_else(|| update["content"]["resource"]["text"].as_str())
     };
     let Some(text) = text else {
-        return (None, false);
+        return (None, false, digest);
     };
     if text.starts_with("history ") {
-        return (None, true);
+        return (None, true, digest);
     }
     let first = text.split(' ').next().unwrap_or_default();
-    (first.contains('#').then(|| first.to_owned()), false)
+    (first.contains('#').then(|| first.to_owned()), false, digest)
 }

@@ -12,6 +12,14 @@
 //! - `P-update-lost`: the updates the agent wrote for the prompt that completed the turn
 //!   (answered `end_turn`) reach the client on that connection, each once, in order,
 //!   before the answer.
+//! - `P-update-altered`: an update of an agent reaches the client as the agent wrote it:
+//!   the client decodes the same text (and tool-call input) the agent meant. The agents
+//!   write escapes, unicode, backslash runs and nested JSON (`palisade_testkit::wire_text`),
+//!   so a reader of the wire that mis-reads them shows here (issue 29, class 5).
+//! - `P-initialize-altered`: the `agentInfo` of an `initialize` answer the client gets is
+//!   one an agent wrote (the proxy decodes the agent's answer and writes it again; the
+//!   agents name themselves with escapes, unicode and Windows paths ending in a
+//!   backslash).
 //! - `P-update-twice`: no update of an agent reaches the client twice on one connection.
 //! - `P-update-before-open`: on a connection, no `session/update` and no agent's request
 //!   reaches the client before it sent its `session/new` or `session/load` there (after a
@@ -168,6 +176,24 @@ pub(crate) fn judge(
                 }
                 Item::Update {
                     marker: Some(marker),
+                    digest,
+                    ..
+                } if env
+                    .written
+                    .get(marker.as_str())
+                    .is_some_and(|w| *digest != Some(w.digest())) =>
+                {
+                    return Err(v(
+                        "P-update-altered",
+                        format!(
+                            "the update {marker} reached the client on connection {} altered from what its agent wrote",
+                            conn.incarnation
+                        ),
+                        line(i),
+                    ));
+                }
+                Item::Update {
+                    marker: Some(marker),
                     ..
                 } if !markers.insert(marker) => {
                     return Err(v(
@@ -221,6 +247,20 @@ pub(crate) fn judge(
                 }
                 _ => {}
             }
+        }
+    }
+    // What the agents wrote reaches the client as they wrote it: the proxy decodes an
+    // agent's `initialize` answer (to advertise `loadSession`) and writes it again.
+    for (conn, line, info) in &log.agent_infos {
+        if !truth.agent_infos.contains(info) {
+            return Err(v(
+                "P-initialize-altered",
+                format!(
+                    "the client's initialize answer on connection {} names the agent {info}, which no agent wrote",
+                    log.conns.get(*conn).map_or(0, |c| c.incarnation)
+                ),
+                *line,
+            ));
         }
     }
     // Rule 6 on what the agents answered: the client is told of a replaced conversation
@@ -464,6 +504,7 @@ fn client_has(log: &ClientLog, env: &EnvState, text: &str, at_ms: u64) -> Option
             Item::Update {
                 marker: Some(marker),
                 history: false,
+                ..
             } => Some(marker.as_str()),
             _ => None,
         })
@@ -583,6 +624,66 @@ mod tests {
             .map(|v| v.invariant)
     }
 
+    /// The client's `initialize` answer names the agent as an agent wrote it (a Windows
+    /// path ending in a backslash, unicode); a name altered on its way is
+    /// `P-initialize-altered`.
+    #[test]
+    fn an_agent_info_altered_on_its_way_is_caught() {
+        let info = serde_json::json!({"name": "p1 café 😀", "title": "C:\\Users\\dev\\", "version": "0.23.1"});
+        let (mut env, mut log) = history();
+        env.proxy
+            .as_mut()
+            .expect("the proxy's truth")
+            .agent_infos
+            .push(info.clone());
+        log.agent_infos.push((0, 1, info.clone()));
+        assert_eq!(caught(&env, &log), None);
+        let mut altered = info;
+        altered["title"] = serde_json::json!("C:\\Users\\dev\"");
+        log.agent_infos.push((0, 1, altered));
+        assert_eq!(caught(&env, &log).as_deref(), Some("P-initialize-altered"));
+    }
+
+    /// An update the client decodes to other text than its agent wrote (cut at an escaped
+    /// backslash) is `P-update-altered`; the text as written holds.
+    #[test]
+    fn an_update_altered_on_its_way_is_caught() {
+        use palisade_testkit::agent_model::{EventText, StreamedEvent};
+        use palisade_testkit::wire_text;
+
+        let text = "p1001.1#1 xx C:\\Users\\";
+        let with_update = |decoded: &str| {
+            let (mut env, mut log) = history();
+            env.written.insert(
+                "p1001.1#1".into(),
+                StreamedEvent {
+                    marker: "p1001.1#1".into(),
+                    index: 1,
+                    wire_bytes: 100,
+                    tool_call: false,
+                    raw_crc: 0,
+                    text: EventText::Plain(text.into()),
+                    args: None,
+                },
+            );
+            log.conns[0].items.push((
+                70,
+                Item::Update {
+                    marker: Some("p1001.1#1".into()),
+                    history: false,
+                    digest: Some(wire_text::content_digest(decoded, None)),
+                },
+            ));
+            log.conns[0].lines.push(6);
+            caught(&env, &log)
+        };
+        assert_eq!(with_update(text), None);
+        assert_eq!(
+            with_update("p1001.1#1 xx C:\\Users\"}").as_deref(),
+            Some("P-update-altered")
+        );
+    }
+
     #[test]
     fn the_history_holds_and_each_break_is_caught() {
         let (env, log) = history();
@@ -619,6 +720,7 @@ mod tests {
             Item::Update {
                 marker: None,
                 history: true,
+                digest: None,
             },
         ));
         log6.conns[0].lines.push(6);
@@ -631,6 +733,7 @@ mod tests {
                 Item::Update {
                     marker: Some("p1001.1#1".into()),
                     history: false,
+                    digest: None,
                 },
             ),
         );
@@ -687,6 +790,7 @@ mod tests {
                     Item::Update {
                         marker: Some(format!("1001.1#{k}")),
                         history: false,
+                        digest: None,
                     },
                 ),
             );
