@@ -879,7 +879,31 @@ mod tests {
 
     #[test]
     fn a_completed_turn_with_an_output_seq_left_out_is_caught() {
-        let env = environment();
+        use palisade_testkit::agent_model::{EventText, StreamedEvent};
+        let mut env = environment();
+        // The updates the agent wrote (`p7.1#<seq>`), as it wrote them.
+        let written = |seq: u64| {
+            serde_json::json!({
+                "sessionUpdate": "agent_message_chunk",
+                "content": {"type": "text", "text": format!("p7.1#{seq} x")},
+            })
+            .to_string()
+        };
+        for seq in 1..=4 {
+            let line = written(seq);
+            env.written.insert(
+                format!("p7.1#{seq}"),
+                StreamedEvent {
+                    marker: format!("p7.1#{seq}"),
+                    index: seq as u32,
+                    wire_bytes: line.len() + 60,
+                    tool_call: false,
+                    raw_crc: palisade_testkit::wire_text::raw_crc(&line),
+                    text: EventText::Plain(format!("p7.1#{seq} x")),
+                    args: None,
+                },
+            );
+        }
         let mut log = history(ended(1, TurnOutcome::Completed, None), 1);
         let output = |seqs: &[u64]| {
             let events = seqs
@@ -887,10 +911,7 @@ mod tests {
                 .map(|&seq| palisade_embed::OutputEvent {
                     seq,
                     kind: palisade_core::delivery::EventKind::Text,
-                    update: palisade_wire::RawJson::from_text(format!(
-                        r#"{{"sessionUpdate":"agent_message_chunk","content":{{"type":"text","text":"{seq}"}}}}"#
-                    ))
-                    .expect("json"),
+                    update: palisade_wire::RawJson::from_text(written(seq)).expect("json"),
                 })
                 .collect();
             SessionEvent::Output {
