@@ -162,18 +162,18 @@ pub(crate) fn strip_blocks(text: &str) -> &str {
 
 /// The `generation` of a prompt's first replay block, if it carries one.
 pub(crate) fn replay_generation(text: &str) -> Option<u32> {
-    const KEY: &str = "generation=\"";
-    let block = text.strip_prefix(REPLAY_BLOCK_TAG)?;
-    let at = block.find(KEY)? + KEY.len();
-    let rest = &block[at..];
-    rest[..rest.find('"')?].parse().ok()
+    replay_attribute(text, "generation")?.parse().ok()
 }
 
 /// The `delivered-through` count of a prompt's first replay block, if it carries one.
 pub(crate) fn replay_delivered_through(text: &str) -> Option<u64> {
-    const KEY: &str = "delivered-through=\"";
+    replay_attribute(text, "delivered-through")?.parse().ok()
+}
+
+/// The value of attribute `name` of a prompt's first replay block, if it carries one.
+fn replay_attribute<'a>(text: &'a str, name: &str) -> Option<&'a str> {
     let block = text.strip_prefix(REPLAY_BLOCK_TAG)?;
-    let at = block.find(KEY)? + KEY.len();
-    let rest = &block[at..];
-    rest[..rest.find('"')?].parse().ok()
+    let key = format!("{name}=\"");
+    let rest = &block[block.find(&key)? + key.len()..];
+    rest.get(..rest.find('"')?)
 }

@@ -999,53 +999,37 @@ impl Scenario {
                     "restarts after an exit need the stack world (`kind = \"stack\"`): only there does a caller start palisade-supervise again".into(),
                 ));
             }
-            let path = [Field("world"), Field("signal_stops")];
-            if self.world.signal_stops > MAX_SIGNAL_STOPS {
-                return Err(invalid(
-                    &path,
-                    format!(
-                        "{} signal stops is above MAX_SIGNAL_STOPS ({MAX_SIGNAL_STOPS})",
-                        self.world.signal_stops
-                    ),
-                ));
-            }
-            if self.world.kind != WorldKind::Stack && self.world.signal_stops > 0 {
-                return Err(invalid(
-                    &path,
-                    "signal stops need the stack world (`kind = \"stack\"`): only there is palisade-supervise signalled".into(),
-                ));
-            }
-            let path = [Field("world"), Field("second_starts")];
-            if self.world.second_starts > MAX_SIGNAL_STOPS {
-                return Err(invalid(
-                    &path,
-                    format!(
-                        "{} second starts is above MAX_SIGNAL_STOPS ({MAX_SIGNAL_STOPS})",
-                        self.world.second_starts
-                    ),
-                ));
-            }
-            if self.world.kind != WorldKind::Stack && self.world.second_starts > 0 {
-                return Err(invalid(
-                    &path,
-                    "second starts need the stack world (`kind = \"stack\"`): only there does palisade-supervise run on a state file".into(),
-                ));
-            }
-            let path = [Field("world"), Field("bit_rot")];
-            if self.world.bit_rot > MAX_SIGNAL_STOPS {
-                return Err(invalid(
-                    &path,
-                    format!(
-                        "{} bit rots is above MAX_SIGNAL_STOPS ({MAX_SIGNAL_STOPS})",
-                        self.world.bit_rot
-                    ),
-                ));
-            }
-            if self.world.kind != WorldKind::Stack && self.world.bit_rot > 0 {
-                return Err(invalid(
-                    &path,
-                    "bit rot needs the stack world (`kind = \"stack\"`): only there does palisade-supervise run on a state file".into(),
-                ));
+            // Counts of incarnations a stack-world event happens in: bounded, stack only.
+            for (name, count, what, why) in [
+                (
+                    "signal_stops",
+                    self.world.signal_stops,
+                    "signal stops",
+                    "signal stops need the stack world (`kind = \"stack\"`): only there is palisade-supervise signalled",
+                ),
+                (
+                    "second_starts",
+                    self.world.second_starts,
+                    "second starts",
+                    "second starts need the stack world (`kind = \"stack\"`): only there does palisade-supervise run on a state file",
+                ),
+                (
+                    "bit_rot",
+                    self.world.bit_rot,
+                    "bit rots",
+                    "bit rot needs the stack world (`kind = \"stack\"`): only there does palisade-supervise run on a state file",
+                ),
+            ] {
+                let path = [Field("world"), Field(name)];
+                if count > MAX_SIGNAL_STOPS {
+                    return Err(invalid(
+                        &path,
+                        format!("{count} {what} is above MAX_SIGNAL_STOPS ({MAX_SIGNAL_STOPS})"),
+                    ));
+                }
+                if self.world.kind != WorldKind::Stack && count > 0 {
+                    return Err(invalid(&path, why.into()));
+                }
             }
             if self.world.kind.is_stack() && self.workload.sessions != 1 {
                 return Err(invalid(
