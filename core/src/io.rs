@@ -710,9 +710,9 @@ pub enum TurnOutcome {
     /// The user cancelled it.
     Cancelled,
     /// No provider acknowledged it: the claim was rolled back; the user may resend. Mostly
-    /// it was never written to one (its runtime never started or died first); a prompt the
-    /// provider did not accept by its deadline, or one whose runtime died with the previous
-    /// orchestrator, may have been read.
+    /// it was never written to one (its runtime never started or died first); one whose
+    /// runtime died with the previous orchestrator may have been read. A prompt written to
+    /// a live provider that did not accept it by its deadline is recovered instead.
     RolledBack,
 }
 

@@ -128,8 +128,8 @@ pub(crate) struct Turn {
     pub(crate) restart_grace: bool,
     /// The next loss of a performed, never accepted turn rolls it back instead of
     /// recovering it. Set by a restore (its runtime died with the previous incarnation:
-    /// the loss is the orchestrator's and must not use up a recovery step) and by a passed
-    /// accept deadline (the agent, alive, is told to drop the prompt). Not persisted.
+    /// the loss is the orchestrator's and must not use up a recovery step). Not
+    /// persisted.
     #[serde(skip)]
     pub(crate) next_loss_rolls_back: bool,
     /// The next runtime sequence number expected in the current dispatch.

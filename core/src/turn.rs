@@ -384,8 +384,10 @@ impl Core {
     }
 
     /// A performed prompt the provider did not accept by its deadline: the provider is told
-    /// to drop it, and the runtime counts as lost for this turn (roll the claim back, or
-    /// recover).
+    /// to drop it, and the runtime counts as lost for this turn. The prompt was written, so
+    /// the agent may have read it (ACP has no acknowledgement): the loss is recovered on the
+    /// schedule (rule 8), its re-prompt restating the conversation, never rolled back for
+    /// the caller to send the same text again bare (issue 28, item 4).
     pub(crate) fn accept_deadline_passed(
         &mut self,
         now: Timestamp,
@@ -403,7 +405,10 @@ impl Core {
             });
         let Some(execution) = performed else { return };
         if let Some(t) = self.sess(session).turn.as_mut() {
-            t.next_loss_rolls_back = true;
+            // Written, so possibly read: whatever ends this runtime's hold on the turn,
+            // the turn is recovered, not rolled back.
+            t.accepted_once = true;
+            t.next_loss_rolls_back = false;
         }
         self.push(Effect::CancelPrompt {
             session,

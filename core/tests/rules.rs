@@ -1988,12 +1988,15 @@ fn restart_re_requests_a_conversation_whose_lease_died_with_the_process() {
 }
 
 /// Found by the model test: a prompt performed on a ready runtime whose agent never
-/// accepts it must not keep the session busy forever.
+/// accepts it must not keep the session busy forever. It was written, so the agent may have
+/// read it (ACP has no acknowledgement): the turn is recovered on the schedule with its
+/// replay block, never rolled back for the caller to send the same text again bare (issue
+/// 28, item 4; the stack world's `S-prompt-sent-bare-twice`, scenario `stack-mute-agent`).
 #[test]
-fn a_prompt_the_provider_never_accepts_is_rolled_back_at_its_deadline() {
+fn a_prompt_the_provider_never_accepts_is_recovered_at_its_deadline() {
     let mut h = H::default();
     h.resume(1);
-    h.ready(1, 1);
+    let (a, g) = h.ready(1, 1);
     assert_eq!(h.core().runtime(s(1)), Some(e(1)));
     assert_eq!(h.prompt(1, 1), Verdict::Claimed);
     let lease = h.last_lease();
@@ -2001,11 +2004,54 @@ fn a_prompt_the_provider_never_accepts_is_rolled_back_at_its_deadline() {
     let deadline = h.core().config().start_deadline_ms;
     h.advance(deadline + 1);
     assert_eq!(h.count(|x| matches!(x, Effect::CancelPrompt { .. })), 1);
+    assert_eq!(h.count(|x| matches!(x, Effect::TurnEnded { .. })), 0);
+    assert_eq!(
+        h.count(|x| matches!(x, Effect::RecoveryStarted { step: 1, .. })),
+        1
+    );
+    assert!(h.core().session_busy(s(1)));
+    // The runtime, alive and ready, gets the prompt again on the schedule, wrapped in its
+    // replay block.
+    for _ in 0..100 {
+        if h.count(|x| matches!(x, Effect::DispatchPrompt { .. })) == 2 {
+            break;
+        }
+        h.advance(100);
+    }
+    assert_eq!(h.perform(h.last_lease()), Verdict::Accepted);
+    let prompts: Vec<PromptRequest> = h
+        .log()
+        .iter()
+        .filter_map(|x| match x {
+            Effect::DispatchPrompt { request, .. } => Some(*request),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(prompts.len(), 2, "{prompts:?}");
+    assert_eq!(prompts[0].replay_blocks, 0);
+    assert_eq!(
+        (prompts[1].replay_blocks, prompts[1].replay_generation),
+        (1, 1)
+    );
+    h.cb(
+        1,
+        1,
+        Some(a),
+        g,
+        RuntimeEvent::PromptAccepted { turn: t(1) },
+    );
+    h.cb(
+        1,
+        1,
+        Some(a),
+        g,
+        RuntimeEvent::PromptCompleted { turn: t(1) },
+    );
     assert_eq!(
         h.count(|x| matches!(
             x,
             Effect::TurnEnded {
-                outcome: TurnOutcome::RolledBack,
+                outcome: TurnOutcome::Completed,
                 ..
             }
         )),

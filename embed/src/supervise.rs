@@ -50,11 +50,12 @@ const BUSY_RETRIES: u32 = 3;
 const STDIN_PROMPTS_QUEUED: usize = 16;
 
 /// A prompt whose turn was rolled back is sent again at most this many times. The core
-/// rolls a turn back when no agent acknowledged it: mostly because it was never written
-/// to one (its runtime never started, or its conversation could not be loaded). A prompt
-/// written to an agent whose runtime then died is the core's recovery schedule's to send
-/// again (rule 8), never this loop's. So an agent that never answers `initialize` fails
-/// the prompt after `1 +` this many initialize timeouts (`--help` says so).
+/// rolls this program's turn back only when the prompt was never written to an agent (its
+/// runtime never started, or its conversation could not be loaded). A prompt written to
+/// an agent, whose runtime then died or which showed no sign of it by the start deadline,
+/// is the core's recovery schedule's to send again, with its replay block (rule 8), never
+/// this loop's. So an agent that never answers `initialize` fails the prompt after `1 +`
+/// this many initialize timeouts (`--help` says so).
 const ROLLED_BACK_RESENDS: u32 = 2;
 
 /// What `--help` prints after the flags: where prompts come from, the bounds on what the
@@ -75,9 +76,9 @@ Bounds (every refusal is bad usage, exit 2, before anything runs):
                               for its whole life)
   --cwd                       an existing directory
 An agent that never answers initialize fails the prompt after 3 initialize timeouts: a
-prompt whose turn was rolled back before any agent acknowledged it is sent again, twice. A
-prompt written to an agent that then died is sent again only on --recovery-delays-ms's
-schedule. An agent whose initialize answer names another ACP protocol version than 1 is
+prompt whose turn was rolled back before it was written to any agent is sent again, twice.
+A prompt written to an agent that then died, or that showed no sign of it by the start
+deadline, is sent again only on --recovery-delays-ms's schedule. An agent whose initialize answer names another ACP protocol version than 1 is
 refused.
 
 Exit: 0 every turn completed; 1 a turn did not (or the agent could not run, or events could
@@ -747,10 +748,10 @@ async fn prompt_all(
         loop {
             match send_prompt(supervisor, events, console, session, &text).await? {
                 Some(TurnOutcome::RolledBack) if resends < ROLLED_BACK_RESENDS => {
-                    // No agent acknowledged it (what is known: not whether one read it).
+                    // It was never written to an agent.
                     resends += 1;
                     console.message(
-                        "the prompt's turn was rolled back before any agent acknowledged it; \
+                        "the prompt's turn was rolled back: it never reached an agent; \
                          sending it again",
                     );
                 }

@@ -1526,3 +1526,62 @@ fn a_prompt_read_by_an_agent_that_died_is_sent_again_only_on_the_recovery_schedu
     assert!(stdout.contains("\"outcome\":\"Failed\""), "{stdout}");
     let _ = std::fs::remove_file(&log);
 }
+
+/// Issue 28, item 4's last case (regression `mute-prompt-is-recovered-not-resent`, found
+/// by `stack-mute-agent`): an agent that reads the prompt and shows no sign of it by the
+/// start deadline (a model with no token yet) had its turn rolled back, and
+/// `palisade-supervise` sent the same text again, bare, twice. The prompt was written, so
+/// the agent may have read it: now the turn is recovered on the schedule, and every re-send
+/// carries its replay block.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_an_agent_stays_mute_on_is_recovered_never_rolled_back() {
+    let log = temp_path("mute", "log");
+    // The first prompt is answered (its attempt settles on a ready runtime); from the
+    // second on, the agent writes nothing until a cancel.
+    let agent = test_agent(&[
+        "--chunks",
+        "1",
+        "--mute-from-prompt",
+        "2",
+        "--log",
+        log.to_str().unwrap(),
+    ]);
+    let mut config = config();
+    config.engine.core.start_deadline_ms = 500;
+    config.engine.core.recovery_delays_ms = vec![50];
+    let mut h = Harness::start(config, agent, None);
+    let first = h.supervisor.prompt(session(), "answered").await.unwrap();
+    assert_eq!(h.turn_end(first).await.0, TurnOutcome::Completed);
+    let turn = h
+        .supervisor
+        .prompt(session(), "mute on this")
+        .await
+        .unwrap();
+    assert_eq!(h.turn_end(turn).await.0, TurnOutcome::Failed);
+    h.settle().await;
+    assert_eq!(
+        h.turn_ends(),
+        [(first, TurnOutcome::Completed), (turn, TurnOutcome::Failed)]
+    );
+    assert_eq!(h.count("recovery_started"), 1);
+    let entries = read_log(&log);
+    let received: Vec<String> = prompts_received(&entries)
+        .into_iter()
+        .filter(|p| p.ends_with("mute on this"))
+        .collect();
+    assert_eq!(received.len(), 1 + 1, "once plus once per recovery step");
+    assert_eq!(
+        received
+            .iter()
+            .filter(|p| !p.contains(REPLAY_BLOCK_TAG))
+            .count(),
+        1,
+        "sent bare more than once: {received:?}"
+    );
+    assert!(
+        requests_received(&entries, acp::SESSION_CANCEL) >= 1,
+        "the agent, alive, was told to drop the prompt"
+    );
+    h.finish(true).await;
+    let _ = std::fs::remove_file(log);
+}

@@ -389,6 +389,11 @@ pub struct Workload {
     /// output, no answer, `session/cancel` ignored: a wedged agent), for the idle rule.
     #[serde(skip_serializing_if = "is_zero")]
     pub silent_per_mille: u16,
+    /// Per mille of prompts whose agent stays mute before its first event (writes nothing
+    /// until `session/cancel`, then answers `cancelled`), for the start deadline of a
+    /// written prompt.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub mute_per_mille: u16,
 }
 
 fn is_zero(n: &u16) -> bool {
@@ -409,6 +414,7 @@ impl Default for Workload {
             spawn_delay_ms: Bounds::new(0, 0),
             reuse_runtimes: false,
             silent_per_mille: 0,
+            mute_per_mille: 0,
         }
     }
 }
@@ -926,6 +932,12 @@ impl Scenario {
         at_most(
             &at("silent_per_mille"),
             u64::from(w.silent_per_mille),
+            1000,
+            "a thousand per mille",
+        )?;
+        at_most(
+            &at("mute_per_mille"),
+            u64::from(w.mute_per_mille),
             1000,
             "a thousand per mille",
         )?;

@@ -609,6 +609,11 @@ pub struct Behaviour {
     /// written, no answer comes, and `session/cancel` is ignored (a wedged agent, for the
     /// idle rule). Drawn only when non-zero, so other behaviours draw as before.
     pub silent_per_mille: u16,
+    /// Per mille of prompts that stay mute before their first event: the agent read the
+    /// prompt and writes nothing for it until a `session/cancel`, which it answers
+    /// `cancelled` as ACP asks (a model that has produced no token yet, a tool waiting on
+    /// something). Drawn only when non-zero, so other behaviours draw as before.
+    pub mute_per_mille: u16,
 }
 
 impl Default for Behaviour {
@@ -634,6 +639,7 @@ impl Default for Behaviour {
             resource_per_mille: 0,
             think_ms: (5, 100),
             silent_per_mille: 0,
+            mute_per_mille: 0,
         }
     }
 }
@@ -839,6 +845,8 @@ struct Prompting {
     /// Goes silent after its first event ([`Behaviour::silent_per_mille`],
     /// [`Script::silent_on_new`]).
     silent: bool,
+    /// Writes nothing until a `session/cancel` ([`Behaviour::mute_per_mille`]).
+    mute: bool,
 }
 
 /// How a scripted prompt ends once its chunks are written.
@@ -898,6 +906,9 @@ pub struct Script {
     /// their first chunk (as [`Behaviour::silent_per_mille`]); on a conversation it loaded
     /// they run as scripted. A wedged first runtime whose recovery (which loads) works.
     pub silent_on_new: bool,
+    /// From this process's prompt number (1-based) on, prompts stay mute (as
+    /// [`Behaviour::mute_per_mille`]): nothing is written for them until `session/cancel`.
+    pub mute_from_prompt: Option<u64>,
 }
 
 /// A [`ConversationStore`] for an agent a test drives: `session/new` creates
@@ -1378,6 +1389,13 @@ impl AgentModel {
                 && self.chance(self.behaviour.silent_per_mille));
         // A silent prompt writes its first event (the agent took it), then nothing.
         let total = if silent { total.max(1) } else { total };
+        let mute = !silent
+            && (self
+                .script
+                .mute_from_prompt
+                .is_some_and(|n| self.prompts >= n)
+                || (self.behaviour.mute_per_mille > 0
+                    && self.chance(self.behaviour.mute_per_mille)));
         self.prompt = Some(Prompting {
             id,
             session,
@@ -1388,6 +1406,7 @@ impl AgentModel {
             cancelled: false,
             asked: false,
             silent,
+            mute,
         });
         self.wake = Some(now + first);
     }
@@ -1482,6 +1501,11 @@ impl AgentModel {
         };
         if p.cancelled {
             self.finish(now, p, Ok("cancelled".into()));
+            return;
+        }
+        if p.mute {
+            // Only the cancel ends it (above); nothing wakes it before.
+            self.prompt = Some(p);
             return;
         }
         // Everything due by now, at the pace the think time allows.
@@ -1748,6 +1772,17 @@ impl AgentModel {
     #[must_use]
     pub fn prompting(&self) -> bool {
         self.prompt.is_some()
+    }
+
+    /// The conversation of the prompt in flight, if that prompt is mute
+    /// ([`Behaviour::mute_per_mille`]) and no `session/cancel` came for it yet: it has
+    /// written nothing for it and will not before the cancel.
+    #[must_use]
+    pub fn mute_prompt(&self) -> Option<&str> {
+        self.prompt
+            .as_ref()
+            .filter(|p| p.mute && !p.cancelled)
+            .map(|p| p.session.as_str())
     }
 
     /// The conversation of the prompt in flight, if that prompt went silent

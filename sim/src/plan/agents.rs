@@ -91,5 +91,6 @@ pub(crate) fn behaviour(
         resource_per_mille: env.map_or(0, |e| e.resource_per_mille),
         think_ms: (w.think_ms.lo, w.think_ms.hi),
         silent_per_mille: w.silent_per_mille,
+        mute_per_mille: w.mute_per_mille,
     }
 }

@@ -153,6 +153,13 @@ pub(crate) struct EnvState {
     pub(crate) silent_stopped: Vec<SilentStop>,
     /// Agents that refused to load a conversation they had (a drawn flake).
     pub(crate) load_failed: BTreeSet<u32>,
+    /// Prompts an agent held mute (nothing written for them) until it read a
+    /// `session/cancel` for them: a dispatch given up at its start deadline, its agent
+    /// alive. By process, when it read the cancel.
+    pub(crate) mute_cancelled: Vec<(u32, u64)>,
+    /// Agents whose stdin the supervisor closed while they held a prompt mute (its
+    /// attempt given up at its start deadline): when.
+    pub(crate) mute_stopped: BTreeMap<u32, u64>,
     /// Incarnations started on a state file with a bit flipped at rest (`[world] bit_rot`).
     pub(crate) rotted: BTreeSet<u32>,
 }
@@ -614,6 +621,7 @@ async fn agent_process(
                         });
                     }
                     let now = now_ms(start);
+                    let mute = model.mute_prompt().map(str::to_owned);
                     model.on_frame(now, frame, &mut e.store);
                     // What it received (its prompts) comes apart from what it wrote.
                     let mut read_prompt = false;
@@ -622,6 +630,9 @@ async fn agent_process(
                             truth.saw(pid, now, &seen);
                         }
                         if let Seen::Cancel { session } = &seen {
+                            if mute.as_ref() == Some(session) {
+                                e.mute_cancelled.push((pid, now));
+                            }
                             cancels.push(session.clone());
                         }
                         if let Seen::Prompt { text, .. } = seen {
@@ -629,9 +640,9 @@ async fn agent_process(
                             read_prompt = true;
                         }
                     }
-                    if read_prompt && model.silent_prompt().is_some() {
-                        // It took the prompt and goes silent: a wedged agent, the
-                        // environment's doing.
+                    if read_prompt && (model.silent_prompt().is_some() || model.mute_prompt().is_some()) {
+                        // It took the prompt and goes silent (or stays mute): a wedged or
+                        // stalled agent, the environment's doing.
                         e.last_disruption_ms = now;
                     }
                     if read_prompt && e.exit_on_prompt > 0 {
@@ -649,6 +660,9 @@ async fn agent_process(
                     e.asked(pid, now);
                     // Every line written before the end was read before it (a pipe keeps
                     // order): a cancel sent first has been seen.
+                    if model.mute_prompt().is_some() {
+                        e.mute_stopped.insert(pid, now);
+                    }
                     if let Some(session) = model.silent_prompt() {
                         e.silent_stopped.push(SilentStop {
                             pid,

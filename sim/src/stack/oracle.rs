@@ -55,6 +55,11 @@
 //!   up a step (issue 28, item 4: a rolled-back prompt was sent again outside the
 //!   schedule, so an agent that read it and died before its first update got it three
 //!   times).
+//! - `S-prompt-sent-bare-twice`: a prompt's text reaches agents without a replay block at
+//!   most once, whoever received it and whatever became of them: every send after the
+//!   first is a recovery's re-prompt and carries its block (rule 8). The receipts
+//!   `S-prompt-resent` excuses count here: a process asked to go after a prompt was written
+//!   to it may have read it, since ACP has no acknowledgement.
 //! - `S-cause-untrue`: a message that says a prompt never reached (or was never sent to)
 //!   an agent is about a prompt no agent had received (issue 28, item 4).
 //! - `S-replay-generation`: a re-prompt a live agent receives restates a later recovery
@@ -533,6 +538,21 @@ pub(crate) fn judge(
             }
         }
     }
+    // Only a recovery sends a prompt again, and it restates the conversation first: a
+    // second bare send is a re-send around rule 8, whoever received the first.
+    for (text, line) in &first_line {
+        let mut bare = env.prompts.iter().filter(|r| r.text.as_str() == *text);
+        if let (Some(first), Some(second)) = (bare.next(), bare.next()) {
+            return Err(v(
+                "S-prompt-sent-bare-twice",
+                format!(
+                    "prompt {text:?} reached agents without a replay block twice: process {} at {} ms, then process {} at {} ms",
+                    first.pid, first.at_ms, second.pid, second.at_ms
+                ),
+                *line,
+            ));
+        }
+    }
     for ((incarnation, turn, text), claimed_at) in log.claimed.iter().zip(&log.claimed_at) {
         // An empty schedule disables recovery: the turn fails at its first loss, whatever
         // it was (and says so).
@@ -543,8 +563,9 @@ pub(crate) fn judge(
         let ended_at = log.ended_at.get(turn).copied().unwrap_or(u64::MAX);
         // A runtime killed just before the claim may be the one the turn was sent to.
         let from = claimed_at.saturating_sub(super::env::DYING_MS);
-        // A runtime given up on silence failed when it was asked to go (it dies up to
-        // the stop deadline later, maybe after the turn ended); any other when it died.
+        // A runtime given up on silence (or holding a prompt mute) failed when it was
+        // asked to go (it dies up to the stop deadline later, maybe after the turn ended);
+        // any other when it died.
         let failed = env
             .procs
             .iter()
@@ -554,11 +575,20 @@ pub(crate) fn judge(
                 let refused = env.load_failed.contains(pid);
                 silent
                     .map(|s| s.at_ms)
+                    .or(env.mute_stopped.get(pid).copied())
                     .or(if refused { p.asked_at_ms } else { None })
                     .or(p.died_at_ms)
                     .is_some_and(|at| at >= from && at <= ended_at)
             })
             .count();
+        // A prompt an agent held mute until its cancel is a dispatch given up at its start
+        // deadline: one failure of the turn's runtime, which stays alive.
+        let failed = failed
+            + env
+                .mute_cancelled
+                .iter()
+                .filter(|(_, at)| *at >= from && *at <= ended_at)
+                .count();
         let restarts = env
             .procs
             .values()
@@ -725,6 +755,7 @@ mod tests {
 
     use super::super::env::{ProcTruth, Received, SilentStop};
     use super::*;
+    use palisade_engine::replay::REPLAY_BLOCK_TAG;
 
     fn turn(n: u64) -> TurnId {
         TurnId::new(n).expect("not zero")
@@ -957,6 +988,36 @@ mod tests {
         assert_eq!(
             caught(&env, &log, 3).as_deref(),
             Some("S-completed-turn-rerun")
+        );
+    }
+
+    /// A prompt's text reaches agents bare at most once: a second bare receipt is caught
+    /// even by a process the supervisor asked to go (which `S-prompt-resent` excuses), and
+    /// a recovery's re-prompt, wrapped in its replay block, is not.
+    #[test]
+    fn a_prompt_sent_bare_twice_is_caught_and_a_wrapped_re_prompt_is_not() {
+        let log = history(ended(1, TurnOutcome::Completed, None), 2);
+        let mut env = environment();
+        let asked = ProcTruth {
+            asked_at_ms: Some(400),
+            died_unasked: false,
+            ..dead(500, false)
+        };
+        env.procs.insert(7, asked);
+        env.procs.insert(8, dead(800, false));
+        let wrapped = Received {
+            at_ms: 600,
+            pid: 8,
+            text: format!(
+                "{REPLAY_BLOCK_TAG} generation=\"1\" delivered-through=\"0\">\n</palisade-resume>\n\nprompt-1"
+            ),
+        };
+        env.prompts.push(wrapped);
+        assert_eq!(caught(&env, &log, 3), None);
+        env.prompts[1].text = "prompt-1".into();
+        assert_eq!(
+            caught(&env, &log, 3).as_deref(),
+            Some("S-prompt-sent-bare-twice")
         );
     }
 

@@ -44,6 +44,7 @@
 //! | `exit-code` | code (3) | `Script::exit_code`; shell | exit code for `exit-after-chunks` and `misbehave exit` |
 //! | `exit-after-prompts` | count (never) | `Script::exit_after_prompts` | exit with code 0 right after answering this many prompts (an agent that goes away between turns) |
 //! | `prompt-mode` | `answer` `hang` `hold` (`answer`) | `Script::prompt_end` | after the chunks: answer `end_turn`; never answer (cancel ignored); or wait for `session/cancel` |
+//! | `mute-from-prompt` | number (never) | `Script::mute_from_prompt` | from this prompt of the process on (1-based), write nothing for a prompt until `session/cancel`, then answer `cancelled` (a model with no token yet) |
 //! | `silent` | `none` `on-new` `always` (`none`) | `Script::silent_on_new`; `Behaviour::silent_per_mille` = 1000 | a prompt goes silent after its first chunk: nothing more, no answer, `session/cancel` ignored (a wedged agent); `on-new`: only on a conversation this process created with `session/new` (a process that loads it, as a recovery does, answers) |
 //! | `protocol-version` | 0..=65535 (1) | `Script::protocol_version` | the `protocolVersion` of the `initialize` answer (an agent that speaks another ACP version) |
 //! | `misbehave` | `none` `garbage` `close-stdout` `unknown-ids` `never-answer` `exit` (`none`) | shell | instead of answering a request: write a garbage line; close stdout and stay alive; answer with an id we never got; stay silent; exit (the model never sees the request) |
@@ -118,6 +119,7 @@ const OPTIONS: &[&str] = &[
     "exit-code",
     "exit-after-prompts",
     "prompt-mode",
+    "mute-from-prompt",
     "silent",
     "protocol-version",
     "misbehave",
@@ -340,6 +342,7 @@ fn script_options(
         .transpose()?;
     script.exit_code = i32::from(exit_code);
     script.exit_after_prompts = optional("exit-after-prompts")?;
+    script.mute_from_prompt = optional("mute-from-prompt")?;
     script.protocol_version = optional("protocol-version")?
         .map(|v| u16::try_from(v).map_err(|_| "--protocol-version: must be 0..=65535".to_owned()))
         .transpose()?;
