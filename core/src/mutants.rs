@@ -82,12 +82,29 @@ pub enum Mutant {
     /// in `palisade-engine` (`events::UpdateParams::scanned`), switched by this enum like
     /// the rest; see [`Mutant::in_core`].
     UpdateScanMisreadsEscapes,
+    /// Not the core's: the engine's restore leaves a live attempt that had no runtime
+    /// bound (its spawn was in flight when the previous incarnation died) unstarted,
+    /// taking the core to ask for its runtime again as it does for the attempts it starts
+    /// after the restore. The attempt then waits for its start deadline, fails it, and
+    /// recovery completes the turn: liveness holds, but the client was shown a failure no
+    /// fault caused (issue 29, class 4: recovery that works for the wrong reason). Lives
+    /// in `palisade-engine` (`Engine::restore_prepared`); see [`Mutant::in_core`].
+    RestoreLeavesSpawnUnstarted,
+    /// Not the core's: the engine's restore rebuilds a session's delivery path by pushing
+    /// every output item the state listed (the coalescer's open batch, then the queue)
+    /// into a fresh delivery queue, and drops what does not fit. The batch had already
+    /// left the queue, so with the caller behind (a full queue and an open batch) the last
+    /// items are lost and the caller's turn has a gap (issue 29, class 6: across restarts
+    /// each output seq is shown, none missing; a bug the sweep once found in this very
+    /// function, re-created). Lives in `palisade-engine` (`Engine::restore_outlet`); see
+    /// [`Mutant::in_core`].
+    RestoreDropsQueuedOutput,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
     /// Every mutant, in a fixed order.
-    pub const ALL: [Mutant; 23] = [
+    pub const ALL: [Mutant; 25] = [
         Mutant::TombstoneEvictionReopens,
         Mutant::ToctouGeneration,
         Mutant::SubstringFallback,
@@ -111,6 +128,8 @@ impl Mutant {
         Mutant::IdleDeadlineIgnored,
         Mutant::ReplayGenerationStale,
         Mutant::UpdateScanMisreadsEscapes,
+        Mutant::RestoreLeavesSpawnUnstarted,
+        Mutant::RestoreDropsQueuedOutput,
     ];
 
     /// The kebab-case name used on the command line and in reports.
@@ -139,14 +158,22 @@ impl Mutant {
             Mutant::IdleDeadlineIgnored => "idle-deadline-ignored",
             Mutant::ReplayGenerationStale => "replay-generation-stale",
             Mutant::UpdateScanMisreadsEscapes => "update-scan-misreads-escapes",
+            Mutant::RestoreLeavesSpawnUnstarted => "restore-leaves-spawn-unstarted",
+            Mutant::RestoreDropsQueuedOutput => "restore-drops-queued-output",
         }
     }
 
     /// Whether the bug lives in the core (or its classifier or delivery) rather than in
-    /// the engine's reading of the wire: only those reach the core's own tests and fuzz
-    /// targets, which never read JSON. The others are caught by the simulator's sweep.
+    /// the engine (its reading of the wire, its restore): only those reach the core's own
+    /// tests and fuzz targets, which never read JSON nor restore an engine. The others are
+    /// caught by the simulator's sweep.
     pub const fn in_core(self) -> bool {
-        !matches!(self, Mutant::UpdateScanMisreadsEscapes)
+        !matches!(
+            self,
+            Mutant::UpdateScanMisreadsEscapes
+                | Mutant::RestoreLeavesSpawnUnstarted
+                | Mutant::RestoreDropsQueuedOutput
+        )
     }
 
     /// Parses a kebab-case name.

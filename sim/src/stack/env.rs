@@ -103,6 +103,8 @@ pub(crate) struct Received {
     pub(crate) at_ms: u64,
     /// The process that received it.
     pub(crate) pid: u32,
+    /// Its tag (`p<pid>.<n>`): the markers of the events it wrote start with it.
+    pub(crate) tag: String,
     pub(crate) text: String,
 }
 
@@ -624,8 +626,13 @@ async fn agent_process(
                         if let Seen::Cancel { session } = &seen {
                             cancels.push(session.clone());
                         }
-                        if let Seen::Prompt { text, .. } = seen {
-                            e.prompts.push(Received { at_ms: now, pid, text });
+                        if let Seen::Prompt { tag, text, .. } = seen {
+                            e.prompts.push(Received {
+                                at_ms: now,
+                                pid,
+                                tag,
+                                text,
+                            });
                             read_prompt = true;
                         }
                     }

@@ -82,9 +82,13 @@ use std::sync::{Mutex, MutexGuard};
 
 use palisade_core::{ExecutionId, TurnId, TurnOutcome};
 use palisade_embed::SessionEvent;
+use palisade_engine::FailureCause;
 
 use super::env::{EnvState, ProcTruth};
-use crate::oracle::{blames_agent_exit, replay_generation, strip_blocks, CaughtBy, Violation};
+use crate::oracle::{
+    blames_agent_exit, replay_delivered_through, replay_generation, strip_blocks, CaughtBy,
+    Violation,
+};
 
 /// What the caller of `palisade-supervise` got, over every incarnation.
 #[derive(Debug, Default)]
@@ -308,6 +312,18 @@ pub(crate) fn judge(
     };
     // Per turn's output seq (`None`: its end), the incarnation that showed it first.
     let mut shown: BTreeMap<(TurnId, Option<u64>), u32> = BTreeMap::new();
+    // Per re-prompt a live agent received (by its tag), how many events of the turn its
+    // replay block says the caller already has.
+    let resumes_after: BTreeMap<&str, (u64, &super::env::Received)> = env
+        .prompts
+        .iter()
+        .filter(|r| {
+            !env.procs
+                .get(&r.pid)
+                .is_some_and(|p| p.asked_at_ms.is_some_and(|at| at <= r.at_ms))
+        })
+        .filter_map(|r| Some((r.tag.as_str(), (replay_delivered_through(&r.text)?, r))))
+        .collect();
     for (i, (incarnation, agent_prompts, event)) in log.events.iter().enumerate() {
         let line = line_of(&log.event_lines, i);
         let keys: Vec<(TurnId, Option<u64>)> = match event {
@@ -342,6 +358,19 @@ pub(crate) fn judge(
                 pids.insert((*incarnation, *execution), *pid);
             }
             SessionEvent::FailureReported { failure, cause, .. } => {
+                // This world starts an agent at once whenever the supervisor asks (a spawn
+                // neither fails nor hangs): an attempt that never got a runtime failed on
+                // its start deadline only if the supervisor never asked for one.
+                if *cause == FailureCause::CoreDeadline && failure.execution.is_none() {
+                    return Err(v(
+                        "S-failure-invented",
+                        format!(
+                            "attempt {} was shown failed on a core deadline without ever having a runtime, but this environment starts an agent at once whenever asked: no fault it injected made the start miss its deadline",
+                            failure.attempt
+                        ),
+                        line,
+                    ));
+                }
                 let pid = failure
                     .execution
                     .filter(|_| blames_agent_exit(cause))
@@ -390,6 +419,22 @@ pub(crate) fn judge(
             SessionEvent::Output { turn, events, .. } => {
                 for e in events {
                     let content = e.update.get();
+                    let through = crate::world::oracle::marker_of(content)
+                        .and_then(|(tag, _)| resumes_after.get(tag));
+                    if let Some(&(through, r)) = through.filter(|(through, _)| e.seq <= *through) {
+                        return Err(v(
+                            "S-output-missing",
+                            format!(
+                                "output seq {} of turn {} is an event of process {}, re-prompted at {} ms to continue after the {through} events its replay block says the caller has: the caller never got seq {} as it was",
+                                e.seq,
+                                turn.get(),
+                                r.pid,
+                                r.at_ms,
+                                e.seq
+                            ),
+                            line,
+                        ));
+                    }
                     if let Some(why) = altered(env, content) {
                         return Err(v(
                             "S-output-altered",
@@ -757,6 +802,7 @@ mod tests {
         Received {
             at_ms,
             pid: 7,
+            tag: "p7.1".into(),
             text: "prompt-1".into(),
         }
     }
