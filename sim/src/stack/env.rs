@@ -123,6 +123,12 @@ pub(crate) struct EnvState {
     pub(crate) write_failures: BTreeMap<u32, u32>,
     /// The supervisor crashed inside a write (a torn write, or before the rename).
     pub(crate) crash_requested: bool,
+    /// The supervisor dies while it starts its agent number `crash_at_spawn` (1 the
+    /// first; 0 never) of this incarnation (`[world] spawn_crashes`): once the agent's
+    /// watchdog is armed, before a state write records it.
+    pub(crate) crash_at_spawn: u32,
+    /// Agents the running incarnation started.
+    pub(crate) spawns: u32,
     /// The next agent started ignores stdin EOF (and SIGTERM's grace runs out).
     pub(crate) next_ignores_eof: bool,
     /// The running agent exits right after it answers its next prompt.
@@ -384,6 +390,11 @@ impl Platform for SimPlatform {
     }
 
     fn blocking(&self, job: BlockingJob) -> BoxFuture<'static, io::Result<()>> {
+        if lock(&self.env).crash_requested {
+            // The process is dying (whoever doomed it tells the world when it is gone):
+            // nothing it asks for any more reaches the disk.
+            return Box::pin(std::future::pending());
+        }
         let result = job();
         if lock(&self.env).crash_requested {
             // The process died inside the write: nothing after it runs.
@@ -403,16 +414,22 @@ impl Platform for SimPlatform {
         let (agent_out, ours_out) = tokio::io::duplex(PIPE_BYTES);
         let (kill_tx, kill_rx) = watch::channel(false);
         let (exit_tx, exit_rx) = watch::channel(None);
-        let (pid, ignores_eof, load_replay) = {
+        let (pid, ignores_eof, load_replay, dies) = {
             let mut env = lock(&self.env);
             env.next_pid += 1;
             let pid = 1000 + env.next_pid;
             env.procs.insert(pid, ProcTruth::started(self.incarnation));
             env.kills.insert(pid, kill_tx);
+            // The supervisor dies while it starts this agent: from now on nothing it
+            // writes lands; it is gone once the agent's watchdog is armed.
+            env.spawns += 1;
+            let dies = env.spawns == env.crash_at_spawn;
+            env.crash_requested |= dies;
             (
                 pid,
                 std::mem::take(&mut env.next_ignores_eof),
                 env.load_replay,
+                dies,
             )
         };
         let mut behaviour = (self.behaviour)(u64::from(pid));
@@ -492,6 +509,7 @@ impl Platform for SimPlatform {
                 agent: pid,
                 exit,
                 agent_exit: exit_rx,
+                crash_on_arm: dies.then(|| self.crashed.clone()),
             }),
         })
     }
@@ -715,6 +733,8 @@ struct SimTree {
     exit: watch::Receiver<Option<ProcessExit>>,
     /// The real agent's exit.
     agent_exit: watch::Receiver<Option<ProcessExit>>,
+    /// The supervisor dies once this tree's watchdog is armed (`[world] spawn_crashes`).
+    crash_on_arm: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl SimTree {
@@ -733,6 +753,9 @@ impl AgentTree for SimTree {
             if let Some(p) = env.procs.get_mut(&pid) {
                 p.guarded = true;
             }
+        }
+        if let Some(crashed) = self.crash_on_arm.take() {
+            crashed.notify_one();
         }
         Box::pin(std::future::ready(()))
     }

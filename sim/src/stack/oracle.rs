@@ -10,6 +10,16 @@
 //! - `S-output-gap`: a turn the caller saw complete reached it with every output seq from
 //!   the first to its last, across restarts: nothing is dropped for a slow caller (issue
 //!   29, item 3).
+//! - `S-output-missing`: an agent re-prompted with a replay block that says the caller
+//!   has `delivered-through` events of the turn continues right after them: none of its
+//!   events reaches the caller at one of those seqs (it would stand in for one the caller
+//!   was counted as having and never got: across restarts, none is missing; issue 29,
+//!   class 6).
+//! - `S-failure-invented`: a failure shown to the caller names a fault the environment
+//!   injected. This world starts an agent at once whenever the supervisor asks (a spawn
+//!   neither fails nor hangs), so an attempt shown failed on a core deadline without ever
+//!   having had a runtime was never given one: after a restart, a retry whose spawn was in
+//!   flight (`[world] spawn_crashes`) must get its runtime at once (issue 29, class 4).
 //! - `S-output-altered`: every output event the caller gets is an update an agent wrote,
 //!   as it wrote it: the same bytes, or the same text (and tool-call input) once decoded.
 //!   The agents write escapes, unicode, backslash runs and nested JSON
