@@ -90,15 +90,13 @@ pub enum Mutant {
     /// fault caused (issue 29, class 4: recovery that works for the wrong reason). Lives
     /// in `palisade-engine` (`Engine::restore_prepared`); see [`Mutant::in_core`].
     RestoreLeavesSpawnUnstarted,
-    /// Not the core's: the engine's restore rebuilds a session's delivery path by pushing
-    /// every output item the state listed (the coalescer's open batch, then the queue)
-    /// into a fresh delivery queue, and drops what does not fit. The batch had already
-    /// left the queue, so with the caller behind (a full queue and an open batch) the last
-    /// items are lost and the caller's turn has a gap (issue 29, class 6: across restarts
-    /// each output seq is shown, none missing; a bug the sweep once found in this very
-    /// function, re-created). Lives in `palisade-engine` (`Engine::restore_outlet`); see
-    /// [`Mutant::in_core`].
-    RestoreDropsQueuedOutput,
+    /// Not the core's: the engine's restore counts the first event the state lists
+    /// undelivered as delivered (taking it for the one the previous incarnation was writing
+    /// to its caller when it died, so as not to show it twice), and hands out the rest:
+    /// `delivered through` restored off by one, so an event the caller never took is never
+    /// shown (issue 29, class 6: across restarts none is missing). Lives in
+    /// `palisade-engine` (`Engine::restore_prepared`); see [`Mutant::in_core`].
+    RestoreSkipsFirstUndelivered,
 }
 
 #[cfg(feature = "mutants")]
@@ -129,7 +127,7 @@ impl Mutant {
         Mutant::ReplayGenerationStale,
         Mutant::UpdateScanMisreadsEscapes,
         Mutant::RestoreLeavesSpawnUnstarted,
-        Mutant::RestoreDropsQueuedOutput,
+        Mutant::RestoreSkipsFirstUndelivered,
     ];
 
     /// The kebab-case name used on the command line and in reports.
@@ -159,7 +157,7 @@ impl Mutant {
             Mutant::ReplayGenerationStale => "replay-generation-stale",
             Mutant::UpdateScanMisreadsEscapes => "update-scan-misreads-escapes",
             Mutant::RestoreLeavesSpawnUnstarted => "restore-leaves-spawn-unstarted",
-            Mutant::RestoreDropsQueuedOutput => "restore-drops-queued-output",
+            Mutant::RestoreSkipsFirstUndelivered => "restore-skips-first-undelivered",
         }
     }
 
@@ -172,7 +170,7 @@ impl Mutant {
             self,
             Mutant::UpdateScanMisreadsEscapes
                 | Mutant::RestoreLeavesSpawnUnstarted
-                | Mutant::RestoreDropsQueuedOutput
+                | Mutant::RestoreSkipsFirstUndelivered
         )
     }
 

@@ -184,14 +184,6 @@ impl Engine {
         let capacity = self.config.delivery_queue_capacity;
         let version = self.version;
         let to_coalescer = items.len().saturating_sub(capacity);
-        // Mutant `restore-drops-queued-output`: everything goes to the queue, and what
-        // does not fit is dropped, silently.
-        #[cfg(feature = "mutants")]
-        let drops = self.driver.core().active_mutant().get()
-            == Some(palisade_core::mutants::Mutant::RestoreDropsQueuedOutput);
-        #[cfg(not(feature = "mutants"))]
-        let drops = false;
-        let to_coalescer = if drops { 0 } else { to_coalescer };
         let mut items = items.into_iter().filter_map(|item| {
             let seq = Seq::new(item.seq)?;
             let kind = kind_of(&UpdateHead::of(item.update.raw()));
@@ -221,7 +213,7 @@ impl Engine {
         };
         let mut queue = NotificationQueue::starting_at(capacity, first);
         for (_, kind, item) in rest {
-            if queue.try_push((kind, item)).is_err() && !drops {
+            if queue.try_push((kind, item)).is_err() {
                 // Cannot happen: at most `capacity` items are left for the queue.
                 self.stats.anomalies += 1;
             }

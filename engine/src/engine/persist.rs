@@ -98,7 +98,14 @@ impl Engine {
             );
         }
         // What the caller had not taken goes first.
-        for event in header.undelivered {
+        #[cfg(feature = "mutants")]
+        let skip = usize::from(
+            engine.driver.core().active_mutant().get()
+                == Some(palisade_core::mutants::Mutant::RestoreSkipsFirstUndelivered),
+        );
+        #[cfg(not(feature = "mutants"))]
+        let skip = 0;
+        for event in header.undelivered.into_iter().skip(skip) {
             engine.ready.push(event);
         }
         // The runtimes died with the previous incarnation. They are reported exited after

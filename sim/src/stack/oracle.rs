@@ -1165,6 +1165,105 @@ mod tests {
         assert_eq!(caught(&env, &other, 3), None);
     }
 
+    /// A core deadline shown for an attempt that never had a runtime: this world starts
+    /// an agent at once whenever asked, so the failure is invented (issue 29, class 4); the
+    /// same deadline of an attempt that had one is the agent's slowness, not invented.
+    #[test]
+    fn a_start_deadline_failure_of_an_attempt_never_started_is_caught() {
+        let failed = |execution: Option<ExecutionId>| {
+            let mut log = history(ended(1, TurnOutcome::Completed, None), 1);
+            let failure = SessionEvent::FailureReported {
+                session: SessionId::new(1).expect("non-zero"),
+                failure: palisade_core::RecoveryFailure {
+                    attempt: palisade_core::AttemptId::new(palisade_core::Epoch::FIRST, 1)
+                        .expect("seq"),
+                    execution,
+                    stamp: palisade_core::ErrorStamp::new(1).expect("non-zero"),
+                },
+                cause: FailureCause::CoreDeadline,
+            };
+            log.events.insert(0, (1, 0, failure));
+            log.event_lines.insert(0, 2);
+            log
+        };
+        let env = environment();
+        let v = judge(&env, &failed(None), &[], 3, true, 0).unwrap_err();
+        assert_eq!(v.invariant, "S-failure-invented");
+        assert_eq!(v.events, vec![2], "named on the failure's line");
+        assert_eq!(caught(&env, &failed(ExecutionId::new(1)), 3), None);
+    }
+
+    /// A re-prompted agent told the caller has 2 events of the turn: its first event shown
+    /// as seq 3 continues the turn; shown as seq 2 it stands in for an event the caller
+    /// never got (issue 29, class 6).
+    #[test]
+    fn a_continuation_shown_under_a_seq_the_caller_was_counted_as_having_is_caught() {
+        use palisade_testkit::agent_model::{EventText, StreamedEvent};
+        let update = |marker: &str| {
+            serde_json::json!({
+                "sessionUpdate": "agent_message_chunk",
+                "content": {"type": "text", "text": format!("{marker} x")},
+            })
+            .to_string()
+        };
+        let mut env = environment();
+        for marker in ["p7.1#1", "p7.1#2", "p8.1#1"] {
+            let line = update(marker);
+            env.written.insert(
+                marker.into(),
+                StreamedEvent {
+                    marker: marker.into(),
+                    index: 1,
+                    wire_bytes: line.len() + 60,
+                    tool_call: false,
+                    raw_crc: palisade_testkit::wire_text::raw_crc(&line),
+                    text: EventText::Plain(format!("{marker} x")),
+                    args: None,
+                },
+            );
+        }
+        let block = palisade_engine::replay::render_prompt(
+            "prompt-1",
+            &palisade_core::PromptRequest {
+                replay_blocks: 1,
+                replay_generation: 1,
+                delivered_through: 2,
+            },
+        );
+        env.prompts.push(Received {
+            at_ms: 300,
+            pid: 8,
+            tag: "p8.1".into(),
+            text: block,
+        });
+        let shown = |seqs: &[(u64, &str)]| {
+            let mut log = history(ended(1, TurnOutcome::Completed, None), 2);
+            let events = seqs
+                .iter()
+                .map(|&(seq, marker)| palisade_embed::OutputEvent {
+                    seq,
+                    kind: palisade_core::delivery::EventKind::Text,
+                    update: palisade_wire::RawJson::from_text(update(marker)).expect("json"),
+                })
+                .collect();
+            let output = SessionEvent::Output {
+                session: SessionId::new(1).expect("not zero"),
+                turn: turn(1),
+                events,
+            };
+            log.events.insert(0, (1, 1, output));
+            log.event_lines.insert(0, 2);
+            log
+        };
+        let whole = shown(&[(1, "p7.1#1"), (2, "p7.1#2"), (3, "p8.1#1")]);
+        assert_eq!(caught(&env, &whole, 3), None);
+        let one_lost = shown(&[(1, "p7.1#1"), (2, "p8.1#1")]);
+        assert_eq!(
+            caught(&env, &one_lost, 3).as_deref(),
+            Some("S-output-missing")
+        );
+    }
+
     /// The caller went away mid-turn: the incarnation's event write failed (line 8).
     #[test]
     fn a_supervisor_that_hides_a_gone_caller_is_caught() {
