@@ -328,9 +328,9 @@ pub(crate) fn judge(
         .prompts
         .iter()
         .filter(|r| {
-            !env.procs
+            env.procs
                 .get(&r.pid)
-                .is_some_and(|p| p.asked_at_ms.is_some_and(|at| at <= r.at_ms))
+                .is_none_or(|p| p.asked_at_ms.is_none_or(|at| at > r.at_ms))
         })
         .filter_map(|r| Some((r.tag.as_str(), (replay_delivered_through(&r.text)?, r))))
         .collect();
