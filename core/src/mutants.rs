@@ -97,12 +97,19 @@ pub enum Mutant {
     /// shown (issue 29, class 6: across restarts none is missing). Lives in
     /// `palisade-engine` (`Engine::restore_prepared`); see [`Mutant::in_core`].
     RestoreSkipsFirstUndelivered,
+    /// Not the core's: the engine ignores the room its caller has (what
+    /// `Engine::set_caller_room` is told) and hands out every event as if the caller's
+    /// channel always had room, so a shell that cannot queue more for a slow caller drops
+    /// what does not fit (issue 29, class 3: a supervisor that drops events for a slow
+    /// caller; the hand edit `reports/regressions/found/caller-behind-gets-every-event.json`
+    /// was recorded against). Lives in `palisade-engine`; see [`Mutant::in_core`].
+    CallerRoomIgnored,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
     /// Every mutant, in a fixed order.
-    pub const ALL: [Mutant; 25] = [
+    pub const ALL: [Mutant; 26] = [
         Mutant::TombstoneEvictionReopens,
         Mutant::ToctouGeneration,
         Mutant::SubstringFallback,
@@ -128,6 +135,7 @@ impl Mutant {
         Mutant::UpdateScanMisreadsEscapes,
         Mutant::RestoreLeavesSpawnUnstarted,
         Mutant::RestoreSkipsFirstUndelivered,
+        Mutant::CallerRoomIgnored,
     ];
 
     /// The kebab-case name used on the command line and in reports.
@@ -158,6 +166,7 @@ impl Mutant {
             Mutant::UpdateScanMisreadsEscapes => "update-scan-misreads-escapes",
             Mutant::RestoreLeavesSpawnUnstarted => "restore-leaves-spawn-unstarted",
             Mutant::RestoreSkipsFirstUndelivered => "restore-skips-first-undelivered",
+            Mutant::CallerRoomIgnored => "caller-room-ignored",
         }
     }
 
@@ -171,6 +180,7 @@ impl Mutant {
             Mutant::UpdateScanMisreadsEscapes
                 | Mutant::RestoreLeavesSpawnUnstarted
                 | Mutant::RestoreSkipsFirstUndelivered
+                | Mutant::CallerRoomIgnored
         )
     }
 
