@@ -159,7 +159,8 @@ pub(crate) struct EnvState {
     pub(crate) written: BTreeMap<String, StreamedEvent>,
     /// Agents whose stdin the supervisor closed while a prompt of theirs had gone silent.
     pub(crate) silent_stopped: Vec<SilentStop>,
-    /// Agents that refused to load a conversation they had (a drawn flake).
+    /// Agents that refused to load a conversation: one they had (a drawn flake), or one
+    /// lost with an agent killed before it kept it.
     pub(crate) load_failed: BTreeSet<u32>,
     /// Incarnations started on a state file with a bit flipped at rest (`[world] bit_rot`).
     pub(crate) rotted: BTreeSet<u32>,
@@ -547,16 +548,20 @@ async fn agent_process(
                 if let Seen::PromptAnswered { .. } = seen {
                     answered = true;
                 }
-                // A load of a conversation it has, refused (a flake the environment drew):
-                // the runtime failed, and whatever prompt needed it may not complete.
+                // A load refused: the runtime failed. A conversation it has, refused, is a
+                // flake the environment drew (whatever prompt needed it may not complete);
+                // one it does not have was lost with an agent killed before it kept it (the
+                // kill was the disruption), and the load's failure is no less real.
                 if let Seen::Load {
-                    existed: true,
+                    existed,
                     answer: Err(_),
                     ..
                 } = seen
                 {
                     e.load_failed.insert(pid);
-                    e.last_disruption_ms = now;
+                    if existed {
+                        e.last_disruption_ms = now;
+                    }
                 }
             }
             match out {

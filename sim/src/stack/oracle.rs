@@ -39,8 +39,8 @@
 //! - `S-restart-spends-recovery`: a turn the caller saw end `Failed` had more of its
 //!   runtimes fail than the recovery schedule has steps (with a non-empty schedule),
 //!   counting the agent processes that died while it was in flight (one given up on
-//!   silence, or that refused to load a conversation it had, counts when its stdin was
-//!   closed) and not the ones taken down with a crashed
+//!   silence, or that refused to load a conversation (one it had, or one lost with an
+//!   agent killed before it kept it), counts when its stdin was closed) and not the ones taken down with a crashed
 //!   supervisor: a supervisor restart resumes an in-flight turn without using up one of its
 //!   recovery steps (issue 11, third bug).
 //! - `S-agent-outlives-supervisor`: no agent process runs once its supervisor exited.
@@ -598,19 +598,23 @@ pub(crate) fn judge(
         let ended_at = log.ended_at.get(turn).copied().unwrap_or(u64::MAX);
         // A runtime killed just before the claim may be the one the turn was sent to.
         let from = claimed_at.saturating_sub(super::env::DYING_MS);
-        // A runtime given up on silence failed when it was asked to go (it dies up to
-        // the stop deadline later, maybe after the turn ended); any other when it died.
+        // A runtime given up on silence, or that refused a load, failed when it was asked
+        // to go (it dies up to the stop deadline later, maybe after the turn ended, maybe
+        // with a crashed supervisor); any other when it died, unless it died with one.
         let failed = env
             .procs
             .iter()
-            .filter(|(_, p)| !p.died_with_supervisor)
             .filter(|(pid, p)| {
                 let silent = env.silent_stopped.iter().find(|s| s.pid == **pid);
                 let refused = env.load_failed.contains(pid);
                 silent
                     .map(|s| s.at_ms)
                     .or(if refused { p.asked_at_ms } else { None })
-                    .or(p.died_at_ms)
+                    .or(if p.died_with_supervisor {
+                        None
+                    } else {
+                        p.died_at_ms
+                    })
                     .is_some_and(|at| at >= from && at <= ended_at)
             })
             .count();
