@@ -82,12 +82,34 @@ pub enum Mutant {
     /// in `palisade-engine` (`events::UpdateParams::scanned`), switched by this enum like
     /// the rest; see [`Mutant::in_core`].
     UpdateScanMisreadsEscapes,
+    /// Not the core's: the engine's restore leaves a live attempt that had no runtime
+    /// bound (its spawn was in flight when the previous incarnation died) unstarted,
+    /// taking the core to ask for its runtime again as it does for the attempts it starts
+    /// after the restore. The attempt then waits for its start deadline, fails it, and
+    /// recovery completes the turn: liveness holds, but the client was shown a failure no
+    /// fault caused (issue 29, class 4: recovery that works for the wrong reason). Lives
+    /// in `palisade-engine` (`Engine::restore_prepared`); see [`Mutant::in_core`].
+    RestoreLeavesSpawnUnstarted,
+    /// Not the core's: the engine's restore counts the first event the state lists
+    /// undelivered as delivered (taking it for the one the previous incarnation was writing
+    /// to its caller when it died, so as not to show it twice), and hands out the rest:
+    /// `delivered through` restored off by one, so an event the caller never took is never
+    /// shown (issue 29, class 6: across restarts none is missing). Lives in
+    /// `palisade-engine` (`Engine::restore_prepared`); see [`Mutant::in_core`].
+    RestoreSkipsFirstUndelivered,
+    /// Not the core's: the engine ignores the room its caller has (what
+    /// `Engine::set_caller_room` is told) and hands out every event as if the caller's
+    /// channel always had room, so a shell that cannot queue more for a slow caller drops
+    /// what does not fit (issue 29, class 3: a supervisor that drops events for a slow
+    /// caller; the hand edit `reports/regressions/found/caller-behind-gets-every-event.json`
+    /// was recorded against). Lives in `palisade-engine`; see [`Mutant::in_core`].
+    CallerRoomIgnored,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
     /// Every mutant, in a fixed order.
-    pub const ALL: [Mutant; 23] = [
+    pub const ALL: [Mutant; 26] = [
         Mutant::TombstoneEvictionReopens,
         Mutant::ToctouGeneration,
         Mutant::SubstringFallback,
@@ -111,6 +133,9 @@ impl Mutant {
         Mutant::IdleDeadlineIgnored,
         Mutant::ReplayGenerationStale,
         Mutant::UpdateScanMisreadsEscapes,
+        Mutant::RestoreLeavesSpawnUnstarted,
+        Mutant::RestoreSkipsFirstUndelivered,
+        Mutant::CallerRoomIgnored,
     ];
 
     /// The kebab-case name used on the command line and in reports.
@@ -139,14 +164,24 @@ impl Mutant {
             Mutant::IdleDeadlineIgnored => "idle-deadline-ignored",
             Mutant::ReplayGenerationStale => "replay-generation-stale",
             Mutant::UpdateScanMisreadsEscapes => "update-scan-misreads-escapes",
+            Mutant::RestoreLeavesSpawnUnstarted => "restore-leaves-spawn-unstarted",
+            Mutant::RestoreSkipsFirstUndelivered => "restore-skips-first-undelivered",
+            Mutant::CallerRoomIgnored => "caller-room-ignored",
         }
     }
 
     /// Whether the bug lives in the core (or its classifier or delivery) rather than in
-    /// the engine's reading of the wire: only those reach the core's own tests and fuzz
-    /// targets, which never read JSON. The others are caught by the simulator's sweep.
+    /// the engine (its reading of the wire, its restore): only those reach the core's own
+    /// tests and fuzz targets, which never read JSON nor restore an engine. The others are
+    /// caught by the simulator's sweep.
     pub const fn in_core(self) -> bool {
-        !matches!(self, Mutant::UpdateScanMisreadsEscapes)
+        !matches!(
+            self,
+            Mutant::UpdateScanMisreadsEscapes
+                | Mutant::RestoreLeavesSpawnUnstarted
+                | Mutant::RestoreSkipsFirstUndelivered
+                | Mutant::CallerRoomIgnored
+        )
     }
 
     /// Parses a kebab-case name.

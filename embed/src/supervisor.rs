@@ -285,8 +285,8 @@ pub struct Embedding {
     pub state: Option<StateFile>,
     /// Watches every core step of the engine, from the first (a restore's own included).
     pub observer: Option<Box<dyn Observer + Send>>,
-    /// Runs on the engine once it exists, before anything else (the simulator switches a
-    /// mutant on here).
+    /// Runs on the engine once it exists, before anything else: on a restored engine,
+    /// before the restore's own work (the simulator switches a mutant on here).
     pub setup: Option<EngineSetup>,
 }
 
@@ -410,12 +410,24 @@ impl Supervisor {
         // With a state file, nothing leaves before the state that caused it is durable.
         let mut config = config;
         config.engine.persistence = state_file.is_some();
+        // The setup hook runs on the engine before anything else, a restore's own work
+        // included.
         let (clock, mut engine) = match existing {
             Some(bytes) => {
                 let saved_at_ms = state::saved_at_ms(&bytes).map_err(StartError::State)?;
                 let clock = Clock::resume(Arc::clone(&platform), saved_at_ms);
-                let engine = Engine::restore_observed(config.engine, &bytes, clock.now(), observer)
-                    .map_err(StartError::State)?;
+                let engine = Engine::restore_prepared(
+                    config.engine,
+                    &bytes,
+                    clock.now(),
+                    observer,
+                    |engine| {
+                        if let Some(setup) = setup {
+                            setup(engine);
+                        }
+                    },
+                )
+                .map_err(StartError::State)?;
                 (clock, engine)
             }
             None => {
@@ -424,12 +436,12 @@ impl Supervisor {
                 if let Some(observer) = observer {
                     engine.set_observer(observer);
                 }
+                if let Some(setup) = setup {
+                    setup(&mut engine);
+                }
                 (Clock::resume(Arc::clone(&platform), 0), engine)
             }
         };
-        if let Some(setup) = setup {
-            setup(&mut engine);
-        }
         let mut store = state_file.zip(lock).map(|(file, lock)| Store {
             file,
             last: Arc::new(Vec::new()),

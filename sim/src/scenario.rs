@@ -268,6 +268,13 @@ pub struct WorldSpec {
     /// service manager does not start it again after exit 2. At most [`MAX_SIGNAL_STOPS`].
     #[serde(skip_serializing_if = "is_zero_u32")]
     pub bit_rot: u32,
+    /// Stack world only: in how many of the first incarnations the supervisor process
+    /// dies (the OOM killer, a SIGKILL) while it starts its second agent (the first
+    /// replacement it starts): the agent runs and its watchdog is armed, but no state
+    /// write recording it lands, so the next start finds a live attempt with no runtime
+    /// (a retry's spawn in flight, issue 29, class 4). At most [`MAX_SIGNAL_STOPS`].
+    #[serde(skip_serializing_if = "is_zero_u32")]
+    pub spawn_crashes: u32,
 }
 
 fn is_zero_u32(n: &u32) -> bool {
@@ -1030,6 +1037,12 @@ impl Scenario {
                     self.world.bit_rot,
                     "bit rots",
                     "bit rot needs the stack world (`kind = \"stack\"`): only there does palisade-supervise run on a state file",
+                ),
+                (
+                    "spawn_crashes",
+                    self.world.spawn_crashes,
+                    "spawn crashes",
+                    "spawn crashes need the stack world (`kind = \"stack\"`): only there does palisade-supervise start agents",
                 ),
             ] {
                 let path = [Field("world"), Field(name)];

@@ -100,6 +100,15 @@ impl Engine {
     /// How many events the caller can take now (the free room of its channel); each
     /// [`Output::Event`] uses one.
     pub fn set_caller_room(&mut self, room: usize) {
+        // Mutant `caller-room-ignored`: the caller is taken to have room for everything.
+        #[cfg(feature = "mutants")]
+        let room = if self.driver.core().active_mutant().get()
+            == Some(palisade_core::mutants::Mutant::CallerRoomIgnored)
+        {
+            usize::MAX
+        } else {
+            room
+        };
         self.caller_room = room;
     }
 

@@ -26,6 +26,21 @@ impl Engine {
         now: Timestamp,
         observer: Option<Box<dyn Observer + Send>>,
     ) -> Result<Engine, StateError> {
+        Engine::restore_prepared(config, bytes, now, observer, |_| {})
+    }
+
+    /// [`Engine::restore_observed`], with `prepare` run on the engine once it exists and
+    /// before the restore does anything with it (binds, exits, spawns, the output it
+    /// hands out): what an embedding runs on every engine before anything else (the
+    /// simulator switches a mutant on there, so a bug of the restore itself can be
+    /// switched too).
+    pub fn restore_prepared(
+        config: EngineConfig,
+        bytes: &[u8],
+        now: Timestamp,
+        observer: Option<Box<dyn Observer + Send>>,
+        prepare: impl FnOnce(&mut Engine),
+    ) -> Result<Engine, StateError> {
         let decoded = state::decode(bytes)?;
         let core = Core::restore(decoded.core_snapshot).map_err(StateError::Core)?;
         state::cross_check(&decoded.header, &core)?;
@@ -39,6 +54,7 @@ impl Engine {
         // Restored at `now`: the core's clock starts there, not at its snapshot's last
         // step, so a clock reading earlier later cannot shorten a deadline.
         let mut engine = Engine::with_driver(config, Driver::restored(now, core, watch));
+        prepare(&mut engine);
         // Live attempts that had no runtime bound: their StartRuntime was being carried out
         // when the previous incarnation died, so they get a runtime below (attempts bound
         // to a recorded execution fail when it is reported exited).
@@ -82,7 +98,14 @@ impl Engine {
             );
         }
         // What the caller had not taken goes first.
-        for event in header.undelivered {
+        #[cfg(feature = "mutants")]
+        let skip = usize::from(
+            engine.driver.core().active_mutant().get()
+                == Some(palisade_core::mutants::Mutant::RestoreSkipsFirstUndelivered),
+        );
+        #[cfg(not(feature = "mutants"))]
+        let skip = 0;
+        for event in header.undelivered.into_iter().skip(skip) {
             engine.ready.push(event);
         }
         // The runtimes died with the previous incarnation. They are reported exited after
@@ -116,6 +139,16 @@ impl Engine {
         }
         // The restore's own effects, then the exits above, in that order.
         engine.run(now);
+        // Mutant `restore-leaves-spawn-unstarted`: the spawns in flight are left to the
+        // core, which never asks again.
+        #[cfg(feature = "mutants")]
+        let unbound = if engine.driver.core().active_mutant().get()
+            == Some(palisade_core::mutants::Mutant::RestoreLeavesSpawnUnstarted)
+        {
+            Vec::new()
+        } else {
+            unbound
+        };
         for (session, attempt) in unbound {
             if engine.driver.core().live_attempt(session) == Some(attempt) {
                 engine.spawn(session, attempt);

@@ -103,6 +103,8 @@ pub(crate) struct Received {
     pub(crate) at_ms: u64,
     /// The process that received it.
     pub(crate) pid: u32,
+    /// Its tag (`p<pid>.<n>`): the markers of the events it wrote start with it.
+    pub(crate) tag: String,
     pub(crate) text: String,
 }
 
@@ -121,6 +123,12 @@ pub(crate) struct EnvState {
     pub(crate) write_failures: BTreeMap<u32, u32>,
     /// The supervisor crashed inside a write (a torn write, or before the rename).
     pub(crate) crash_requested: bool,
+    /// The supervisor dies while it starts its agent number `crash_at_spawn` (1 the
+    /// first; 0 never) of this incarnation (`[world] spawn_crashes`): once the agent's
+    /// watchdog is armed, before a state write records it.
+    pub(crate) crash_at_spawn: u32,
+    /// Agents the running incarnation started.
+    pub(crate) spawns: u32,
     /// The next agent started ignores stdin EOF (and SIGTERM's grace runs out).
     pub(crate) next_ignores_eof: bool,
     /// The running agent exits right after it answers its next prompt.
@@ -151,7 +159,8 @@ pub(crate) struct EnvState {
     pub(crate) written: BTreeMap<String, StreamedEvent>,
     /// Agents whose stdin the supervisor closed while a prompt of theirs had gone silent.
     pub(crate) silent_stopped: Vec<SilentStop>,
-    /// Agents that refused to load a conversation they had (a drawn flake).
+    /// Agents that refused to load a conversation: one they had (a drawn flake), or one
+    /// lost with an agent killed before it kept it.
     pub(crate) load_failed: BTreeSet<u32>,
     /// Prompts an agent held mute (nothing written for them) until it read a
     /// `session/cancel` for them: a dispatch given up at its start deadline, its agent
@@ -389,6 +398,11 @@ impl Platform for SimPlatform {
     }
 
     fn blocking(&self, job: BlockingJob) -> BoxFuture<'static, io::Result<()>> {
+        if lock(&self.env).crash_requested {
+            // The process is dying (whoever doomed it tells the world when it is gone):
+            // nothing it asks for any more reaches the disk.
+            return Box::pin(std::future::pending());
+        }
         let result = job();
         if lock(&self.env).crash_requested {
             // The process died inside the write: nothing after it runs.
@@ -408,16 +422,22 @@ impl Platform for SimPlatform {
         let (agent_out, ours_out) = tokio::io::duplex(PIPE_BYTES);
         let (kill_tx, kill_rx) = watch::channel(false);
         let (exit_tx, exit_rx) = watch::channel(None);
-        let (pid, ignores_eof, load_replay) = {
+        let (pid, ignores_eof, load_replay, dies) = {
             let mut env = lock(&self.env);
             env.next_pid += 1;
             let pid = 1000 + env.next_pid;
             env.procs.insert(pid, ProcTruth::started(self.incarnation));
             env.kills.insert(pid, kill_tx);
+            // The supervisor dies while it starts this agent: from now on nothing it
+            // writes lands; it is gone once the agent's watchdog is armed.
+            env.spawns += 1;
+            let dies = env.spawns == env.crash_at_spawn;
+            env.crash_requested |= dies;
             (
                 pid,
                 std::mem::take(&mut env.next_ignores_eof),
                 env.load_replay,
+                dies,
             )
         };
         let mut behaviour = (self.behaviour)(u64::from(pid));
@@ -497,6 +517,7 @@ impl Platform for SimPlatform {
                 agent: pid,
                 exit,
                 agent_exit: exit_rx,
+                crash_on_arm: dies.then(|| self.crashed.clone()),
             }),
         })
     }
@@ -534,16 +555,20 @@ async fn agent_process(
                 if let Seen::PromptAnswered { .. } = seen {
                     answered = true;
                 }
-                // A load of a conversation it has, refused (a flake the environment drew):
-                // the runtime failed, and whatever prompt needed it may not complete.
+                // A load refused: the runtime failed. A conversation it has, refused, is a
+                // flake the environment drew (whatever prompt needed it may not complete);
+                // one it does not have was lost with an agent killed before it kept it (the
+                // kill was the disruption), and the load's failure is no less real.
                 if let Seen::Load {
-                    existed: true,
+                    existed,
                     answer: Err(_),
                     ..
                 } = seen
                 {
                     e.load_failed.insert(pid);
-                    e.last_disruption_ms = now;
+                    if existed {
+                        e.last_disruption_ms = now;
+                    }
                 }
             }
             match out {
@@ -635,8 +660,13 @@ async fn agent_process(
                             }
                             cancels.push(session.clone());
                         }
-                        if let Seen::Prompt { text, .. } = seen {
-                            e.prompts.push(Received { at_ms: now, pid, text });
+                        if let Seen::Prompt { tag, text, .. } = seen {
+                            e.prompts.push(Received {
+                                at_ms: now,
+                                pid,
+                                tag,
+                                text,
+                            });
                             read_prompt = true;
                         }
                     }
@@ -722,6 +752,8 @@ struct SimTree {
     exit: watch::Receiver<Option<ProcessExit>>,
     /// The real agent's exit.
     agent_exit: watch::Receiver<Option<ProcessExit>>,
+    /// The supervisor dies once this tree's watchdog is armed (`[world] spawn_crashes`).
+    crash_on_arm: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl SimTree {
@@ -740,6 +772,9 @@ impl AgentTree for SimTree {
             if let Some(p) = env.procs.get_mut(&pid) {
                 p.guarded = true;
             }
+        }
+        if let Some(crashed) = self.crash_on_arm.take() {
+            crashed.notify_one();
         }
         Box::pin(std::future::ready(()))
     }

@@ -422,6 +422,17 @@ pub(crate) async fn run(
                 }
             }
         };
+        // The supervisor dies while it starts its second agent (a replacement), for the
+        // first `spawn_crashes` incarnations.
+        {
+            let mut e = lock(&env);
+            e.spawns = 0;
+            e.crash_at_spawn = if incarnation <= scenario.world.spawn_crashes {
+                2
+            } else {
+                0
+            };
+        }
         // SIGTERM at a drawn moment of the fault window, for the first `signal_stops`
         // incarnations: the supervisor's graceful stop (exit 143), then a new start.
         let signal_at = (incarnation <= scenario.world.signal_stops)

@@ -10,6 +10,16 @@
 //! - `S-output-gap`: a turn the caller saw complete reached it with every output seq from
 //!   the first to its last, across restarts: nothing is dropped for a slow caller (issue
 //!   29, item 3).
+//! - `S-output-missing`: an agent re-prompted with a replay block that says the caller
+//!   has `delivered-through` events of the turn continues right after them: none of its
+//!   events reaches the caller at one of those seqs (it would stand in for one the caller
+//!   was counted as having and never got: across restarts, none is missing; issue 29,
+//!   class 6).
+//! - `S-failure-invented`: a failure shown to the caller names a fault the environment
+//!   injected. This world starts an agent at once whenever the supervisor asks (a spawn
+//!   neither fails nor hangs), so an attempt shown failed on a core deadline without ever
+//!   having had a runtime was never given one: after a restart, a retry whose spawn was in
+//!   flight (`[world] spawn_crashes`) must get its runtime at once (issue 29, class 4).
 //! - `S-output-altered`: every output event the caller gets is an update an agent wrote,
 //!   as it wrote it: the same bytes, or the same text (and tool-call input) once decoded.
 //!   The agents write escapes, unicode, backslash runs and nested JSON
@@ -29,8 +39,8 @@
 //! - `S-restart-spends-recovery`: a turn the caller saw end `Failed` had more of its
 //!   runtimes fail than the recovery schedule has steps (with a non-empty schedule),
 //!   counting the agent processes that died while it was in flight (one given up on
-//!   silence, or that refused to load a conversation it had, counts when its stdin was
-//!   closed) and not the ones taken down with a crashed
+//!   silence, or that refused to load a conversation (one it had, or one lost with an
+//!   agent killed before it kept it), counts when its stdin was closed) and not the ones taken down with a crashed
 //!   supervisor: a supervisor restart resumes an in-flight turn without using up one of its
 //!   recovery steps (issue 11, third bug).
 //! - `S-agent-outlives-supervisor`: no agent process runs once its supervisor exited.
@@ -87,9 +97,13 @@ use std::sync::{Mutex, MutexGuard};
 
 use palisade_core::{ExecutionId, TurnId, TurnOutcome};
 use palisade_embed::SessionEvent;
+use palisade_engine::FailureCause;
 
 use super::env::{EnvState, ProcTruth};
-use crate::oracle::{blames_agent_exit, replay_generation, strip_blocks, CaughtBy, Violation};
+use crate::oracle::{
+    blames_agent_exit, replay_delivered_through, replay_generation, strip_blocks, CaughtBy,
+    Violation,
+};
 
 /// What the caller of `palisade-supervise` got, over every incarnation.
 #[derive(Debug, Default)]
@@ -313,6 +327,18 @@ pub(crate) fn judge(
     };
     // Per turn's output seq (`None`: its end), the incarnation that showed it first.
     let mut shown: BTreeMap<(TurnId, Option<u64>), u32> = BTreeMap::new();
+    // Per re-prompt a live agent received (by its tag), how many events of the turn its
+    // replay block says the caller already has.
+    let resumes_after: BTreeMap<&str, (u64, &super::env::Received)> = env
+        .prompts
+        .iter()
+        .filter(|r| {
+            env.procs
+                .get(&r.pid)
+                .is_none_or(|p| p.asked_at_ms.is_none_or(|at| at > r.at_ms))
+        })
+        .filter_map(|r| Some((r.tag.as_str(), (replay_delivered_through(&r.text)?, r))))
+        .collect();
     for (i, (incarnation, agent_prompts, event)) in log.events.iter().enumerate() {
         let line = line_of(&log.event_lines, i);
         let keys: Vec<(TurnId, Option<u64>)> = match event {
@@ -347,6 +373,19 @@ pub(crate) fn judge(
                 pids.insert((*incarnation, *execution), *pid);
             }
             SessionEvent::FailureReported { failure, cause, .. } => {
+                // This world starts an agent at once whenever the supervisor asks (a spawn
+                // neither fails nor hangs): an attempt that never got a runtime failed on
+                // its start deadline only if the supervisor never asked for one.
+                if *cause == FailureCause::CoreDeadline && failure.execution.is_none() {
+                    return Err(v(
+                        "S-failure-invented",
+                        format!(
+                            "attempt {} was shown failed on a core deadline without ever having a runtime, but this environment starts an agent at once whenever asked: no fault it injected made the start miss its deadline",
+                            failure.attempt
+                        ),
+                        line,
+                    ));
+                }
                 let pid = failure
                     .execution
                     .filter(|_| blames_agent_exit(cause))
@@ -395,6 +434,22 @@ pub(crate) fn judge(
             SessionEvent::Output { turn, events, .. } => {
                 for e in events {
                     let content = e.update.get();
+                    let through = crate::world::oracle::marker_of(content)
+                        .and_then(|(tag, _)| resumes_after.get(tag));
+                    if let Some(&(through, r)) = through.filter(|(through, _)| e.seq <= *through) {
+                        return Err(v(
+                            "S-output-missing",
+                            format!(
+                                "output seq {} of turn {} is an event of process {}, re-prompted at {} ms to continue after the {through} events its replay block says the caller has: the caller never got seq {} as it was",
+                                e.seq,
+                                turn.get(),
+                                r.pid,
+                                r.at_ms,
+                                e.seq
+                            ),
+                            line,
+                        ));
+                    }
                     if let Some(why) = altered(env, content) {
                         return Err(v(
                             "S-output-altered",
@@ -563,13 +618,13 @@ pub(crate) fn judge(
         let ended_at = log.ended_at.get(turn).copied().unwrap_or(u64::MAX);
         // A runtime killed just before the claim may be the one the turn was sent to.
         let from = claimed_at.saturating_sub(super::env::DYING_MS);
-        // A runtime given up on silence (or holding a prompt mute) failed when it was
-        // asked to go (it dies up to the stop deadline later, maybe after the turn ended);
-        // any other when it died.
+        // A runtime given up on silence, or holding a prompt mute, or that refused a
+        // load, failed when it was asked to go (it dies up to the stop deadline later,
+        // maybe after the turn ended, maybe with a crashed supervisor); any other when it
+        // died, unless it died with one.
         let failed = env
             .procs
             .iter()
-            .filter(|(_, p)| !p.died_with_supervisor)
             .filter(|(pid, p)| {
                 let silent = env.silent_stopped.iter().find(|s| s.pid == **pid);
                 let refused = env.load_failed.contains(pid);
@@ -577,7 +632,11 @@ pub(crate) fn judge(
                     .map(|s| s.at_ms)
                     .or(env.mute_stopped.get(pid).copied())
                     .or(if refused { p.asked_at_ms } else { None })
-                    .or(p.died_at_ms)
+                    .or(if p.died_with_supervisor {
+                        None
+                    } else {
+                        p.died_at_ms
+                    })
                     .is_some_and(|at| at >= from && at <= ended_at)
             })
             .count();
@@ -788,6 +847,7 @@ mod tests {
         Received {
             at_ms,
             pid: 7,
+            tag: "p7.1".into(),
             text: "prompt-1".into(),
         }
     }
@@ -1168,6 +1228,105 @@ mod tests {
         let mut other = transport_failure_history();
         other.events[1].0 = 2;
         assert_eq!(caught(&env, &other, 3), None);
+    }
+
+    /// A core deadline shown for an attempt that never had a runtime: this world starts
+    /// an agent at once whenever asked, so the failure is invented (issue 29, class 4); the
+    /// same deadline of an attempt that had one is the agent's slowness, not invented.
+    #[test]
+    fn a_start_deadline_failure_of_an_attempt_never_started_is_caught() {
+        let failed = |execution: Option<ExecutionId>| {
+            let mut log = history(ended(1, TurnOutcome::Completed, None), 1);
+            let failure = SessionEvent::FailureReported {
+                session: SessionId::new(1).expect("non-zero"),
+                failure: palisade_core::RecoveryFailure {
+                    attempt: palisade_core::AttemptId::new(palisade_core::Epoch::FIRST, 1)
+                        .expect("seq"),
+                    execution,
+                    stamp: palisade_core::ErrorStamp::new(1).expect("non-zero"),
+                },
+                cause: FailureCause::CoreDeadline,
+            };
+            log.events.insert(0, (1, 0, failure));
+            log.event_lines.insert(0, 2);
+            log
+        };
+        let env = environment();
+        let v = judge(&env, &failed(None), &[], 3, true, 0).unwrap_err();
+        assert_eq!(v.invariant, "S-failure-invented");
+        assert_eq!(v.events, vec![2], "named on the failure's line");
+        assert_eq!(caught(&env, &failed(ExecutionId::new(1)), 3), None);
+    }
+
+    /// A re-prompted agent told the caller has 2 events of the turn: its first event shown
+    /// as seq 3 continues the turn; shown as seq 2 it stands in for an event the caller
+    /// never got (issue 29, class 6).
+    #[test]
+    fn a_continuation_shown_under_a_seq_the_caller_was_counted_as_having_is_caught() {
+        use palisade_testkit::agent_model::{EventText, StreamedEvent};
+        let update = |marker: &str| {
+            serde_json::json!({
+                "sessionUpdate": "agent_message_chunk",
+                "content": {"type": "text", "text": format!("{marker} x")},
+            })
+            .to_string()
+        };
+        let mut env = environment();
+        for marker in ["p7.1#1", "p7.1#2", "p8.1#1"] {
+            let line = update(marker);
+            env.written.insert(
+                marker.into(),
+                StreamedEvent {
+                    marker: marker.into(),
+                    index: 1,
+                    wire_bytes: line.len() + 60,
+                    tool_call: false,
+                    raw_crc: palisade_testkit::wire_text::raw_crc(&line),
+                    text: EventText::Plain(format!("{marker} x")),
+                    args: None,
+                },
+            );
+        }
+        let block = palisade_engine::replay::render_prompt(
+            "prompt-1",
+            &palisade_core::PromptRequest {
+                replay_blocks: 1,
+                replay_generation: 1,
+                delivered_through: 2,
+            },
+        );
+        env.prompts.push(Received {
+            at_ms: 300,
+            pid: 8,
+            tag: "p8.1".into(),
+            text: block,
+        });
+        let shown = |seqs: &[(u64, &str)]| {
+            let mut log = history(ended(1, TurnOutcome::Completed, None), 2);
+            let events = seqs
+                .iter()
+                .map(|&(seq, marker)| palisade_embed::OutputEvent {
+                    seq,
+                    kind: palisade_core::delivery::EventKind::Text,
+                    update: palisade_wire::RawJson::from_text(update(marker)).expect("json"),
+                })
+                .collect();
+            let output = SessionEvent::Output {
+                session: SessionId::new(1).expect("not zero"),
+                turn: turn(1),
+                events,
+            };
+            log.events.insert(0, (1, 1, output));
+            log.event_lines.insert(0, 2);
+            log
+        };
+        let whole = shown(&[(1, "p7.1#1"), (2, "p7.1#2"), (3, "p8.1#1")]);
+        assert_eq!(caught(&env, &whole, 3), None);
+        let one_lost = shown(&[(1, "p7.1#1"), (2, "p8.1#1")]);
+        assert_eq!(
+            caught(&env, &one_lost, 3).as_deref(),
+            Some("S-output-missing")
+        );
     }
 
     /// The caller went away mid-turn: the incarnation's event write failed (line 8).

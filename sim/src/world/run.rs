@@ -1196,9 +1196,13 @@ impl World {
         self.blocked.clear();
         let restart = self.note("env", "crash_restart", &[]);
         let observer: Box<dyn Observer + Send> = Box::new(Observe(self.logbook.clone()));
-        match Engine::restore_observed(self.config.clone(), &bytes, ts, Some(observer)) {
-            Ok(mut engine) => {
-                engine.set_mutant(self.mutant);
+        let mutant = self.mutant;
+        // The mutant is on for the restore's own work too, as the stack world's setup hook
+        // has it.
+        match Engine::restore_prepared(self.config.clone(), &bytes, ts, Some(observer), |e| {
+            e.set_mutant(mutant)
+        }) {
+            Ok(engine) => {
                 self.engine = Held::new(engine);
                 self.settle();
             }

@@ -762,11 +762,13 @@ mod tests {
         truth.prompts.push((1002, "1002.1".into(), again.clone()));
         env.prompts.push(super::super::super::env::Received {
             pid: 1001,
+            tag: "p1001.1".into(),
             at_ms: 10,
             text: text.into(),
         });
         env.prompts.push(super::super::super::env::Received {
             pid: 1002,
+            tag: "p1002.1".into(),
             at_ms: 40,
             text: again,
         });
