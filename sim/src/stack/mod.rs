@@ -417,9 +417,10 @@ pub(crate) async fn run(
                 );
                 madsim::time::sleep(Duration::from_millis(pause.max(1))).await;
                 // A caller that went away sends nothing more: its end of stdin closes.
-                if gone() || stdin_tx.send(Ok(text.into_bytes())).await.is_err() {
+                if gone() || stdin_tx.send(Ok(text.clone().into_bytes())).await.is_err() {
                     return;
                 }
+                *oracle::lock(&caller).piped.entry(text).or_default() += 1;
             }
         };
         // The supervisor dies while it starts its second agent (a replacement), for the

@@ -66,8 +66,9 @@
 //!   schedule, so an agent that read it and died before its first update got it three
 //!   times).
 //! - `S-prompt-sent-bare-twice`: a prompt's text reaches agents without a replay block at
-//!   most once, whoever received it and whatever became of them: every send after the
-//!   first is a recovery's re-prompt and carries its block (rule 8). The receipts
+//!   most once per time the caller sent it (again after a restart when it never saw the
+//!   claim), whoever received it and whatever became of them: every other send is a
+//!   recovery's re-prompt and carries its block (rule 8). The receipts
 //!   `S-prompt-resent` excuses count here: a process asked to go after a prompt was written
 //!   to it may have read it, since ACP has no acknowledgement.
 //! - `S-cause-untrue`: a message that says a prompt never reached (or was never sent to)
@@ -119,6 +120,10 @@ pub(crate) struct CallerLog {
     pub(crate) message_at: Vec<(usize, usize, u64)>,
     /// Prompts the supervisor claimed: incarnation, turn, text.
     pub(crate) claimed: Vec<(u32, TurnId, String)>,
+    /// How many times the caller piped each prompt's text to a supervisor's stdin: again
+    /// after a restart when it never saw the claim (a supervisor that died between its
+    /// claim and its answer may still run the first).
+    pub(crate) piped: BTreeMap<String, usize>,
     /// When each of `claimed` was claimed (simulated ms).
     pub(crate) claimed_at: Vec<u64>,
     /// The trace line (`caller claimed`) of each of `claimed`.
@@ -186,23 +191,26 @@ impl CallerLog {
 
 /// Rule 8 on what the agents read, in both stack worlds: a re-prompt a live agent receives
 /// restates a later recovery generation than any re-prompt of the same text before it in
-/// the same supervisor incarnation (a restart may start a new turn of the same text). A
-/// prompt that reached its process only after the supervisor asked it to go (a pipe held
-/// it) may be older. The first re-prompt that breaks it: when, its generation, the one
-/// before.
+/// the same supervisor incarnation and turn (a restart may start a new turn of the same
+/// text; a first dispatch, bare, starts one). A prompt that reached its process only after
+/// the supervisor asked it to go (a pipe held it) may be older. The first re-prompt that
+/// breaks it: when, its generation, the one before.
 pub(crate) fn stale_replay(env: &EnvState) -> Option<(u64, u32, u32)> {
     let mut generations: BTreeMap<(u32, &str), u32> = BTreeMap::new();
     for received in &env.prompts {
-        let Some(generation) = replay_generation(&received.text) else {
+        let Some(p) = env.procs.get(&received.pid) else {
             continue;
         };
-        let Some(p) = env.procs.get(&received.pid) else {
+        let original = strip_blocks(&received.text);
+        let Some(generation) = replay_generation(&received.text) else {
+            // A first dispatch: a new turn of this text (the caller sent it again), whose
+            // recoveries count from the first generation.
+            generations.remove(&(p.incarnation, original));
             continue;
         };
         if p.asked_at_ms.is_some_and(|at| at <= received.at_ms) {
             continue;
         }
-        let original = strip_blocks(&received.text);
         let before = generations.insert((p.incarnation, original), generation);
         if let Some(before) = before.filter(|b| generation <= *b) {
             return Some((received.at_ms, generation, before));
@@ -594,15 +602,27 @@ pub(crate) fn judge(
         }
     }
     // Only a recovery sends a prompt again, and it restates the conversation first: a
-    // second bare send is a re-send around rule 8, whoever received the first.
+    // bare send more times than the caller piped the text (a caller that never saw its
+    // claim sends it again after a restart) is a re-send around rule 8, whoever received
+    // the first.
     for (text, line) in &first_line {
-        let mut bare = env.prompts.iter().filter(|r| r.text.as_str() == *text);
-        if let (Some(first), Some(second)) = (bare.next(), bare.next()) {
+        let claims = log.piped.get(*text).copied().unwrap_or(0).max(1);
+        let bare: Vec<&super::env::Received> = env
+            .prompts
+            .iter()
+            .filter(|r| r.text.as_str() == *text)
+            .collect();
+        if bare.len() > claims {
+            let (first, last) = (bare[0], bare[bare.len() - 1]);
             return Err(v(
                 "S-prompt-sent-bare-twice",
                 format!(
-                    "prompt {text:?} reached agents without a replay block twice: process {} at {} ms, then process {} at {} ms",
-                    first.pid, first.at_ms, second.pid, second.at_ms
+                    "prompt {text:?}, sent by the caller {claims} time(s), reached agents without a replay block {} times: first process {} at {} ms, last process {} at {} ms",
+                    bare.len(),
+                    first.pid,
+                    first.at_ms,
+                    last.pid,
+                    last.at_ms
                 ),
                 *line,
             ));
