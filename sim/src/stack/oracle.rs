@@ -1088,6 +1088,7 @@ mod tests {
         let wrapped = Received {
             at_ms: 600,
             pid: 8,
+            tag: "p8.1".into(),
             text: format!(
                 "{REPLAY_BLOCK_TAG} generation=\"1\" delivered-through=\"0\">\n</palisade-resume>\n\nprompt-1"
             ),
