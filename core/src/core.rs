@@ -18,7 +18,7 @@ use crate::ids::{
     TurnId, MAX_ATTEMPT_SEQ,
 };
 use crate::io::{Effect, Input, RejectReason, Verdict};
-use crate::mutants::ActiveMutant;
+use crate::mutants::{mutant_on, ActiveMutant};
 use crate::session::{Session, MAX_ORPHANS_PER_SESSION};
 use crate::time::Timestamp;
 use crate::timers::{Timer, Timers};
@@ -324,7 +324,13 @@ impl Core {
 
     /// The next attempt ID, `None` once the epoch's IDs are used up.
     pub(crate) fn mint_attempt(&mut self) -> Option<AttemptId> {
-        let id = AttemptId::new(self.epoch, self.next_attempt_seq)?;
+        let epoch = if mutant_on!(self.mutant, RestoreReusesAttemptIds) {
+            // The bug: a restored core mints in the epoch it was restored from.
+            Epoch::new(self.epoch.get() - 1).unwrap_or(self.epoch)
+        } else {
+            self.epoch
+        };
+        let id = AttemptId::new(epoch, self.next_attempt_seq)?;
         self.next_attempt_seq += 1;
         Some(id)
     }

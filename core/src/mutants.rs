@@ -104,12 +104,17 @@ pub enum Mutant {
     /// caller; the hand edit `reports/regressions/found/caller-behind-gets-every-event.json`
     /// was recorded against). Lives in `palisade-engine`; see [`Mutant::in_core`].
     CallerRoomIgnored,
+    /// A restored core keeps minting attempt IDs in the snapshot's epoch, its sequence
+    /// starting again at 1: a restart reuses the previous incarnation's attempt IDs, so a
+    /// late callback of a runtime that outlived the orchestrator (kandev's agentctl
+    /// sidecar) passes for the new attempt's (issue 29, class 1: identity across restarts).
+    RestoreReusesAttemptIds,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
     /// Every mutant, in a fixed order.
-    pub const ALL: [Mutant; 26] = [
+    pub const ALL: [Mutant; 27] = [
         Mutant::TombstoneEvictionReopens,
         Mutant::ToctouGeneration,
         Mutant::SubstringFallback,
@@ -136,6 +141,7 @@ impl Mutant {
         Mutant::RestoreLeavesSpawnUnstarted,
         Mutant::RestoreSkipsFirstUndelivered,
         Mutant::CallerRoomIgnored,
+        Mutant::RestoreReusesAttemptIds,
     ];
 
     /// The kebab-case name used on the command line and in reports.
@@ -167,6 +173,7 @@ impl Mutant {
             Mutant::RestoreLeavesSpawnUnstarted => "restore-leaves-spawn-unstarted",
             Mutant::RestoreSkipsFirstUndelivered => "restore-skips-first-undelivered",
             Mutant::CallerRoomIgnored => "caller-room-ignored",
+            Mutant::RestoreReusesAttemptIds => "restore-reuses-attempt-ids",
         }
     }
 

@@ -1879,7 +1879,38 @@ mod mutants {
             "mutant idle-deadline-ignored survived its case"
         );
     }
+    #[test]
+    fn restore_reuses_attempt_ids() {
+        caught(
+            Mutant::RestoreReusesAttemptIds,
+            case_attempt_ids_are_never_reused_across_restarts,
+        );
+    }
     // queue-overflow-closes lives in `delivery` and is caught by its own unit test.
+}
+
+/// Attempt IDs are never reused across restarts: a runtime that outlived the orchestrator
+/// (a sidecar) may still call back with its attempt's ID, which must not name any attempt
+/// of the new incarnation.
+fn case_attempt_ids_are_never_reused_across_restarts(mut h: H) -> R {
+    h.resume(1);
+    let before = h.started(1);
+    h.restart();
+    h.resume(2);
+    let after = h.started(2);
+    check!(
+        after != before && after.epoch() > before.epoch(),
+        "attempt {after} of the new incarnation, after {before} of the previous one"
+    );
+    Ok(())
+}
+
+#[test]
+fn attempt_ids_are_never_reused_across_restarts() {
+    assert_eq!(
+        case_attempt_ids_are_never_reused_across_restarts(H::default()),
+        Ok(())
+    );
 }
 
 // ----- regressions found by the sim -------------------------------------------------------

@@ -514,6 +514,22 @@ fn orderings_seeds() -> Vec<Seed> {
             &[],
         ),
         orderings_seed(
+            "attempt-ids-after-restart",
+            d,
+            vec![
+                Op::Resume(S1),
+                r(How::Good),
+                Op::Cancel(S1),
+                Op::Restart,
+                // The new incarnation's first attempt must not take the old one's ID: the
+                // cancelled attempt's late callbacks would pass for its.
+                Op::Resume(S1),
+                r(How::Good),
+                r(How::Good),
+            ],
+            &[Mutant::RestoreReusesAttemptIds],
+        ),
+        orderings_seed(
             "forged-fence-attacks",
             d,
             cat(&[
