@@ -483,6 +483,11 @@ fn the_partial_check_matches_the_full_walk_after_every_step() {
 fn the_partial_check_matches_the_full_walk_under_every_mutant() {
     let mut failing = 0;
     for m in 0..mutants::Mutant::ALL.len() {
+        // Its bug trips the core's own rule-2 assertion (a panic) at the first attempt ID
+        // a restart reuses: there is no state past it to walk.
+        if mutants::Mutant::ALL[m] == mutants::Mutant::RestoreReusesAttemptIds {
+            continue;
+        }
         let (compared, agreed) = run(200, 400, Some(m as u8));
         assert!(compared > 5_000, "mutant {m}: {compared} steps compared");
         failing += agreed;
