@@ -134,7 +134,7 @@ pub struct Timing {
     pub jobs: u64,
     /// Seconds spent in seed threads, summed over seeds. (The oracle's share is not
     /// measurable inside madsim, whose clock is simulated: compare a sweep with
-    /// `PALISADE_ORACLE=off`, as `reports/bench.md` does.)
+    /// `PALISADE_ORACLE=off`.)
     pub seed_seconds: f64,
 }
 
