@@ -114,6 +114,23 @@ fn orderings_seeds() -> Vec<Seed> {
         ..d
     };
     vec![
+        // A cancelled attempt's late bind claims the execution, then its successor binds the
+        // same execution ID: the core rebinds it under a newer generation (rule 4's
+        // history). The production embedding never does (its execution IDs are fresh per
+        // process): `reports/reach.md` lists `Execution::rebind` as reached by the fuzzer
+        // only, and this seed is what reaches it in the checked-in corpus.
+        orderings_seed(
+            "late-bind-then-successor-rebinds",
+            d,
+            vec![
+                Op::Prompt(S1),
+                Op::Cancel(S1),
+                Op::Resume(S1),
+                r(How::Good),
+                r(How::Good),
+            ],
+            &[],
+        ),
         orderings_seed(
             "happy-path",
             d,
