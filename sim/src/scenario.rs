@@ -401,6 +401,10 @@ pub struct Workload {
     /// written prompt.
     #[serde(skip_serializing_if = "is_zero")]
     pub mute_per_mille: u16,
+    /// Per mille of prompts before which the proxy world's client sends a
+    /// `session/set_mode` (a session method the proxy forwards to the session's agent).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub set_mode_per_mille: u16,
 }
 
 fn is_zero(n: &u16) -> bool {
@@ -422,6 +426,7 @@ impl Default for Workload {
             reuse_runtimes: false,
             silent_per_mille: 0,
             mute_per_mille: 0,
+            set_mode_per_mille: 0,
         }
     }
 }
@@ -945,6 +950,12 @@ impl Scenario {
         at_most(
             &at("mute_per_mille"),
             u64::from(w.mute_per_mille),
+            1000,
+            "a thousand per mille",
+        )?;
+        at_most(
+            &at("set_mode_per_mille"),
+            u64::from(w.set_mode_per_mille),
             1000,
             "a thousand per mille",
         )?;

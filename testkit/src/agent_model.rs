@@ -798,6 +798,13 @@ pub enum Seen {
         /// The prompt's text, as received.
         text: String,
     },
+    /// `session/set_mode` of the conversation (answered with an empty result).
+    SetMode {
+        /// The conversation.
+        session: String,
+        /// The `modeId` asked for.
+        mode: String,
+    },
     /// `session/cancel` for the conversation.
     Cancel {
         /// The conversation.
@@ -1311,6 +1318,18 @@ impl AgentModel {
                 self.answer(at, &id, Ok(json!({ "sessions": sessions })));
             }
             "session/prompt" => self.prompt(now, id, params),
+            "session/set_mode" => {
+                let mode = params
+                    .parse::<Value>()
+                    .ok()
+                    .and_then(|p| p.get("modeId")?.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                self.seen.push(Seen::SetMode {
+                    session: session_param(),
+                    mode,
+                });
+                self.answer(at, &id, Ok(json!({})));
+            }
             _ => {
                 self.seen.push(Seen::Unusable);
                 let error = if method == "session/load" {

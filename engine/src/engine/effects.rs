@@ -1,7 +1,7 @@
 //! The core's effects, carried out: each becomes ACP traffic, an action for the shell, or
 //! an event for the caller. One method per effect; [`Engine::effect`] routes them.
 
-use palisade_core::{AttemptOutcome, PromptRequest, RecoveryFailure};
+use palisade_core::{PromptRequest, RecoveryFailure};
 
 use super::*;
 
@@ -42,16 +42,19 @@ impl Engine {
                 attempt,
                 outcome,
             } => {
-                // An attempt that failed or was cancelled loaded nothing: the open that
-                // asked for its history ends with it (a client's `session/load` is answered
-                // with the error), so a later load's history (a recovery's) is not the
-                // client's. Found by proxy-crash-restart seed 26: a load whose first
+                // The open that asked for history ends with the attempt that serves it,
+                // whatever its outcome: the client's `session/load` is answered now, so a
+                // later load's history (a recovery's, or a fresh runtime's before the next
+                // prompt) is not the client's. An attempt that failed or was cancelled
+                // loaded nothing (found by proxy-crash-restart seed 26: a load whose first
                 // runtime died before loading, answered with an error, then the recovery's
-                // history reached the client.
-                if outcome != AttemptOutcome::Ready {
-                    if let Some(book) = self.books.get_mut(&session) {
-                        book.setup.history = false;
-                    }
+                // history reached the client); one that settled Ready on a conversation
+                // created in place of the one asked for (rule 6's fallback) loaded nothing
+                // either (found by proxy-session-methods: the next prompt's runtime, started
+                // after the agent exited between turns, loaded the new conversation and its
+                // history reached the client with no load of its own open).
+                if let Some(book) = self.books.get_mut(&session) {
+                    book.setup.history = false;
                 }
                 self.emit(SessionEvent::AttemptSettled {
                     session,

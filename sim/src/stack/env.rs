@@ -229,6 +229,8 @@ pub(crate) struct ProxyTruth {
     pub(crate) prompted: Vec<String>,
     /// The `agentInfo` of every `initialize` an agent answered.
     pub(crate) agent_infos: Vec<serde_json::Value>,
+    /// The `session/set_mode`s agents received: pid, the conversation, the mode.
+    pub(crate) modes: Vec<(u32, String, String)>,
 }
 
 /// The shared environment.
@@ -294,6 +296,9 @@ impl ProxyTruth {
                     answer: Some(answer.clone()),
                 },
             )),
+            Seen::SetMode { session, mode } => {
+                self.modes.push((pid, session.clone(), mode.clone()));
+            }
             Seen::Prompt { tag, text, session } => {
                 self.prompts.push((pid, tag.clone(), text.clone()));
                 self.prompted.push(session.clone());

@@ -4,7 +4,8 @@
 //! It writes `initialize`, then `session/new` (or, once it has a session id, `session/load`
 //! of it: after a proxy crash-restart it reconnects to its session), then its prompts one
 //! at a time (`prompt-<k> c<connection>`, so every send is told apart), each maybe followed
-//! by a `session/cancel`. The agents' `session/request_permission` requests it answers
+//! by a `session/cancel` and, in scenarios that ask for it, preceded by a `session/set_mode`
+//! it does not wait for. The agents' `session/request_permission` requests it answers
 //! (each answer names the request it means in `_meta.answers`) promptly, late, never,
 //! twice, with the error of a refusal, or under the id of another request. A prompt it
 //! never got an answer for is sent again on the next connection. When every prompt is
@@ -114,6 +115,8 @@ pub(crate) struct ClientLog {
     /// The `agentInfo` of each `initialize` answer the client got: connection, trace
     /// line, the value as the client decoded it.
     pub(crate) agent_infos: Vec<(usize, u64, Value)>,
+    /// The `session/set_mode`s it sent: connection, request id, the mode (unique).
+    pub(crate) modes: Vec<(usize, i64, String)>,
 }
 
 pub(crate) fn lock(log: &Mutex<ClientLog>) -> MutexGuard<'_, ClientLog> {
@@ -134,6 +137,8 @@ pub(crate) struct Ctx {
     pub(crate) incarnation: u32,
     pub(crate) prompts: usize,
     pub(crate) think: (u64, u64),
+    /// The chance of a `session/set_mode` before each prompt.
+    pub(crate) set_mode: f64,
     pub(crate) log: Arc<Mutex<ClientLog>>,
     pub(crate) logbook: Arc<Mutex<Logbook>>,
     pub(crate) start: Duration,
@@ -539,6 +544,26 @@ impl Client {
             return;
         };
         let text = format!("prompt-{} c{}", k + 1, self.conn);
+        // The send this prompt will be (its index in the log), for the draws below.
+        let next_send = lock(&self.ctx.log).sends.len();
+        let think = pick(
+            self.key(next_send as u64, 7),
+            self.ctx.think.0,
+            self.ctx.think.1,
+        )
+        .max(1);
+        if self.ctx.set_mode > 0.0 && chance(self.key(next_send as u64, 10), self.ctx.set_mode) {
+            // A session method the proxy forwards to the session's agent; its answer is
+            // not waited for.
+            let mode = format!("mode-{next_send}");
+            let id = self.request(
+                think / 2,
+                "session/set_mode",
+                json!({"sessionId": label, "modeId": mode}),
+                None,
+            );
+            lock(&self.ctx.log).modes.push((self.conn, id, mode));
+        }
         let send = {
             let mut log = lock(&self.ctx.log);
             log.sends.push(PromptSend {
@@ -549,7 +574,6 @@ impl Client {
             });
             log.sends.len() - 1
         };
-        let think = pick(self.key(send as u64, 7), self.ctx.think.0, self.ctx.think.1).max(1);
         let id = self.request(
             think,
             "session/prompt",

@@ -72,6 +72,7 @@ pub(crate) async fn run(
     let end = window + scenario.limits.quiesce_ms;
     let prompts = plan.workload.turns(scenario.workload.turns_per_session) as usize;
     let think = (scenario.workload.think_ms.lo, scenario.workload.think_ms.hi);
+    let set_mode = f64::from(scenario.workload.set_mode_per_mille) / 1000.0;
     let mut faults: VecDeque<Fault> = plan.faults.iter().copied().collect();
     let mut finished = false;
     let mut exits: Vec<(u32, u8, Vec<u32>, u64)> = Vec::new();
@@ -124,6 +125,7 @@ pub(crate) async fn run(
             incarnation,
             prompts,
             think,
+            set_mode,
             log: log.clone(),
             logbook: logbook.clone(),
             start,

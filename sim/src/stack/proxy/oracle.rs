@@ -44,6 +44,10 @@
 //!   6's independent reference (`palisade_reference::rule6`), as the engine world judges.
 //! - `P-replaced-silently`: the conversation the client's prompts reach changes no more
 //!   often than the client was told of a replacement.
+//! - `P-forward-twice`, `P-forward-misrouted`, `P-forward-unfounded`: a session method the
+//!   client sent (`session/set_mode`) reaches agents at most once, under a conversation
+//!   the receiving agent created or loaded, and a success the client got for it was an
+//!   agent's answer.
 //! - `P-agent-outlives-proxy`: no agent process runs once its proxy exited.
 //! - `P-no-exit` (liveness): the proxy exits once the client closed its end.
 
@@ -437,6 +441,7 @@ pub(crate) fn judge(
             ));
         }
     }
+    forwarded(truth, log, idx)?;
     for (incarnation, code, alive, line) in exits {
         if !alive.is_empty() {
             return Err(v(
@@ -469,6 +474,65 @@ pub(crate) fn judge(
             "the client closed its end and the proxy never exited".into(),
             last(log),
         ));
+    }
+    Ok(())
+}
+
+/// The session methods the proxy forwards (`session/set_mode`), judged from what the client
+/// sent and got and what the agents received:
+/// - `P-forward-twice`: each request reaches agents at most once (not again after a
+///   recovery, not to two runtimes);
+/// - `P-forward-misrouted`: it reaches an agent under a conversation that agent created or
+///   loaded (the proxy's session id is the client's, never the agent's);
+/// - `P-forward-unfounded`: a success the client got was an agent's answer: the request
+///   reached an agent.
+fn forwarded(
+    truth: &super::super::env::ProxyTruth,
+    log: &ClientLog,
+    idx: u64,
+) -> Result<(), Violation> {
+    let mut reached: BTreeMap<&str, usize> = BTreeMap::new();
+    for (pid, conversation, mode) in &truth.modes {
+        let count = reached.entry(mode.as_str()).or_default();
+        *count += 1;
+        if *count > 1 {
+            return Err(v(
+                "P-forward-twice",
+                format!("the client's session/set_mode {mode} reached agents {count} times (the last, process {pid})"),
+                idx,
+            ));
+        }
+        let own = truth
+            .created
+            .iter()
+            .any(|(p, _, c)| p == pid && c == conversation)
+            || truth.loads.iter().any(|(p, _, l)| {
+                p == pid && l.id == *conversation && matches!(l.answer, Some(Ok(())))
+            });
+        if !own {
+            return Err(v(
+                "P-forward-misrouted",
+                format!("process {pid} received the client's session/set_mode {mode} for conversation {conversation:?}, which it never created or loaded"),
+                idx,
+            ));
+        }
+    }
+    for (conn, id, mode) in &log.modes {
+        let Some(c) = log.conns.get(*conn) else {
+            continue;
+        };
+        let succeeded = c.items.iter().enumerate().find(|(_, (_, item))| {
+            matches!(item, Item::Answer { id: RequestId::Number(n), ok: Some(_) } if n == id)
+        });
+        if let Some((i, _)) = succeeded {
+            if !reached.contains_key(mode.as_str()) {
+                return Err(v(
+                    "P-forward-unfounded",
+                    format!("the client's session/set_mode {mode} (request {id} on connection {conn}) was answered with success, but no agent received it"),
+                    c.lines.get(i).copied().unwrap_or(idx),
+                ));
+            }
+        }
     }
     Ok(())
 }
@@ -622,6 +686,53 @@ mod tests {
         judge(env, log, 0, &[], true, AgentProfile::Generic, 99)
             .err()
             .map(|v| v.invariant)
+    }
+
+    /// A `session/set_mode` the client sent (request 3, answered with success) reaches
+    /// process 1001 once, under the conversation it created: the forward checks hold; each
+    /// break of them is caught.
+    #[test]
+    fn a_forwarded_session_method_reaches_one_agent_under_its_conversation() {
+        // `change` breaks the agents' receipts of the history, or leaves them.
+        let run = |change: &dyn Fn(&mut ProxyTruth)| {
+            let (mut env, mut log) = history();
+            let conn = &mut log.conns[0];
+            conn.items.push((
+                60,
+                Item::Sent {
+                    id: 3,
+                    method: "session/set_mode",
+                    send: None,
+                },
+            ));
+            conn.items.push((
+                70,
+                Item::Answer {
+                    id: RequestId::Number(3),
+                    ok: Some(String::new()),
+                },
+            ));
+            conn.lines.extend([6, 7]);
+            log.modes.push((0, 3, "mode-0".into()));
+            let truth = env.proxy.as_mut().expect("a proxy run");
+            truth.created.push((1001, 4, "sess-1".into()));
+            truth.modes.push((1001, "sess-1".into(), "mode-0".into()));
+            change(truth);
+            caught(&env, &log)
+        };
+        assert_eq!(run(&|_| {}), None);
+        assert_eq!(
+            run(&|t| t.modes.push((1002, "sess-1".into(), "mode-0".into()))).as_deref(),
+            Some("P-forward-twice")
+        );
+        assert_eq!(
+            run(&|t| t.modes[0].1 = "pls_sim1_1".into()).as_deref(),
+            Some("P-forward-misrouted")
+        );
+        assert_eq!(
+            run(&|t| t.modes.clear()).as_deref(),
+            Some("P-forward-unfounded")
+        );
     }
 
     /// The client's `initialize` answer names the agent as an agent wrote it (a Windows
