@@ -109,12 +109,18 @@ pub enum Mutant {
     /// late callback of a runtime that outlived the orchestrator (kandev's agentctl
     /// sidecar) passes for the new attempt's (issue 29, class 1: identity across restarts).
     RestoreReusesAttemptIds,
+    /// Not the core's: the engine's state image lists a session's delivery queue before
+    /// the coalescer's open batch, although the batch left the queue first (lower seqs),
+    /// so a crash while the caller is behind with output queued *and* a batch open
+    /// restores them out of order (issue 29, class 3: an edge the load reached in no
+    /// seed). Lives in `palisade-engine`; see [`Mutant::in_core`].
+    ImageListsQueueBeforeBatch,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
     /// Every mutant, in a fixed order.
-    pub const ALL: [Mutant; 27] = [
+    pub const ALL: [Mutant; 28] = [
         Mutant::TombstoneEvictionReopens,
         Mutant::ToctouGeneration,
         Mutant::SubstringFallback,
@@ -142,6 +148,7 @@ impl Mutant {
         Mutant::RestoreSkipsFirstUndelivered,
         Mutant::CallerRoomIgnored,
         Mutant::RestoreReusesAttemptIds,
+        Mutant::ImageListsQueueBeforeBatch,
     ];
 
     /// The kebab-case name used on the command line and in reports.
@@ -174,6 +181,7 @@ impl Mutant {
             Mutant::RestoreSkipsFirstUndelivered => "restore-skips-first-undelivered",
             Mutant::CallerRoomIgnored => "caller-room-ignored",
             Mutant::RestoreReusesAttemptIds => "restore-reuses-attempt-ids",
+            Mutant::ImageListsQueueBeforeBatch => "image-lists-queue-before-batch",
         }
     }
 
@@ -188,6 +196,7 @@ impl Mutant {
                 | Mutant::RestoreLeavesSpawnUnstarted
                 | Mutant::RestoreSkipsFirstUndelivered
                 | Mutant::CallerRoomIgnored
+                | Mutant::ImageListsQueueBeforeBatch
         )
     }
 

@@ -162,6 +162,13 @@ impl Engine {
     /// Bytes from [`state::BODY_OFFSET`](crate::state) on change only when the state does.
     #[must_use]
     pub(super) fn encode_state(&self, now: Timestamp) -> Vec<u8> {
+        // Mutant `image-lists-queue-before-batch`: the queue first, then the batch that
+        // left it before them.
+        #[cfg(feature = "mutants")]
+        let queue_first = self.driver.core().active_mutant().get()
+            == Some(palisade_core::mutants::Mutant::ImageListsQueueBeforeBatch);
+        #[cfg(not(feature = "mutants"))]
+        let queue_first = false;
         let header = HeaderOut {
             next_execution: self.counters.next_execution,
             next_turn: self.counters.next_turn,
@@ -179,14 +186,13 @@ impl Engine {
                     queued_output: self.outlets.get(session).map(|o| {
                         let batching = o.coalescer.pending().iter().map(|e| (e.seq, &e.payload));
                         let queued = o.queue.iter().map(|(seq, (_, item))| (seq, item));
-                        let items = batching
-                            .chain(queued)
-                            .map(|(seq, item)| QueuedOutputOut {
-                                seq: seq.get(),
-                                update: &item.update,
-                                wire_bytes: item.wire_bytes,
-                            })
-                            .collect();
+                        // The batch left the queue first: its seqs come before the
+                        // queue's.
+                        let items = if queue_first {
+                            queued.chain(batching).map(queued_out).collect()
+                        } else {
+                            batching.chain(queued).map(queued_out).collect()
+                        };
                         (o.turn, items)
                     }),
                 })
@@ -211,5 +217,14 @@ impl Engine {
                 .collect(),
         };
         state::encode(now.as_millis(), &header, &self.driver.core().snapshot())
+    }
+}
+
+/// One output the state image lists for its session's delivery path.
+fn queued_out((seq, item): (Seq, &OutputItem)) -> QueuedOutputOut<'_> {
+    QueuedOutputOut {
+        seq: seq.get(),
+        update: &item.update,
+        wire_bytes: item.wire_bytes,
     }
 }
