@@ -258,6 +258,7 @@ pub async fn run(options: Options, config: SupervisorConfig, io: Io) -> u8 {
     let mut writer = BufWriter::with_capacity(CLIENT_WRITE_BYTES, downstream);
     let mut line = Vec::new();
     let mut probe: Option<Probe> = None;
+    let mut hello: Option<RawJson> = None;
     let mut stop = stop;
     let mut code = 0;
     loop {
@@ -316,6 +317,7 @@ pub async fn run(options: Options, config: SupervisorConfig, io: Io) -> u8 {
                 supervisor: &supervisor,
                 router: &mut router,
                 probe: &mut probe,
+                hello: &mut hello,
                 platform: &platform,
                 agent: &agent,
                 connection: &connection,
@@ -367,6 +369,9 @@ struct Carry<'a> {
     supervisor: &'a Supervisor,
     router: &'a mut Router,
     probe: &'a mut Option<Probe>,
+    /// The client's last `initialize` params: a probe started again is initialized with
+    /// them before it is asked anything else.
+    hello: &'a mut Option<RawJson>,
     platform: &'a Arc<dyn Platform>,
     agent: &'a AgentCommand,
     connection: &'a crate::rpc::ConnectionConfig,
@@ -377,6 +382,7 @@ impl Carry<'_> {
         match command {
             Command::Initialize { request, params } => {
                 self.supervisor.set_client_hello(params.clone()).await?;
+                *self.hello = Some(params.clone());
                 if self.probe.is_none() {
                     match Probe::start(self.platform, self.agent, self.connection) {
                         Ok(probe) => *self.probe = Some(probe),
@@ -447,17 +453,34 @@ impl Carry<'_> {
         Ok(())
     }
 
-    /// Asks the probe; a probe that is gone (it died, or a session opened) is started
-    /// again.
+    /// Asks the probe; a probe that is gone (its agent exited, or a session opened) is
+    /// started again, and initialized with the client's `initialize` params first unless
+    /// that is what it is asked.
     async fn ask(&mut self, method: &str, params: RawJson) -> Result<RawJson, RpcFailure> {
-        if self.probe.is_none() {
-            match Probe::start(self.platform, self.agent, self.connection) {
-                Ok(probe) => *self.probe = Some(probe),
-                Err(error) => return Err(error),
+        let until = self.platform.now() + PROBE_WITHIN;
+        if self
+            .probe
+            .as_ref()
+            .is_some_and(|p| p.conn.close_reason().is_some())
+        {
+            tracing::info!("the agent answering the client's initialize exited; starting another");
+            if let Some(dead) = self.probe.take() {
+                dead.stop().await;
             }
         }
-        let probe = self.probe.as_ref().expect("just started");
-        let until = self.platform.now() + PROBE_WITHIN;
+        if self.probe.is_none() {
+            let probe = Probe::start(self.platform, self.agent, self.connection)?;
+            let hello = self.hello.clone().filter(|_| method != acp::INITIALIZE);
+            *self.probe = Some(probe);
+            if let Some(hello) = hello {
+                let probe = self.probe.as_ref().expect("just started");
+                probe
+                    .conn
+                    .request_raw(acp::INITIALIZE, Params::Raw(hello), until)
+                    .await?;
+            }
+        }
+        let probe = self.probe.as_ref().expect("started above");
         probe
             .conn
             .request_raw(method, Params::Raw(params), until)

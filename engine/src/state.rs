@@ -61,6 +61,14 @@ pub(crate) struct Header {
     /// restart (write-ahead: a step's state is written before its events leave).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) undelivered: Vec<crate::events::SessionEvent>,
+    /// The client's `initialize` params, which every runtime is initialized with (a
+    /// proxy's client): a restart's runtimes start before the client is back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) client_hello: Option<palisade_wire::RawJson>,
+    /// The params of the client's successful `authenticate`, which every runtime gets
+    /// after `initialize` (agents that authenticate per process).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) client_auth: Option<palisade_wire::RawJson>,
 }
 
 /// What the supervisor remembers of one session.
@@ -105,6 +113,10 @@ pub(crate) struct HeaderOut<'a> {
     pub(crate) executions: Vec<ExecutionRecord>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) undelivered: Vec<&'a crate::events::SessionEvent>,
+    #[serde(skip_serializing_if = "is_none")]
+    pub(crate) client_hello: &'a Option<palisade_wire::RawJson>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) client_auth: Option<&'a palisade_wire::RawJson>,
 }
 
 /// A [`SessionRecord`] borrowed (see [`HeaderOut`]).
@@ -375,6 +387,8 @@ mod tests {
             }],
             executions: Vec::new(),
             undelivered: Vec::new(),
+            client_hello: None,
+            client_auth: None,
         }
     }
 
@@ -403,6 +417,10 @@ mod tests {
             session: SessionId::new(2).unwrap(),
             update,
         });
+        full.client_hello =
+            Some(palisade_wire::RawJson::from_text(r#"{"protocolVersion":1}"#).unwrap());
+        full.client_auth =
+            Some(palisade_wire::RawJson::from_text(r#"{"methodId":"token"}"#).unwrap());
         for header in [header(), full] {
             let borrowed = HeaderOut {
                 next_execution: header.next_execution,
@@ -433,6 +451,8 @@ mod tests {
                     .collect(),
                 executions: header.executions.clone(),
                 undelivered: header.undelivered.iter().collect(),
+                client_hello: &header.client_hello,
+                client_auth: header.client_auth.as_ref(),
             };
             let bytes = encode(1234, &borrowed, b"core");
             assert_eq!(bytes, encode(1234, &header, b"core"));

@@ -405,6 +405,21 @@ pub struct Workload {
     /// `session/set_mode` (a session method the proxy forwards to the session's agent).
     #[serde(skip_serializing_if = "is_zero")]
     pub set_mode_per_mille: u16,
+    /// The agents ask to be authenticated, per process (they offer one auth method and
+    /// refuse every session request before `authenticate`); the proxy world's client
+    /// authenticates on every connection.
+    #[serde(skip_serializing_if = "is_false")]
+    pub auth_required: bool,
+    /// Per mille of prompts before which the proxy world's client sends a request naming a
+    /// session the proxy never minted (a `session/prompt` or a `session/set_mode`): a
+    /// client with a stale or mistyped id.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub stray_per_mille: u16,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's `skip_serializing_if` passes a reference.
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 fn is_zero(n: &u16) -> bool {
@@ -427,6 +442,8 @@ impl Default for Workload {
             silent_per_mille: 0,
             mute_per_mille: 0,
             set_mode_per_mille: 0,
+            auth_required: false,
+            stray_per_mille: 0,
         }
     }
 }
@@ -956,6 +973,12 @@ impl Scenario {
         at_most(
             &at("set_mode_per_mille"),
             u64::from(w.set_mode_per_mille),
+            1000,
+            "a thousand per mille",
+        )?;
+        at_most(
+            &at("stray_per_mille"),
+            u64::from(w.stray_per_mille),
             1000,
             "a thousand per mille",
         )?;

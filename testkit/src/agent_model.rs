@@ -614,7 +614,16 @@ pub struct Behaviour {
     /// `cancelled` as ACP asks (a model that has produced no token yet, a tool waiting on
     /// something). Drawn only when non-zero, so other behaviours draw as before.
     pub mute_per_mille: u16,
+    /// It answers `initialize` with one auth method ([`AUTH_METHOD`]) and refuses every
+    /// session request (`session/new`, `/load`, `/list`, `/prompt`, `/set_mode`) with
+    /// −32000 `Authentication required` until that process got `authenticate` of it:
+    /// authentication per process, as gemini-cli's `authenticate` sets the process's auth
+    /// type. A client's authentication must reach every process that serves it.
+    pub auth_required: bool,
 }
+
+/// The one auth method an agent with [`Behaviour::auth_required`] offers.
+pub const AUTH_METHOD: &str = "agent-token";
 
 impl Default for Behaviour {
     fn default() -> Self {
@@ -640,6 +649,7 @@ impl Default for Behaviour {
             think_ms: (5, 100),
             silent_per_mille: 0,
             mute_per_mille: 0,
+            auth_required: false,
         }
     }
 }
@@ -824,6 +834,18 @@ pub enum Seen {
         /// `Ok(stopReason)` or the error.
         answer: Result<String, RpcError>,
     },
+    /// `authenticate`; whether it named the agent's method (and so was answered with
+    /// success).
+    Authenticate {
+        /// It named [`AUTH_METHOD`].
+        ok: bool,
+    },
+    /// A session request refused with `Authentication required`: the process was never
+    /// authenticated ([`Behaviour::auth_required`]).
+    Unauthenticated {
+        /// The request's method.
+        method: String,
+    },
     /// A line it could not use (garbage, an unknown method).
     Unusable,
 }
@@ -997,6 +1019,8 @@ pub struct AgentModel {
     text: TextRng,
     /// It writes non-ASCII as `\u` escapes (Python's `json.dumps`), else as UTF-8.
     ascii: bool,
+    /// It got `authenticate` of its method ([`Behaviour::auth_required`]).
+    authenticated: bool,
 }
 
 /// An event's text is padded to its drawn size with ASCII (no escaping: the line's size is
@@ -1037,6 +1061,7 @@ impl AgentModel {
             answered: 0,
             text: TextRng::new(seed),
             ascii: false,
+            authenticated: false,
         };
         model.ascii = model.text.chance(300);
         if model.behaviour.stderr_noise {
@@ -1204,6 +1229,24 @@ impl AgentModel {
     ) {
         let session_param = || session_of(params);
         let at = self.delay(now);
+        if self.behaviour.auth_required
+            && !self.authenticated
+            && matches!(
+                method,
+                "session/new"
+                    | "session/load"
+                    | "session/list"
+                    | "session/prompt"
+                    | "session/set_mode"
+            )
+        {
+            let error = RpcError::new(-32000, "Authentication required");
+            let note = Seen::Unauthenticated {
+                method: method.to_owned(),
+            };
+            self.answer_noted(at, &id, Err(error), Some(note));
+            return;
+        }
         match method {
             "initialize" => {
                 let result = initialize_result(
@@ -1214,7 +1257,14 @@ impl AgentModel {
                     self.behaviour.lists_sessions,
                     self.script.malformed_load_capability,
                 );
-                let result = self.with_agent_info(result);
+                let mut result = self.with_agent_info(result);
+                if self.behaviour.auth_required {
+                    result["authMethods"] = json!([{
+                        "id": AUTH_METHOD,
+                        "name": "Agent token",
+                        "description": "The token the agent was installed with",
+                    }]);
+                }
                 self.seen.push(Seen::Initialize {
                     agent_info: result["agentInfo"].clone(),
                 });
@@ -1318,6 +1368,17 @@ impl AgentModel {
                 self.answer(at, &id, Ok(json!({ "sessions": sessions })));
             }
             "session/prompt" => self.prompt(now, id, params),
+            "authenticate" => {
+                let ok = palisade_wire::acp::string_member(params, "methodId").as_deref()
+                    == Some(AUTH_METHOD);
+                self.authenticated |= ok;
+                let answer = if ok {
+                    Ok(json!({}))
+                } else {
+                    Err(RpcError::new(-32602, "Invalid params: unknown auth method"))
+                };
+                self.answer_noted(at, &id, answer, Some(Seen::Authenticate { ok }));
+            }
             "session/set_mode" => {
                 let mode = params
                     .parse::<Value>()

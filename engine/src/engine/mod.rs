@@ -763,13 +763,22 @@ impl Engine {
     /// The client's `initialize` params: every runtime started from now on is initialized
     /// with them (the client's capabilities, so the agent knows what it may ask).
     pub fn set_client_hello(&mut self, params: RawJson) {
-        self.hello = Some(params);
+        if self.hello.as_ref() != Some(&params) {
+            // Persisted: a restart's runtimes start before the client is back.
+            self.hello = Some(params);
+            self.touch();
+        }
     }
 
     /// The client authenticated with `method` (`authenticate`) and `params`: every
     /// runtime started from now on does too, after `initialize`.
     pub fn set_client_auth(&mut self, params: RawJson) {
-        self.auth = Some((acp::AUTHENTICATE.to_owned(), params));
+        let auth = Some((acp::AUTHENTICATE.to_owned(), params));
+        if self.auth != auth {
+            // Persisted: a restart's runtimes start before the client authenticates again.
+            self.auth = auth;
+            self.touch();
+        }
     }
 
     /// The client answered the agent request shown as `ticket`

@@ -73,6 +73,12 @@ impl Engine {
             })
             .collect();
         let header = decoded.header;
+        // The client's hello and authentication, for the runtimes started before it is
+        // back (the restore's own spawns first).
+        engine.hello = header.client_hello;
+        engine.auth = header
+            .client_auth
+            .map(|params| (acp::AUTHENTICATE.to_owned(), params));
         engine.counters = Counters {
             next_execution: header.next_execution.max(1),
             next_turn: header.next_turn.max(1),
@@ -203,6 +209,8 @@ impl Engine {
                 .chain(self.ready.events.iter().map(|(_, event)| event))
                 .filter(|event| event.survives_restart())
                 .collect(),
+            client_hello: &self.hello,
+            client_auth: self.auth.as_ref().map(|(_, params)| params),
             executions: self
                 .runtimes
                 .iter()

@@ -1493,3 +1493,62 @@ fn a_silent_prompt_is_cancelled_stopped_and_recovered_on_the_core_s_word() {
     assert_eq!(s, session(1));
     assert_eq!(engine.stats().audit_violations, 0);
 }
+
+/// The client's `initialize` and `authenticate` params outlive a restart: the runtime a
+/// restored engine starts before the client is back is initialized with them and
+/// authenticated (an agent that authenticates per process refused the restored runtime's
+/// `session/load` before; `found/restarted-proxy-authenticates-its-runtimes.json`).
+#[test]
+fn a_restored_engine_initializes_and_authenticates_as_the_client_did() {
+    let now = Timestamp::from_millis(1_000);
+    let mut engine = Engine::new(client_config()).unwrap();
+    let hello = json!({"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": true}}});
+    let auth = json!({"methodId": "agent-token"});
+    engine.set_client_hello(RawJson::from_value(&hello));
+    engine.set_client_auth(RawJson::from_value(&auth));
+    engine.prompt(now, session(1), "hello".into()).unwrap();
+    let (s, attempt) = spawn_action(&mut engine);
+    let bytes = engine.encode_state(now);
+
+    let mut restored = Engine::restore(client_config(), &bytes, now.plus_millis(10)).unwrap();
+    // The spawn in flight when the previous incarnation died is asked for again.
+    assert_eq!(
+        restored.poll_action(),
+        Some(Action::Spawn {
+            session: s,
+            attempt
+        })
+    );
+    let execution = restored.spawned(now.plus_millis(11), s, attempt, Ok(Some(7)));
+    let Some(Action::Request {
+        op: Op::Initialize,
+        params,
+        ..
+    }) = restored.poll_action()
+    else {
+        panic!("initialize first");
+    };
+    assert_eq!(
+        params.to_value()["clientCapabilities"],
+        hello["clientCapabilities"]
+    );
+    restored.reply(
+        now.plus_millis(12),
+        execution,
+        Op::Initialize,
+        Ok(RawJson::from_value(
+            &json!({"agentCapabilities": {"loadSession": true}}),
+        )),
+    );
+    let Some(Action::Request {
+        op: Op::Authenticate,
+        method,
+        params,
+        ..
+    }) = restored.poll_action()
+    else {
+        panic!("authenticate after initialize");
+    };
+    assert_eq!(method, acp::AUTHENTICATE);
+    assert_eq!(params.to_value(), auth);
+}

@@ -92,5 +92,6 @@ pub(crate) fn behaviour(
         think_ms: (w.think_ms.lo, w.think_ms.hi),
         silent_per_mille: w.silent_per_mille,
         mute_per_mille: w.mute_per_mille,
+        auth_required: w.auth_required,
     }
 }

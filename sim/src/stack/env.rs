@@ -231,6 +231,10 @@ pub(crate) struct ProxyTruth {
     pub(crate) agent_infos: Vec<serde_json::Value>,
     /// The `session/set_mode`s agents received: pid, the conversation, the mode.
     pub(crate) modes: Vec<(u32, String, String)>,
+    /// The `authenticate`s agents received: pid, when, whether it named their method.
+    pub(crate) authenticated: Vec<(u32, u64, bool)>,
+    /// Session requests agents refused as unauthenticated: pid, when, the method.
+    pub(crate) unauthenticated: Vec<(u32, u64, String)>,
 }
 
 /// The shared environment.
@@ -298,6 +302,10 @@ impl ProxyTruth {
             )),
             Seen::SetMode { session, mode } => {
                 self.modes.push((pid, session.clone(), mode.clone()));
+            }
+            Seen::Authenticate { ok } => self.authenticated.push((pid, at_ms, *ok)),
+            Seen::Unauthenticated { method } => {
+                self.unauthenticated.push((pid, at_ms, method.clone()));
             }
             Seen::Prompt { tag, text, session } => {
                 self.prompts.push((pid, tag.clone(), text.clone()));

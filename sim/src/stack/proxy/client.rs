@@ -117,6 +117,33 @@ pub(crate) struct ClientLog {
     pub(crate) agent_infos: Vec<(usize, u64, Value)>,
     /// The `session/set_mode`s it sent: connection, request id, the mode (unique).
     pub(crate) modes: Vec<(usize, i64, String)>,
+    /// The `authenticate`s it sent (one per connection whose `initialize` answer offered
+    /// an auth method).
+    pub(crate) auths: Vec<Auth>,
+    /// The requests it sent naming a session the proxy never minted.
+    pub(crate) strays: Vec<Stray>,
+}
+
+/// One `authenticate` the client sent.
+#[derive(Debug, Clone)]
+pub(crate) struct Auth {
+    pub(crate) conn: usize,
+    pub(crate) id: i64,
+    /// When the answer came (simulated ms) and whether it was a success.
+    pub(crate) answer: Option<(u64, bool)>,
+}
+
+/// One request naming a session the proxy never minted.
+#[derive(Debug, Clone)]
+pub(crate) struct Stray {
+    pub(crate) conn: usize,
+    pub(crate) id: i64,
+    pub(crate) method: &'static str,
+    /// The unknown session id, also the prompt's text or the mode it asks for (unique).
+    pub(crate) tag: String,
+    /// Its answers: `Ok` for a result, `Err(code)` for an error (more than one: answered
+    /// twice).
+    pub(crate) answers: Vec<Result<(), i64>>,
 }
 
 pub(crate) fn lock(log: &Mutex<ClientLog>) -> MutexGuard<'_, ClientLog> {
@@ -139,15 +166,24 @@ pub(crate) struct Ctx {
     pub(crate) think: (u64, u64),
     /// The chance of a `session/set_mode` before each prompt.
     pub(crate) set_mode: f64,
+    /// The chance of a request naming an unknown session before each prompt.
+    pub(crate) stray: f64,
+    /// An `initialize` answered with an error is sent again (else the client goes on).
+    pub(crate) reinitialize: bool,
     pub(crate) log: Arc<Mutex<ClientLog>>,
     pub(crate) logbook: Arc<Mutex<Logbook>>,
     pub(crate) start: Duration,
 }
 
 /// What the client waits for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Phase {
     Initializing(i64),
+    Authenticating {
+        id: i64,
+        method: String,
+        tries: u32,
+    },
     Opening {
         id: i64,
         load: bool,
@@ -205,7 +241,7 @@ pub(crate) async fn run(ctx: Ctx, to_proxy: DuplexStream, from_proxy: DuplexStre
     };
     let mut writer = Some(to_proxy);
     let mut lines = BufReader::new(from_proxy).lines();
-    let id = client.request(0, "initialize", json!({"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": false, "writeTextFile": false}}}), None);
+    let id = client.request(0, "initialize", hello(), None);
     client.phase = Phase::Initializing(id);
     loop {
         let now = client.now();
@@ -350,6 +386,7 @@ impl Client {
                     log.agent_infos.push((self.conn, line, info));
                 }
                 if let RequestId::Number(n) = id {
+                    self.stray_answered(n, &outcome);
                     self.answered(n, &outcome);
                 }
             }
@@ -462,10 +499,58 @@ impl Client {
         }
     }
 
+    /// Records the answer if `n` is one of the stray requests.
+    fn stray_answered(&mut self, n: i64, outcome: &Result<RawJson, RpcError>) {
+        let conn = self.conn;
+        let mut log = lock(&self.ctx.log);
+        if let Some(stray) = log.strays.iter_mut().find(|s| s.conn == conn && s.id == n) {
+            stray
+                .answers
+                .push(outcome.as_ref().map(|_| ()).map_err(|e| e.code));
+        }
+    }
+
     /// An answer to the client's request `n`.
     fn answered(&mut self, n: i64, outcome: &Result<RawJson, RpcError>) {
         match self.phase {
-            Phase::Initializing(id) if id == n => self.open(0),
+            Phase::Initializing(id) if id == n => match outcome {
+                // An agent that offers auth methods is authenticated with the first, as
+                // an editor does with the method its user chose.
+                Ok(result) => match auth_method(result) {
+                    Some(method) => self.authenticate(method, 0),
+                    None => self.open(0),
+                },
+                // The agent the proxy asked went away, say: the user tries again (in
+                // scenarios whose agents ask for authentication; elsewhere the client goes
+                // on, as it always did).
+                Err(_) if self.ctx.reinitialize => {
+                    let id = self.request(100, "initialize", hello(), None);
+                    self.phase = Phase::Initializing(id);
+                }
+                Err(_) => self.open(0),
+            },
+            Phase::Authenticating {
+                id,
+                ref method,
+                tries,
+            } if id == n => {
+                let now = self.now();
+                let conn = self.conn;
+                if let Some(auth) = lock(&self.ctx.log)
+                    .auths
+                    .iter_mut()
+                    .find(|a| a.conn == conn && a.id == id)
+                {
+                    auth.answer = Some((now, outcome.is_ok()));
+                }
+                if outcome.is_err() && tries + 1 < OPEN_TRIES {
+                    // The agent the proxy asked went away, say: the user tries again.
+                    let method = method.clone();
+                    self.authenticate(method, tries + 1);
+                } else {
+                    self.open(0);
+                }
+            }
             Phase::Opening { id, load, tries } if id == n => match outcome {
                 Ok(result) => {
                     if !load {
@@ -503,6 +588,23 @@ impl Client {
             }
             _ => {}
         }
+    }
+
+    /// `authenticate` with `method` (the `tries`-th time on this connection).
+    fn authenticate(&mut self, method: String, tries: u32) {
+        let after = if tries == 0 { 0 } else { 100 };
+        let id = self.request(
+            after,
+            "authenticate",
+            json!({"methodId": method.as_str()}),
+            None,
+        );
+        lock(&self.ctx.log).auths.push(Auth {
+            conn: self.conn,
+            id,
+            answer: None,
+        });
+        self.phase = Phase::Authenticating { id, method, tries };
     }
 
     /// `session/new`, or `session/load` of the session it has.
@@ -564,6 +666,27 @@ impl Client {
             );
             lock(&self.ctx.log).modes.push((self.conn, id, mode));
         }
+        if self.ctx.stray > 0.0 && chance(self.key(next_send as u64, 11), self.ctx.stray) {
+            // A request naming a session the proxy never minted: it must be refused and
+            // reach no agent.
+            let tag = format!("stray-{}-c{}!", next_send, self.conn);
+            let (method, params) = if chance(self.key(next_send as u64, 12), 0.5) {
+                (
+                    "session/prompt",
+                    json!({"sessionId": tag, "prompt": [{"type": "text", "text": tag}]}),
+                )
+            } else {
+                ("session/set_mode", json!({"sessionId": tag, "modeId": tag}))
+            };
+            let id = self.request(think / 3, method, params, None);
+            lock(&self.ctx.log).strays.push(Stray {
+                conn: self.conn,
+                id,
+                method,
+                tag,
+                answers: Vec::new(),
+            });
+        }
         let send = {
             let mut log = lock(&self.ctx.log);
             log.sends.push(PromptSend {
@@ -593,6 +716,25 @@ impl Client {
 fn stop_reason(result: &RawJson) -> Option<String> {
     let value: Value = result.parse().ok()?;
     Some(value.get("stopReason")?.as_str()?.to_owned())
+}
+
+/// The client's `initialize` params.
+fn hello() -> Value {
+    json!({"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": false, "writeTextFile": false}}})
+}
+
+/// The first auth method an `initialize` answer offers.
+fn auth_method(result: &RawJson) -> Option<String> {
+    let value: Value = result.parse().ok()?;
+    Some(
+        value
+            .get("authMethods")?
+            .as_array()?
+            .first()?
+            .get("id")?
+            .as_str()?
+            .to_owned(),
+    )
 }
 
 /// The `sessionId` of `session/new`'s answer.

@@ -73,6 +73,7 @@ pub(crate) async fn run(
     let prompts = plan.workload.turns(scenario.workload.turns_per_session) as usize;
     let think = (scenario.workload.think_ms.lo, scenario.workload.think_ms.hi);
     let set_mode = f64::from(scenario.workload.set_mode_per_mille) / 1000.0;
+    let stray = f64::from(scenario.workload.stray_per_mille) / 1000.0;
     let mut faults: VecDeque<Fault> = plan.faults.iter().copied().collect();
     let mut finished = false;
     let mut exits: Vec<(u32, u8, Vec<u32>, u64)> = Vec::new();
@@ -126,6 +127,8 @@ pub(crate) async fn run(
             prompts,
             think,
             set_mode,
+            stray,
+            reinitialize: scenario.workload.auth_required,
             log: log.clone(),
             logbook: logbook.clone(),
             start,

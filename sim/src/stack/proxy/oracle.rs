@@ -48,6 +48,14 @@
 //!   client sent (`session/set_mode`) reaches agents at most once, under a conversation
 //!   the receiving agent created or loaded, and a success the client got for it was an
 //!   agent's answer.
+//! - `P-agent-unauthenticated`: once the client's `authenticate` was answered with
+//!   success, no agent process refuses a request of the proxy as unauthenticated: the
+//!   client's authentication reaches every process that serves it, recoveries' and
+//!   restarted proxies' included (agents that authenticate per process,
+//!   `[workload] auth_required`).
+//! - `P-stray-forwarded`, `P-stray-answer`: a request naming a session the proxy never
+//!   minted reaches no agent, and gets one answer, an error, at the latest when a later
+//!   request of the client on the same connection is answered.
 //! - `P-agent-outlives-proxy`: no agent process runs once its proxy exited.
 //! - `P-no-exit` (liveness): the proxy exits once the client closed its end.
 
@@ -442,6 +450,8 @@ pub(crate) fn judge(
         }
     }
     forwarded(truth, log, idx)?;
+    authenticated(truth, log, idx)?;
+    strays(truth, log, idx)?;
     for (incarnation, code, alive, line) in exits {
         if !alive.is_empty() {
             return Err(v(
@@ -530,6 +540,98 @@ fn forwarded(
                     "P-forward-unfounded",
                     format!("the client's session/set_mode {mode} (request {id} on connection {conn}) was answered with success, but no agent received it"),
                     c.lines.get(i).copied().unwrap_or(idx),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `P-agent-unauthenticated`: after the client's first successful `authenticate`, no
+/// agent refuses one of the proxy's requests as unauthenticated.
+fn authenticated(
+    truth: &super::super::env::ProxyTruth,
+    log: &ClientLog,
+    idx: u64,
+) -> Result<(), Violation> {
+    let Some(since) = log
+        .auths
+        .iter()
+        .filter_map(|a| a.answer.filter(|(_, ok)| *ok).map(|(at, _)| at))
+        .min()
+    else {
+        return Ok(());
+    };
+    if let Some((pid, at, method)) = truth.unauthenticated.iter().find(|(_, at, _)| *at >= since) {
+        return Err(v(
+            "P-agent-unauthenticated",
+            format!("process {pid} refused the proxy's {method} at {at} ms as unauthenticated, although the client authenticated at {since} ms"),
+            idx,
+        ));
+    }
+    Ok(())
+}
+
+/// `P-stray-forwarded` and `P-stray-answer`: a request naming a session the proxy never
+/// minted (its text, or the mode it asks for, is its unique tag) reaches no agent, and is
+/// answered once, with an error, no later than the client's next request on its
+/// connection.
+fn strays(
+    truth: &super::super::env::ProxyTruth,
+    log: &ClientLog,
+    idx: u64,
+) -> Result<(), Violation> {
+    for stray in &log.strays {
+        let reached = truth
+            .prompts
+            .iter()
+            .map(|(pid, _, text)| (pid, text))
+            .chain(truth.modes.iter().map(|(pid, _, mode)| (pid, mode)))
+            .find(|(_, text)| text.contains(stray.tag.as_str()));
+        if let Some((pid, _)) = reached {
+            return Err(v(
+                "P-stray-forwarded",
+                format!(
+                    "the client's {} naming the unknown session {} reached process {pid}",
+                    stray.method, stray.tag
+                ),
+                idx,
+            ));
+        }
+        let line = log
+            .conns
+            .get(stray.conn)
+            .and_then(|c| c.lines.last().copied())
+            .unwrap_or(idx);
+        match stray.answers.as_slice() {
+            [Err(_)] => {}
+            [] => {
+                // Unanswered: fine only if nothing the client asked after it on that
+                // connection was answered either (the proxy went away first).
+                let later_answered = log.conns.get(stray.conn).is_some_and(|c| {
+                    c.items.iter().any(|(_, item)| {
+                        matches!(item, Item::Answer { id: RequestId::Number(n), .. } if *n > stray.id)
+                    })
+                });
+                if later_answered {
+                    return Err(v(
+                        "P-stray-answer",
+                        format!(
+                            "the client's {} naming the unknown session {} (request {} on connection {}) was never answered, though later requests were",
+                            stray.method, stray.tag, stray.id, stray.conn
+                        ),
+                        line,
+                    ));
+                }
+            }
+            answers => {
+                return Err(v(
+                    "P-stray-answer",
+                    format!(
+                        "the client's {} naming the unknown session {} (request {} on connection {}) was answered {answers:?}: one error was due",
+                        stray.method, stray.tag, stray.id, stray.conn
+                    ),
+                    line,
                 ));
             }
         }
@@ -733,6 +835,91 @@ mod tests {
             run(&|t| t.modes.clear()).as_deref(),
             Some("P-forward-unfounded")
         );
+    }
+
+    /// The client authenticated at 10 ms: a refusal as unauthenticated before then holds,
+    /// one after is `P-agent-unauthenticated`.
+    #[test]
+    fn once_the_client_authenticated_no_agent_refuses_the_proxy() {
+        use super::super::client::Auth;
+        let run = |refused_at: Option<u64>| {
+            let (mut env, mut log) = history();
+            log.auths.push(Auth {
+                conn: 0,
+                id: 9,
+                answer: Some((10, true)),
+            });
+            let truth = env.proxy.as_mut().expect("a proxy run");
+            truth.authenticated.push((1001, 9, true));
+            if let Some(at) = refused_at {
+                truth
+                    .unauthenticated
+                    .push((1002, at, "session/load".into()));
+            }
+            caught(&env, &log)
+        };
+        assert_eq!(run(None), None);
+        assert_eq!(run(Some(5)), None);
+        assert_eq!(run(Some(10)).as_deref(), Some("P-agent-unauthenticated"));
+    }
+
+    /// A `session/prompt` naming an unknown session (request 3) answered with one error
+    /// and reaching no agent holds; reaching an agent, answered with success, twice, or
+    /// never though a later request was answered, is caught.
+    #[test]
+    fn a_request_for_an_unknown_session_reaches_no_agent_and_gets_one_error() {
+        use super::super::client::Stray;
+        let run = |answers: Vec<Result<(), i64>>, later: bool, reached: bool| {
+            let (mut env, mut log) = history();
+            log.strays.push(Stray {
+                conn: 0,
+                id: 3,
+                method: "session/prompt",
+                tag: "stray-0-c0!".into(),
+                answers,
+            });
+            if later {
+                let conn = &mut log.conns[0];
+                conn.items.push((
+                    65,
+                    Item::Sent {
+                        id: 4,
+                        method: "session/set_mode",
+                        send: None,
+                    },
+                ));
+                conn.items.push((
+                    70,
+                    Item::Answer {
+                        id: RequestId::Number(4),
+                        ok: Some(String::new()),
+                    },
+                ));
+                conn.lines.extend([6, 7]);
+            }
+            if reached {
+                let truth = env.proxy.as_mut().expect("a proxy run");
+                truth
+                    .prompts
+                    .push((1001, "p1001.2".into(), "stray-0-c0!".into()));
+            }
+            caught(&env, &log)
+        };
+        assert_eq!(run(vec![Err(-32002)], true, false), None);
+        assert_eq!(run(vec![], false, false), None, "the proxy went away first");
+        assert_eq!(
+            run(vec![Err(-32002)], true, true).as_deref(),
+            Some("P-stray-forwarded")
+        );
+        assert_eq!(
+            run(vec![Ok(())], true, false).as_deref(),
+            Some("P-stray-answer")
+        );
+        assert_eq!(
+            run(vec![Err(-32002), Err(-32002)], true, false).as_deref(),
+            Some("P-stray-answer")
+        );
+        assert_eq!(run(vec![], true, false).as_deref(), Some("P-stray-answer"));
     }
 
     /// The client's `initialize` answer names the agent as an agent wrote it (a Windows
