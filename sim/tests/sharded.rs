@@ -26,7 +26,7 @@ use serde_json::Value;
 
 use common::{describe, palisade, read_json, Scratch, BIN};
 
-/// The sweep every test shards: 720 seeds (30 scenarios × 24), 69 failing.
+/// The sweep every test shards: 744 seeds (31 scenarios × 24), 69 failing.
 const SWEEP: &[&str] = &[
     "--scenario",
     "all",
@@ -167,7 +167,7 @@ fn report_differences(whole: &Path, merged: &Path) -> Vec<String> {
 
 /// What the unsharded sweep found, so a comparison is known not to be vacuous.
 fn assert_sweep_has_substance(whole: &Value) {
-    assert_eq!(whole["seeds"], 720, "{whole}");
+    assert_eq!(whole["seeds"], 744, "{whole}");
     let failing: Vec<&Value> = whole["scenarios"]
         .as_array()
         .expect("scenarios")

@@ -105,11 +105,20 @@ impl Console for SimConsole {
             let now = env::now_ms(self.start);
             let agent_prompts = lock(&self.env).prompts.len();
             let line = lock_logbook(&self.logbook).tracer.client(now, event);
+            // The caller reads the line palisade-supervise prints for the event.
+            let shown = oracle::as_printed(event);
             let mut log = oracle::lock(&self.log);
             if let SessionEvent::TurnEnded { turn, .. } = event {
                 log.ended_at.entry(*turn).or_insert(now);
             }
-            log.event(self.incarnation, agent_prompts, event.clone(), line);
+            let shown = match shown {
+                Ok(shown) => shown,
+                Err(why) => {
+                    log.misprinted.get_or_insert((line, why));
+                    event.clone()
+                }
+            };
+            log.event(self.incarnation, agent_prompts, shown, line);
             Ok(())
         })
     }

@@ -24,7 +24,10 @@
 //!   as it wrote it: the same bytes, or the same text (and tool-call input) once decoded.
 //!   The agents write escapes, unicode, backslash runs and nested JSON
 //!   (`palisade_testkit::wire_text`), so a reader of the wire that mis-reads them shows
-//!   here (issue 29, class 5).
+//!   here (issue 29, class 5). The caller reads the lines `palisade-supervise` prints
+//!   (`SessionEvent::to_json`), so the updates judged are the bytes it printed.
+//! - `S-event-misprinted`: each printed line names the event, session, turn and output
+//!   seqs the supervisor handed out, and its updates are JSON.
 //! - `S-output-seq-twice`: no output seq of a turn reaches the caller twice with different
 //!   content. (The same event handed out again after a crash is the write-ahead's
 //!   at-least-once delivery: the state listing it undelivered was durable, the step that
@@ -99,6 +102,7 @@ use std::sync::{Mutex, MutexGuard};
 use palisade_core::{ExecutionId, TurnId, TurnOutcome};
 use palisade_embed::SessionEvent;
 use palisade_engine::FailureCause;
+use palisade_wire::RawJson;
 
 use super::env::{EnvState, ProcTruth};
 use crate::oracle::{
@@ -144,6 +148,9 @@ pub(crate) struct CallerLog {
     pub(crate) write_failed: BTreeMap<u32, u64>,
     /// The second `palisade-supervise` processes started on the same state file.
     pub(crate) second: Vec<SecondRun>,
+    /// The first event whose printed line (what the caller reads) does not say what the
+    /// supervisor handed out: its trace line and why.
+    pub(crate) misprinted: Option<(u64, String)>,
 }
 
 /// A second `palisade-supervise` started on the state file while an incarnation held it.
@@ -187,6 +194,80 @@ impl CallerLog {
         self.events.push((incarnation, agent_prompts, event));
         self.event_lines.push(line);
     }
+}
+
+/// The event as the caller reads it: `palisade-supervise` prints each event as one JSON
+/// line ([`SessionEvent::to_json`]); the caller's record is the event the supervisor
+/// handed out with each output's update taken from the printed line (the bytes the caller
+/// got), after checking that the line names the same event, session, turn and seqs.
+/// `Err` says how the line differs.
+pub(crate) fn as_printed(event: &SessionEvent) -> Result<SessionEvent, String> {
+    read_printed(event, &event.to_json())
+}
+
+/// The event as `line` shows it (see [`as_printed`]).
+fn read_printed(event: &SessionEvent, line: &str) -> Result<SessionEvent, String> {
+    #[derive(serde::Deserialize)]
+    struct Printed<'a> {
+        event: String,
+        session: String,
+        #[serde(default)]
+        turn: Option<String>,
+        #[serde(default, borrow)]
+        events: Option<Vec<PrintedOutput<'a>>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct PrintedOutput<'a> {
+        seq: u64,
+        #[serde(borrow)]
+        update: &'a serde_json::value::RawValue,
+    }
+    let printed: Printed<'_> = serde_json::from_str(line)
+        .map_err(|e| format!("the line is not an event ({e}): {line}"))?;
+    if printed.event != event.name() || printed.session != event.session().get().to_string() {
+        return Err(format!(
+            "the line names event {:?} of session {}, the supervisor handed out {} of {}",
+            printed.event,
+            printed.session,
+            event.name(),
+            event.session().get()
+        ));
+    }
+    let mut shown = event.clone();
+    let turn = match &shown {
+        SessionEvent::Output { turn, .. } | SessionEvent::TurnEnded { turn, .. } => Some(*turn),
+        _ => None,
+    };
+    if let Some(turn) = turn {
+        if printed.turn != Some(turn.get().to_string()) {
+            return Err(format!(
+                "the line names turn {:?}, the supervisor's event turn {}",
+                printed.turn,
+                turn.get()
+            ));
+        }
+    }
+    if let SessionEvent::Output { events, .. } = &mut shown {
+        let lines = printed.events.unwrap_or_default();
+        if lines.len() != events.len() {
+            return Err(format!(
+                "the line holds {} output events, the supervisor handed out {}",
+                lines.len(),
+                events.len()
+            ));
+        }
+        for (e, p) in events.iter_mut().zip(lines) {
+            if e.seq != p.seq {
+                return Err(format!(
+                    "the line says seq {}, the supervisor's event {}",
+                    p.seq, e.seq
+                ));
+            }
+            e.update = RawJson::from_text(p.update.get())
+                .map_err(|err| format!("seq {}'s update is not JSON ({err})", p.seq))?;
+        }
+    }
+    Ok(shown)
 }
 
 /// Rule 8 on what the agents read, in both stack worlds: a re-prompt a live agent receives
@@ -276,6 +357,14 @@ pub(crate) fn judge(
     idx: u64,
 ) -> Result<(), Violation> {
     let line_of = |lines: &[u64], i: usize| lines.get(i).copied().unwrap_or(idx);
+    // What the caller reads says what the supervisor handed out.
+    if let Some((line, why)) = &log.misprinted {
+        return Err(v(
+            "S-event-misprinted",
+            format!("an event palisade-supervise printed does not say what it handed out: {why}"),
+            *line,
+        ));
+    }
     // One supervisor per state file: a second one is refused before it does anything.
     for second in &log.second {
         let agents = env
@@ -838,6 +927,44 @@ mod tests {
 
     fn turn(n: u64) -> TurnId {
         TurnId::new(n).expect("not zero")
+    }
+
+    /// The caller's record is what `palisade-supervise` printed: an output's updates as the
+    /// line holds them (escapes and all), and a line that says another event, turn or seq,
+    /// or holds an update that is not JSON, is `Err` (`S-event-misprinted`).
+    #[test]
+    fn the_caller_reads_the_printed_line() {
+        use palisade_core::delivery::EventKind;
+        use palisade_embed::OutputEvent;
+        let update = RawJson::from_text(
+            r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"C:\\Users\\ \"q\" \ud83d\ude00"}}"#,
+        )
+        .expect("JSON");
+        let event = SessionEvent::Output {
+            session: SessionId::new(1).expect("not zero"),
+            turn: turn(3),
+            events: vec![OutputEvent {
+                seq: 7,
+                kind: EventKind::Text,
+                update: update.clone(),
+            }],
+        };
+        assert_eq!(as_printed(&event), Ok(event.clone()));
+        let line = event.to_json();
+        assert!(
+            line.contains(update.get()),
+            "updates are printed as written: {line}"
+        );
+        for (from, to) in [
+            (r#""turn":"3""#, r#""turn":"4""#),
+            (r#""seq":7"#, r#""seq":8"#),
+            (r#""event":"output""#, r#""event":"update""#),
+            (update.get(), r#"{"text":"cut"#),
+        ] {
+            assert!(line.contains(from), "{from} in {line}");
+            let bad = line.replacen(from, to, 1);
+            assert!(read_printed(&event, &bad).is_err(), "{bad}");
+        }
     }
 
     fn ended(n: u64, outcome: TurnOutcome, cause: Option<FailureCause>) -> SessionEvent {
