@@ -32,6 +32,7 @@
 //! | `list-sessions` | `false` `true` (`false`) | `Behaviour::lists_sessions` | advertise and answer `session/list` |
 //! | `unprompted-updates` | `false` `true` (`false`) | `Behaviour::unprompted_updates` | an `available_commands_update` right after `session/new` |
 //! | `ask-permission` | `false` `true` (`false`) | `Behaviour::asks_permission` | a `session/request_permission` in the middle of each prompt |
+//! | `auth-required` | `false` `true` (`false`) | `Behaviour::auth_required` | offer one auth method (`agent-token`) and refuse every session request with −32000 `Authentication required` until this process got `authenticate` of it (per process, as gemini-cli) |
 //! | `stderr-noise` | `false` `true` (`false`) | `Behaviour::stderr_noise` | two lines of noise on stderr at start |
 //! | `on-eof` | `exit` `stay` (`exit`) | `Behaviour::exits_on_eof` | at stdin EOF: exit 0, or keep running (as every real agent measured does) |
 //! | `seed` | number (0) | `AgentModel::new` | the model's own choices (only `resume-flake-per-mille` draws) |
@@ -49,7 +50,7 @@
 //! | `protocol-version` | 0..=65535 (1) | `Script::protocol_version` | the `protocolVersion` of the `initialize` answer (an agent that speaks another ACP version) |
 //! | `misbehave` | `none` `garbage` `close-stdout` `unknown-ids` `never-answer` `exit` (`none`) | shell | instead of answering a request: write a garbage line; close stdout and stay alive; answer with an id we never got; stay silent; exit (the model never sees the request) |
 //! | `misbehave-on` | method or `*` (`*`) | shell | which requests `misbehave` applies to |
-//! | `log` | path (none) | shell | append one JSON line per received message, per answered prompt and per exit, for ground truth |
+//! | `log` | path (none) | shell | append one JSON line per received message (with the receiving process's `pid`), per answered prompt and per exit, for ground truth |
 //! | `launcher` | `none` `spawn` `double-fork` `setsid` (`none`) | shell (the simulator's `Behaviour::launcher` is `spawn`) | run as a launcher that starts the real agent (itself, with the same options) and passes its stdio on: as its child, waiting for it (like codex-acp's npm launcher); or through an intermediate that exits at once, so the agent is reparented (`double-fork`), and also calls `setsid` (`setsid`), while the launcher stays alive |
 //! | `ignore-sigterm` | `false` `true` (`false`) | shell | catch SIGTERM and keep running (only SIGKILL ends it) |
 //! | `stamp-chunks` | `false` `true` (`false`) | shell | begin each chunk's text with `@<µs> `, the wall clock (Unix microseconds) when the line is written, for latency measurements (`embed/benches/proxy.rs`) |
@@ -107,6 +108,7 @@ const OPTIONS: &[&str] = &[
     "list-sessions",
     "unprompted-updates",
     "ask-permission",
+    "auth-required",
     "stderr-noise",
     "on-eof",
     "seed",
@@ -318,6 +320,7 @@ fn script_options(
     behaviour.lists_sessions = flag(text("list-sessions"), "list-sessions")?;
     behaviour.unprompted_updates = flag(text("unprompted-updates"), "unprompted-updates")?;
     behaviour.asks_permission = flag(text("ask-permission"), "ask-permission")?;
+    behaviour.auth_required = flag(text("auth-required"), "auth-required")?;
     behaviour.stderr_noise = flag(text("stderr-noise"), "stderr-noise")?;
     behaviour.exits_on_eof = match text("on-eof").as_deref() {
         None | Some("exit") => true,
@@ -594,7 +597,7 @@ impl Shell {
         };
         let method = message.get("method").and_then(Value::as_str);
         let params = message.get("params").cloned().unwrap_or(Value::Null);
-        self.record(&json!({"method": method, "id": message.get("id"), "params": params}));
+        self.record(&json!({"method": method, "id": message.get("id"), "params": params, "pid": std::process::id()}));
         let id = message
             .get("id")
             .and_then(|id| serde_json::from_value::<RequestId>(id.clone()).ok());
