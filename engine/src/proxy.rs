@@ -696,23 +696,21 @@ fn label_of<'a>(
 
 /// A `session/update` of the session labelled `label`, appended to `out`: the agent's
 /// update as it wrote it.
+///
+/// The bytes are those `write_message` writes for the same params (a test holds them
+/// equal), but the envelope around the two members is a constant: serializing its names
+/// and the method for every update was a tenth of the proxy's work at 100,000 updates a
+/// second. Only the label goes through serde (escaped); the update is copied as written.
 fn write_update(out: &mut Vec<u8>, label: &str, update: &RawJson) {
-    #[derive(serde::Serialize)]
-    struct Params<'a> {
-        #[serde(rename = "sessionId")]
-        session_id: &'a str,
-        update: &'a serde_json::value::RawValue,
-    }
-    write_message(
-        out,
-        None,
-        palisade_wire::acp::SESSION_UPDATE,
-        Some(&Params {
-            session_id: label,
-            update: update.raw(),
-        }),
-    );
+    out.extend_from_slice(UPDATE_HEAD.as_bytes());
+    serde_json::to_writer(&mut *out, label).expect("a string always serializes");
+    out.extend_from_slice(b",\"update\":");
+    out.extend_from_slice(update.get().as_bytes());
+    out.extend_from_slice(b"}}\n");
 }
+
+/// What every `session/update` line to the client starts with, up to its session id.
+const UPDATE_HEAD: &str = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"#;
 
 /// The `cwd` member of a client's session params.
 fn cwd_of(params: &RawJson) -> Option<String> {
@@ -1067,6 +1065,47 @@ mod tests {
         let params = bench.agent_answers("session/set_mode", json!({}));
         assert_eq!(params, json!({"sessionId": "agent-1", "modeId": "code"}));
         assert_eq!(bench.answer_of(9)["result"], json!({}));
+    }
+
+    /// An update line is what serde writes for the same message, whatever the label holds
+    /// and however the agent wrote its update.
+    #[test]
+    fn an_update_line_is_what_serde_writes() {
+        #[derive(serde::Serialize)]
+        struct Params<'a> {
+            #[serde(rename = "sessionId")]
+            session_id: &'a str,
+            update: &'a serde_json::value::RawValue,
+        }
+        for (label, update) in [
+            (
+                "pls_1a_1",
+                r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"a"}}"#,
+            ),
+            (
+                "quote\"back\\slash\u{1}é",
+                r#" { "sessionUpdate" : "plan" , "entries":[] } "#,
+            ),
+            ("", "null"),
+        ] {
+            let update = RawJson::from_text(update).expect("json");
+            let mut ours = Vec::new();
+            write_update(&mut ours, label, &update);
+            let mut serdes = Vec::new();
+            write_message(
+                &mut serdes,
+                None,
+                acp::SESSION_UPDATE,
+                Some(&Params {
+                    session_id: label,
+                    update: update.raw(),
+                }),
+            );
+            assert_eq!(
+                String::from_utf8(ours).expect("utf-8"),
+                String::from_utf8(serdes).expect("utf-8")
+            );
+        }
     }
 }
 
