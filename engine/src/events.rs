@@ -533,23 +533,17 @@ pub(crate) fn is_session_state(head: &UpdateHead<'_>) -> bool {
     )
 }
 
-/// What the engine reads of a `session/update`'s params: the session id, and the
-/// `update` (`None` when absent or `null`), borrowed from the params' text.
-#[derive(Debug, Default, serde::Deserialize)]
+/// What the mutant `update-scan-misreads-escapes` reads of a `session/update`'s params: the
+/// session id, and the `update`, borrowed from the params' text.
+#[cfg(feature = "mutants")]
+#[derive(Debug, Default)]
 pub(crate) struct UpdateParams<'a> {
-    #[serde(rename = "sessionId", borrow, default)]
     pub(crate) session_id: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow, default)]
     pub(crate) update: Option<&'a RawValue>,
 }
 
+#[cfg(feature = "mutants")]
 impl<'a> UpdateParams<'a> {
-    /// The session id and `update` of raw params; neither if the params are not an
-    /// object of that shape (a member of the wrong type, or given twice).
-    pub(crate) fn of(params: &'a RawJson) -> UpdateParams<'a> {
-        params.parse().unwrap_or_default()
-    }
-
     /// Mutant `update-scan-misreads-escapes` (issue 29, class 5): what a hand-written
     /// reader of the params, in place of serde, makes of them. It walks the members one by
     /// one, keeping each it reads, and finds where a string ends with the classic mistake:
@@ -699,6 +693,7 @@ pub(crate) fn kind_of(head: &UpdateHead<'_>) -> EventKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use palisade_wire::acp::SessionUpdate;
 
     /// A prompt's content reads back as it was written, alone and inside a record (as the
     /// state file keeps it): a client's blocks (raw JSON) too.
@@ -741,10 +736,17 @@ mod tests {
             r#"{"update":{"sessionUpdate":"plan"},"sessionId":"s\u0031"}"#,
         ] {
             let params = RawJson::from_text(text).expect("json");
-            let (of, scanned) = (UpdateParams::of(&params), UpdateParams::scanned(&params));
-            assert_eq!(of.session_id, scanned.session_id, "{text}");
+            let (of, scanned) = (
+                SessionUpdate::of(params.raw()),
+                UpdateParams::scanned(&params),
+            );
             assert_eq!(
-                of.update.map(RawValue::get),
+                of.session_id.as_deref(),
+                scanned.session_id.as_deref(),
+                "{text}"
+            );
+            assert_eq!(
+                of.update.as_ref().map(RawJson::get),
                 scanned.update.map(RawValue::get),
                 "{text}"
             );
@@ -753,7 +755,7 @@ mod tests {
             r#"{"sessionId":"s-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"m#1 C:\\Users\\"}}}"#,
         )
         .expect("json");
-        let of = UpdateParams::of(&params);
+        let of = SessionUpdate::of(params.raw());
         assert!(of.update.is_some());
         let scanned = UpdateParams::scanned(&params);
         assert_eq!(scanned.session_id.as_deref(), Some("s-1"));
@@ -913,11 +915,11 @@ mod tests {
             r#"{"sessionId":"s\u0031","update":{"session\u0055pdate":"agent_message_chunk","content":{"type":"resource_link","text":"x"}},"other":[1]}"#,
         )
         .unwrap();
-        let parsed = UpdateParams::of(&params);
+        let parsed = SessionUpdate::of(params.raw());
         assert_eq!(parsed.session_id.as_deref(), Some("s1"));
         let update = parsed.update.expect("an update");
         assert!(update.get().starts_with(r#"{"session\u0055pdate""#));
-        assert_eq!(kind_of(&UpdateHead::of(update)), EventKind::Resource);
+        assert_eq!(kind_of(&UpdateHead::of(update.raw())), EventKind::Resource);
         // Params that are not of the shape give neither member.
         for text in [
             r#"{"sessionId":"s","update":null}"#,
@@ -927,7 +929,7 @@ mod tests {
             r#""s""#,
         ] {
             let params = RawJson::from_text(text).unwrap();
-            assert!(UpdateParams::of(&params).update.is_none(), "{text}");
+            assert!(SessionUpdate::of(params.raw()).update.is_none(), "{text}");
         }
         // Nor does a head given twice, or of the wrong type.
         for text in [
