@@ -14,7 +14,7 @@ use palisade_core::{
 use serde_json::{json, Value};
 
 use palisade_wire::connection::{CloseReason, ProcessExit, RpcFailure};
-use palisade_wire::jsonrpc::RawJson;
+use palisade_wire::jsonrpc::{JsonStr, RawJson};
 use serde_json::value::RawValue;
 
 /// What a prompt asks: a text (`palisade-supervise`), or the content blocks a client sent
@@ -523,7 +523,7 @@ pub(crate) fn origin_of(reason: NewConversationReason) -> ConversationOrigin {
 /// output nor a sign that the agent took a prompt.
 pub(crate) fn is_session_state(head: &UpdateHead<'_>) -> bool {
     matches!(
-        head.kind.as_deref(),
+        head.kind.as_ref().map(JsonStr::as_str),
         Some(
             "available_commands_update"
                 | "current_mode_update"
@@ -654,7 +654,7 @@ fn naive_value_end(text: &str, at: usize) -> Option<usize> {
 #[derive(Debug, Default, serde::Deserialize)]
 pub(crate) struct UpdateHead<'a> {
     #[serde(rename = "sessionUpdate", borrow, default)]
-    pub(crate) kind: Option<std::borrow::Cow<'a, str>>,
+    pub(crate) kind: Option<JsonStr<'a>>,
     #[serde(borrow, default)]
     content: Option<ContentHead<'a>>,
 }
@@ -662,7 +662,7 @@ pub(crate) struct UpdateHead<'a> {
 #[derive(Debug, Default, serde::Deserialize)]
 struct ContentHead<'a> {
     #[serde(rename = "type", borrow, default)]
-    kind: Option<std::borrow::Cow<'a, str>>,
+    kind: Option<JsonStr<'a>>,
 }
 
 impl<'a> UpdateHead<'a> {
@@ -675,9 +675,13 @@ impl<'a> UpdateHead<'a> {
 /// `update.sessionUpdate` → [`EventKind`]. Resource content in a message chunk counts as
 /// a resource; anything unknown is `Other` (and still delivered).
 pub(crate) fn kind_of(head: &UpdateHead<'_>) -> EventKind {
-    match head.kind.as_deref() {
+    match head.kind.as_ref().map(JsonStr::as_str) {
         Some("agent_message_chunk") => {
-            match head.content.as_ref().and_then(|c| c.kind.as_deref()) {
+            match head
+                .content
+                .as_ref()
+                .and_then(|c| c.kind.as_ref().map(JsonStr::as_str))
+            {
                 Some("resource" | "resource_link") => EventKind::Resource,
                 _ => EventKind::Text,
             }

@@ -11,13 +11,11 @@ use agent_client_protocol_schema::v1::{
     PromptRequest, AGENT_METHOD_NAMES, CLIENT_METHOD_NAMES,
 };
 use agent_client_protocol_schema::ProtocolVersion;
-use std::borrow::Cow;
-
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::jsonrpc::{encode_message, RawJson, RequestId};
+use crate::jsonrpc::{encode_message, JsonStr, RawJson, RequestId};
 
 pub use agent_client_protocol_schema::v1 as schema;
 
@@ -72,7 +70,7 @@ impl SessionUpdate {
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct UpdateParams<'a> {
     #[serde(rename = "sessionId", borrow, default)]
-    session_id: Option<Cow<'a, str>>,
+    session_id: Option<JsonStr<'a>>,
     #[serde(borrow, default)]
     update: Option<&'a RawValue>,
 }
@@ -81,7 +79,7 @@ impl UpdateParams<'_> {
     /// What they say, owned.
     pub(crate) fn to_update(&self) -> SessionUpdate {
         SessionUpdate {
-            session_id: self.session_id.as_deref().map(str::to_owned),
+            session_id: self.session_id.as_ref().map(|id| id.as_str().to_owned()),
             update: self.update.map(RawJson::from),
         }
     }

@@ -161,6 +161,49 @@ impl From<&RawValue> for RawJson {
     }
 }
 
+/// A JSON string as serde reads it, borrowed from the text when it is written without
+/// escapes (the usual case: no copy), else unescaped into a string of its own. serde's own
+/// `Cow<str>` is always a copy unless it is a struct's bare field (not in an `Option`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JsonStr<'a>(pub std::borrow::Cow<'a, str>);
+
+impl JsonStr<'_> {
+    /// The string.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for JsonStr<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<JsonStr<'a>, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = JsonStr<'de>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+
+            fn visit_borrowed_str<E: serde::de::Error>(
+                self,
+                v: &'de str,
+            ) -> Result<JsonStr<'de>, E> {
+                Ok(JsonStr(std::borrow::Cow::Borrowed(v)))
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<JsonStr<'de>, E> {
+                Ok(JsonStr(std::borrow::Cow::Owned(v.to_owned())))
+            }
+
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<JsonStr<'de>, E> {
+                Ok(JsonStr(std::borrow::Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(Visitor)
+    }
+}
+
 /// One well-formed JSON-RPC message.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Frame {
@@ -714,6 +757,16 @@ mod tests {
             update.update.map(|u| u.get().to_owned()).as_deref(),
             Some(r#"{"sessionUpdate":"plan","entries":[]}"#)
         );
+    }
+
+    #[test]
+    fn a_json_str_is_borrowed_unless_written_with_escapes() {
+        use std::borrow::Cow;
+        let plain: Option<JsonStr<'_>> = serde_json::from_str(r#""plan""#).unwrap();
+        assert!(matches!(plain, Some(JsonStr(Cow::Borrowed("plan")))));
+        let escaped: JsonStr<'_> = serde_json::from_str(r#""pl\u0061n""#).unwrap();
+        assert!(matches!(&escaped.0, Cow::Owned(s) if s == "plan"));
+        assert!(serde_json::from_str::<JsonStr<'_>>("7").is_err());
     }
 
     #[test]
