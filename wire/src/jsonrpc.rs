@@ -462,17 +462,19 @@ fn is_session_update(method: &RawValue) -> bool {
 
 /// `"jsonrpc": "2.0"`, or [`FrameError::BadVersion`].
 fn check_version(envelope: &Envelope<'_>) -> Result<(), FrameError> {
-    // The version borrowed from the line (the usual case: no copy), or, written with
-    // escapes, unescaped into a string of its own.
-    let version_ok =
-        envelope
-            .jsonrpc
-            .is_some_and(|v| match serde_json::from_str::<&str>(v.get()) {
-                Ok(version) => version == "2.0",
-                Err(_) => {
-                    serde_json::from_str::<String>(v.get()).is_ok_and(|version| version == "2.0")
+    // Written plainly (every agent), the text serde validated is "2.0" itself; else the
+    // version is read, borrowed from the line, or, written with escapes, unescaped into a
+    // string of its own.
+    let version_ok = envelope
+        .jsonrpc
+        .is_some_and(|v| {
+            v.get() == "\"2.0\""
+                || match serde_json::from_str::<&str>(v.get()) {
+                    Ok(version) => version == "2.0",
+                    Err(_) => serde_json::from_str::<String>(v.get())
+                        .is_ok_and(|version| version == "2.0"),
                 }
-            });
+        });
     if version_ok {
         Ok(())
     } else {
