@@ -334,7 +334,7 @@ impl<'de> serde::de::Visitor<'de> for EnvelopeSeed {
         self,
         mut map: A,
     ) -> Result<Envelope<'de>, A::Error> {
-        fn once<'de, E: serde::de::Error, T>(
+        fn once<E: serde::de::Error, T>(
             slot: &mut Option<T>,
             value: T,
             name: &'static str,
@@ -465,16 +465,15 @@ fn check_version(envelope: &Envelope<'_>) -> Result<(), FrameError> {
     // Written plainly (every agent), the text serde validated is "2.0" itself; else the
     // version is read, borrowed from the line, or, written with escapes, unescaped into a
     // string of its own.
-    let version_ok = envelope
-        .jsonrpc
-        .is_some_and(|v| {
-            v.get() == "\"2.0\""
-                || match serde_json::from_str::<&str>(v.get()) {
-                    Ok(version) => version == "2.0",
-                    Err(_) => serde_json::from_str::<String>(v.get())
-                        .is_ok_and(|version| version == "2.0"),
+    let version_ok = envelope.jsonrpc.is_some_and(|v| {
+        v.get() == "\"2.0\""
+            || match serde_json::from_str::<&str>(v.get()) {
+                Ok(version) => version == "2.0",
+                Err(_) => {
+                    serde_json::from_str::<String>(v.get()).is_ok_and(|version| version == "2.0")
                 }
-        });
+            }
+    });
     if version_ok {
         Ok(())
     } else {
