@@ -934,10 +934,11 @@ impl<P: Payload> Coalescer<P> {
         if self.pending.is_empty() {
             return None;
         }
-        let events = std::mem::replace(
-            &mut self.pending,
-            Vec::with_capacity(self.config.max_events),
-        );
+        // The next batch gets room for as many events as this one held: a batch of one
+        // (no coalescing, the proxy's case) costs a small allocation, not one of
+        // `max_events`, and a stream of full batches still fills its batch without growing.
+        let room = self.pending.len();
+        let events = std::mem::replace(&mut self.pending, Vec::with_capacity(room));
         let payload_bytes = std::mem::take(&mut self.pending_bytes);
         Some(self.record(Batch {
             events,

@@ -64,9 +64,7 @@
 //!     let mut chunks = 0u64;
 //!     while let Some(event) = events.recv().await {
 //!         match event {
-//!             AgentEvent::Notification { method, .. } if method == acp::SESSION_UPDATE => {
-//!                 chunks += 1
-//!             }
+//!             AgentEvent::Update { .. } => chunks += 1,
 //!             AgentEvent::Closed(_) => break,
 //!             _ => {}
 //!         }

@@ -30,7 +30,7 @@ use palisade_engine::proxy::{Command, Router};
 use palisade_engine::ClientSide;
 use palisade_wire::acp::{self, Params};
 use palisade_wire::{RawJson, RpcFailure};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 
 use crate::logging::LogFormat;
 use crate::platform::{BoxFuture, Platform};
@@ -54,9 +54,6 @@ pub const MAX_CLIENT_LINE_BYTES: usize = 4 << 20;
 /// Events taken from the supervisor before the client's lines are written out: one write
 /// (and flush) carries a burst of updates, not one each.
 const EVENTS_AT_ONCE: usize = 256;
-
-/// The buffer of the client's lines: a burst of updates goes out in writes this large.
-const CLIENT_WRITE_BYTES: usize = 64 * 1024;
 
 /// How long the probe may take to answer `initialize` or `authenticate`.
 pub const PROBE_WITHIN: Duration = Duration::from_secs(60);
@@ -255,7 +252,9 @@ pub async fn run(options: Options, config: SupervisorConfig, io: Io) -> u8 {
     };
     let mut router = Router::new(known.iter().map(|(s, setup)| (*s, setup)), nonce);
     let mut reader = BufReader::new(upstream);
-    let mut writer = BufWriter::with_capacity(CLIENT_WRITE_BYTES, downstream);
+    // The router's buffer is the only one: its lines go out in one write (no copy into a
+    // writer's buffer first).
+    let mut writer = downstream;
     let mut line = Vec::new();
     let mut probe: Option<Probe> = None;
     let mut hello: Option<RawJson> = None;
@@ -352,7 +351,7 @@ pub async fn run(options: Options, config: SupervisorConfig, io: Io) -> u8 {
 /// Writes every line the router has for the client, then flushes.
 async fn write_out(
     router: &mut Router,
-    writer: &mut BufWriter<Box<dyn AsyncWrite + Send + Unpin>>,
+    writer: &mut Box<dyn AsyncWrite + Send + Unpin>,
 ) -> std::io::Result<()> {
     let lines = router.upstream();
     if lines.is_empty() {

@@ -105,13 +105,22 @@ fn chunk_text(params: &Value) -> String {
     }
 }
 
+/// A `session/update`'s params again, from what the connection read of them.
+fn update_params(session_id: Option<&str>, update: Option<&palisade_wire::RawJson>) -> Value {
+    let update = update.expect("an update").parse::<Value>().unwrap();
+    serde_json::json!({ "sessionId": session_id, "update": update })
+}
+
 fn updates(events: &[AgentEvent]) -> Vec<String> {
     events
         .iter()
         .filter_map(|event| match event {
-            AgentEvent::Notification { method, params, .. } if method == acp::SESSION_UPDATE => {
-                Some(chunk_text(&params.parse::<Value>().unwrap()))
-            }
+            AgentEvent::Update {
+                session_id, update, ..
+            } => Some(chunk_text(&update_params(
+                session_id.as_deref(),
+                update.as_ref(),
+            ))),
             _ => None,
         })
         .collect()
@@ -428,12 +437,15 @@ async fn eleven_hundred_notifications_arrive_in_order_through_a_small_queue() {
         let mut wire_bytes = 0;
         while let Some(event) = events.recv().await {
             match event {
-                AgentEvent::Notification {
-                    params,
+                AgentEvent::Update {
+                    session_id,
+                    update,
                     wire_bytes: bytes,
-                    ..
                 } => {
-                    texts.push(chunk_text(&params.parse::<Value>().unwrap()));
+                    texts.push(chunk_text(&update_params(
+                        session_id.as_deref(),
+                        update.as_ref(),
+                    )));
                     wire_bytes += bytes;
                     if texts.len() % 100 == 0 {
                         // A slow consumer: the agent must wait, not lose anything.
@@ -507,7 +519,7 @@ async fn prompt_in_flight(
     let mut seen = 0;
     while seen < after {
         match events.recv().await.expect("events flow") {
-            AgentEvent::Notification { .. } => seen += 1,
+            AgentEvent::Update { .. } => seen += 1,
             other => panic!("unexpected event {other:?}"),
         }
     }

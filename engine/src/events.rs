@@ -14,7 +14,7 @@ use palisade_core::{
 use serde_json::{json, Value};
 
 use palisade_wire::connection::{CloseReason, ProcessExit, RpcFailure};
-use palisade_wire::jsonrpc::RawJson;
+use palisade_wire::jsonrpc::{JsonStr, RawJson};
 use serde_json::value::RawValue;
 
 /// What a prompt asks: a text (`palisade-supervise`), or the content blocks a client sent
@@ -523,7 +523,7 @@ pub(crate) fn origin_of(reason: NewConversationReason) -> ConversationOrigin {
 /// output nor a sign that the agent took a prompt.
 pub(crate) fn is_session_state(head: &UpdateHead<'_>) -> bool {
     matches!(
-        head.kind.as_deref(),
+        head.kind.as_ref().map(JsonStr::as_str),
         Some(
             "available_commands_update"
                 | "current_mode_update"
@@ -533,23 +533,17 @@ pub(crate) fn is_session_state(head: &UpdateHead<'_>) -> bool {
     )
 }
 
-/// What the engine reads of a `session/update`'s params: the session id, and the
-/// `update` (`None` when absent or `null`), borrowed from the params' text.
-#[derive(Debug, Default, serde::Deserialize)]
+/// What the mutant `update-scan-misreads-escapes` reads of a `session/update`'s params: the
+/// session id, and the `update`, borrowed from the params' text.
+#[cfg(feature = "mutants")]
+#[derive(Debug, Default)]
 pub(crate) struct UpdateParams<'a> {
-    #[serde(rename = "sessionId", borrow, default)]
     pub(crate) session_id: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow, default)]
     pub(crate) update: Option<&'a RawValue>,
 }
 
+#[cfg(feature = "mutants")]
 impl<'a> UpdateParams<'a> {
-    /// The session id and `update` of raw params; neither if the params are not an
-    /// object of that shape (a member of the wrong type, or given twice).
-    pub(crate) fn of(params: &'a RawJson) -> UpdateParams<'a> {
-        params.parse().unwrap_or_default()
-    }
-
     /// Mutant `update-scan-misreads-escapes` (issue 29, class 5): what a hand-written
     /// reader of the params, in place of serde, makes of them. It walks the members one by
     /// one, keeping each it reads, and finds where a string ends with the classic mistake:
@@ -660,7 +654,7 @@ fn naive_value_end(text: &str, at: usize) -> Option<usize> {
 #[derive(Debug, Default, serde::Deserialize)]
 pub(crate) struct UpdateHead<'a> {
     #[serde(rename = "sessionUpdate", borrow, default)]
-    pub(crate) kind: Option<std::borrow::Cow<'a, str>>,
+    pub(crate) kind: Option<JsonStr<'a>>,
     #[serde(borrow, default)]
     content: Option<ContentHead<'a>>,
 }
@@ -668,7 +662,7 @@ pub(crate) struct UpdateHead<'a> {
 #[derive(Debug, Default, serde::Deserialize)]
 struct ContentHead<'a> {
     #[serde(rename = "type", borrow, default)]
-    kind: Option<std::borrow::Cow<'a, str>>,
+    kind: Option<JsonStr<'a>>,
 }
 
 impl<'a> UpdateHead<'a> {
@@ -681,9 +675,13 @@ impl<'a> UpdateHead<'a> {
 /// `update.sessionUpdate` → [`EventKind`]. Resource content in a message chunk counts as
 /// a resource; anything unknown is `Other` (and still delivered).
 pub(crate) fn kind_of(head: &UpdateHead<'_>) -> EventKind {
-    match head.kind.as_deref() {
+    match head.kind.as_ref().map(JsonStr::as_str) {
         Some("agent_message_chunk") => {
-            match head.content.as_ref().and_then(|c| c.kind.as_deref()) {
+            match head
+                .content
+                .as_ref()
+                .and_then(|c| c.kind.as_ref().map(JsonStr::as_str))
+            {
                 Some("resource" | "resource_link") => EventKind::Resource,
                 _ => EventKind::Text,
             }
@@ -699,6 +697,7 @@ pub(crate) fn kind_of(head: &UpdateHead<'_>) -> EventKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use palisade_wire::acp::SessionUpdate;
 
     /// A prompt's content reads back as it was written, alone and inside a record (as the
     /// state file keeps it): a client's blocks (raw JSON) too.
@@ -741,10 +740,17 @@ mod tests {
             r#"{"update":{"sessionUpdate":"plan"},"sessionId":"s\u0031"}"#,
         ] {
             let params = RawJson::from_text(text).expect("json");
-            let (of, scanned) = (UpdateParams::of(&params), UpdateParams::scanned(&params));
-            assert_eq!(of.session_id, scanned.session_id, "{text}");
+            let (of, scanned) = (
+                SessionUpdate::of(params.raw()),
+                UpdateParams::scanned(&params),
+            );
             assert_eq!(
-                of.update.map(RawValue::get),
+                of.session_id.as_deref(),
+                scanned.session_id.as_deref(),
+                "{text}"
+            );
+            assert_eq!(
+                of.update.as_ref().map(RawJson::get),
                 scanned.update.map(RawValue::get),
                 "{text}"
             );
@@ -753,7 +759,7 @@ mod tests {
             r#"{"sessionId":"s-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"m#1 C:\\Users\\"}}}"#,
         )
         .expect("json");
-        let of = UpdateParams::of(&params);
+        let of = SessionUpdate::of(params.raw());
         assert!(of.update.is_some());
         let scanned = UpdateParams::scanned(&params);
         assert_eq!(scanned.session_id.as_deref(), Some("s-1"));
@@ -913,11 +919,11 @@ mod tests {
             r#"{"sessionId":"s\u0031","update":{"session\u0055pdate":"agent_message_chunk","content":{"type":"resource_link","text":"x"}},"other":[1]}"#,
         )
         .unwrap();
-        let parsed = UpdateParams::of(&params);
+        let parsed = SessionUpdate::of(params.raw());
         assert_eq!(parsed.session_id.as_deref(), Some("s1"));
         let update = parsed.update.expect("an update");
         assert!(update.get().starts_with(r#"{"session\u0055pdate""#));
-        assert_eq!(kind_of(&UpdateHead::of(update)), EventKind::Resource);
+        assert_eq!(kind_of(&UpdateHead::of(update.raw())), EventKind::Resource);
         // Params that are not of the shape give neither member.
         for text in [
             r#"{"sessionId":"s","update":null}"#,
@@ -927,7 +933,7 @@ mod tests {
             r#""s""#,
         ] {
             let params = RawJson::from_text(text).unwrap();
-            assert!(UpdateParams::of(&params).update.is_none(), "{text}");
+            assert!(SessionUpdate::of(params.raw()).update.is_none(), "{text}");
         }
         // Nor does a head given twice, or of the wrong type.
         for text in [

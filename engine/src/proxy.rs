@@ -152,6 +152,9 @@ pub struct Router {
     next_asked: i64,
     /// The lines for the client, each with its newline, until the shell wrote them.
     out: Vec<u8>,
+    /// The start of the last session's update lines, up to the update: the label it was
+    /// made for, and the bytes ([`update_head`]). A burst of updates is one session's.
+    update_head: (String, Vec<u8>),
     commands: VecDeque<Command>,
 }
 
@@ -181,6 +184,7 @@ impl Router {
             asked: BTreeMap::new(),
             next_asked: 1,
             out: Vec::new(),
+            update_head: (String::new(), Vec::new()),
             commands: VecDeque::new(),
         };
         for (session, setup) in known {
@@ -519,13 +523,15 @@ impl Router {
             let label = label_of(&self.sessions, &self.nonce, session);
             match event {
                 SessionEvent::Output { events, .. } => {
+                    let head = cached_head(&mut self.update_head, &label);
                     for OutputEvent { update, .. } in events {
-                        write_update(&mut self.out, &label, update);
+                        write_update(&mut self.out, head, update);
                     }
                     return;
                 }
                 SessionEvent::Update { update, .. } | SessionEvent::History { update, .. } => {
-                    write_update(&mut self.out, &label, update);
+                    let head = cached_head(&mut self.update_head, &label);
+                    write_update(&mut self.out, head, update);
                     return;
                 }
                 _ => {}
@@ -694,25 +700,41 @@ fn label_of<'a>(
     )
 }
 
-/// A `session/update` of the session labelled `label`, appended to `out`: the agent's
-/// update as it wrote it.
-fn write_update(out: &mut Vec<u8>, label: &str, update: &RawJson) {
-    #[derive(serde::Serialize)]
-    struct Params<'a> {
-        #[serde(rename = "sessionId")]
-        session_id: &'a str,
-        update: &'a serde_json::value::RawValue,
-    }
-    write_message(
-        out,
-        None,
-        palisade_wire::acp::SESSION_UPDATE,
-        Some(&Params {
-            session_id: label,
-            update: update.raw(),
-        }),
-    );
+/// The start of a `session/update` line of the session labelled `label`, up to its
+/// update, appended to `out`.
+///
+/// The bytes are those `write_message` writes for the same params (a test holds them
+/// equal), but the envelope around the two members is a constant: serializing its names
+/// and the method for every update was a tenth of the proxy's work at 100,000 updates a
+/// second. Only the label goes through serde (escaped).
+fn update_head(out: &mut Vec<u8>, label: &str) {
+    out.extend_from_slice(UPDATE_HEAD.as_bytes());
+    serde_json::to_writer(&mut *out, label).expect("a string always serializes");
+    out.extend_from_slice(b",\"update\":");
 }
+
+/// The start of `label`'s update lines ([`update_head`]) from `cache`, made again only
+/// when the label differs from the one it was made for.
+fn cached_head<'a>(cache: &'a mut (String, Vec<u8>), label: &str) -> &'a [u8] {
+    let (made_for, head) = cache;
+    if made_for != label || head.is_empty() {
+        label.clone_into(made_for);
+        head.clear();
+        update_head(head, label);
+    }
+    head
+}
+
+/// A `session/update` line, appended to `out`: its start ([`update_head`]), then the
+/// agent's update as it wrote it.
+fn write_update(out: &mut Vec<u8>, head: &[u8], update: &RawJson) {
+    out.extend_from_slice(head);
+    out.extend_from_slice(update.get().as_bytes());
+    out.extend_from_slice(b"}}\n");
+}
+
+/// What every `session/update` line to the client starts with, up to its session id.
+const UPDATE_HEAD: &str = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"#;
 
 /// The `cwd` member of a client's session params.
 fn cwd_of(params: &RawJson) -> Option<String> {
@@ -1067,6 +1089,49 @@ mod tests {
         let params = bench.agent_answers("session/set_mode", json!({}));
         assert_eq!(params, json!({"sessionId": "agent-1", "modeId": "code"}));
         assert_eq!(bench.answer_of(9)["result"], json!({}));
+    }
+
+    /// An update line is what serde writes for the same message, whatever the label holds
+    /// and however the agent wrote its update.
+    #[test]
+    fn an_update_line_is_what_serde_writes() {
+        #[derive(serde::Serialize)]
+        struct Params<'a> {
+            #[serde(rename = "sessionId")]
+            session_id: &'a str,
+            update: &'a serde_json::value::RawValue,
+        }
+        for (label, update) in [
+            (
+                "pls_1a_1",
+                r#"{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"a"}}"#,
+            ),
+            (
+                "quote\"back\\slash\u{1}é",
+                r#" { "sessionUpdate" : "plan" , "entries":[] } "#,
+            ),
+            ("", "null"),
+        ] {
+            let update = RawJson::from_text(update).expect("json");
+            let mut head = Vec::new();
+            update_head(&mut head, label);
+            let mut ours = Vec::new();
+            write_update(&mut ours, &head, &update);
+            let mut serdes = Vec::new();
+            write_message(
+                &mut serdes,
+                None,
+                acp::SESSION_UPDATE,
+                Some(&Params {
+                    session_id: label,
+                    update: update.raw(),
+                }),
+            );
+            assert_eq!(
+                String::from_utf8(ours).expect("utf-8"),
+                String::from_utf8(serdes).expect("utf-8")
+            );
+        }
     }
 }
 

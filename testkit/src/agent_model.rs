@@ -2117,7 +2117,7 @@ mod tests {
             assert!(line.contains(marker.as_str()));
             assert!(matches!(
                 wire.receive(line.trim_end().as_bytes()),
-                Incoming::Event(palisade_wire::AgentEvent::Notification { .. })
+                Incoming::Event(palisade_wire::AgentEvent::Update { .. })
             ));
         }
         assert!(matches!(

@@ -11,10 +11,11 @@ use agent_client_protocol_schema::v1::{
     PromptRequest, AGENT_METHOD_NAMES, CLIENT_METHOD_NAMES,
 };
 use agent_client_protocol_schema::ProtocolVersion;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::jsonrpc::{encode_message, RawJson, RequestId};
+use crate::jsonrpc::{encode_message, JsonStr, RawJson, RequestId};
 
 pub use agent_client_protocol_schema::v1 as schema;
 
@@ -40,6 +41,49 @@ pub const SESSION_REQUEST_PERMISSION: &str = CLIENT_METHOD_NAMES.session_request
 
 /// The protocol version this crate speaks.
 pub const PROTOCOL_VERSION: u16 = 1;
+
+/// What a `session/update` notification's params say: whose session, and the update.
+///
+/// Read by serde, borrowed from the line, in the same pass as the envelope when the agent
+/// writes `method` before `params` ([`crate::jsonrpc::parse_agent_frame`]); the update
+/// itself is kept raw (unknown update kinds pass through untouched).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SessionUpdate {
+    /// `sessionId`.
+    pub session_id: Option<String>,
+    /// `update`, as written (`None` when absent or `null`).
+    pub update: Option<RawJson>,
+}
+
+impl SessionUpdate {
+    /// What the params `params` say; neither member if they are not an object of that
+    /// shape (a member of the wrong type, or given twice).
+    #[must_use]
+    pub fn of(params: &RawValue) -> SessionUpdate {
+        serde_json::from_str::<UpdateParams<'_>>(params.get())
+            .map(|params| params.to_update())
+            .unwrap_or_default()
+    }
+}
+
+/// The params of a `session/update` as serde reads them, borrowed from the text.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct UpdateParams<'a> {
+    #[serde(rename = "sessionId", borrow, default)]
+    session_id: Option<JsonStr<'a>>,
+    #[serde(borrow, default)]
+    update: Option<&'a RawValue>,
+}
+
+impl UpdateParams<'_> {
+    /// What they say, owned.
+    pub(crate) fn to_update(&self) -> SessionUpdate {
+        SessionUpdate {
+            session_id: self.session_id.as_ref().map(|id| id.as_str().to_owned()),
+            update: self.update.map(RawJson::from),
+        }
+    }
+}
 
 /// What an agent's `initialize` answer says about `session/load`.
 ///

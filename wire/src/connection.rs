@@ -14,7 +14,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::io;
 
 use crate::acp::Params;
-use crate::jsonrpc::{parse_frame, Frame, FrameError, RawJson, RequestId, RpcError};
+use crate::jsonrpc::{
+    parse_agent_frame, AgentFrame, Frame, FrameError, RawJson, RequestId, RpcError,
+};
 
 /// Default longest line we accept from an agent. A `session/load` history replay or a
 /// file read can be megabytes in one line; past this the agent is broken (or hostile) and
@@ -202,9 +204,20 @@ pub enum Anomaly {
 /// request that waits for them.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AgentEvent {
-    /// A notification, e.g. `session/update`.
+    /// A `session/update` notification (the bulk of what an agent writes), its params read.
+    Update {
+        /// `params.sessionId`.
+        session_id: Option<String>,
+        /// `params.update`, as written: unknown update kinds pass through untouched.
+        /// `None` when absent or `null`, or when the params are not of that shape.
+        update: Option<RawJson>,
+        /// Bytes of the line on the wire, newline included (for coalescing budgets).
+        wire_bytes: usize,
+    },
+    /// Any other notification. ([`Wire::receive`] reads a `session/update` as
+    /// [`AgentEvent::Update`]; one built by hand is read as that one would be.)
     Notification {
-        /// The method, e.g. [`crate::acp::SESSION_UPDATE`].
+        /// The method.
         method: String,
         /// The params as raw JSON: unknown update kinds pass through untouched.
         params: RawJson,
@@ -350,8 +363,16 @@ impl<T> Wire<T> {
             return Incoming::Nothing;
         };
         let line = &line[..len];
-        match parse_frame(line) {
-            Ok(Frame::Response { id, outcome }) => {
+        match parse_agent_frame(line) {
+            Ok(AgentFrame::Update(update)) => {
+                self.stats.notifications += 1;
+                Incoming::Event(AgentEvent::Update {
+                    session_id: update.session_id,
+                    update: update.update,
+                    wire_bytes: line.len() + 1,
+                })
+            }
+            Ok(AgentFrame::Other(Frame::Response { id, outcome })) => {
                 let number = match id {
                     RequestId::Number(number) => Some(number),
                     RequestId::Null | RequestId::Str(_) => None,
@@ -378,7 +399,7 @@ impl<T> Wire<T> {
                 };
                 Incoming::Event(AgentEvent::Anomaly(anomaly))
             }
-            Ok(Frame::Notification { method, params }) => {
+            Ok(AgentFrame::Other(Frame::Notification { method, params })) => {
                 self.stats.notifications += 1;
                 Incoming::Event(AgentEvent::Notification {
                     method,
@@ -386,7 +407,7 @@ impl<T> Wire<T> {
                     wire_bytes: line.len() + 1,
                 })
             }
-            Ok(Frame::Request { id, method, params }) => {
+            Ok(AgentFrame::Other(Frame::Request { id, method, params })) => {
                 self.stats.agent_requests += 1;
                 Incoming::Event(AgentEvent::Request { id, method, params })
             }
@@ -512,7 +533,7 @@ mod tests {
         let note = encode_notification("session/update", &json!({"sessionId": "s"}));
         assert!(matches!(
             wire.receive(note.trim_end().as_bytes()),
-            Incoming::Event(AgentEvent::Notification { wire_bytes, .. }) if wire_bytes == note.len()
+            Incoming::Event(AgentEvent::Update { wire_bytes, .. }) if wire_bytes == note.len()
         ));
         let Incoming::Event(first) = wire.receive(b"not json") else {
             panic!("garbage is an event")

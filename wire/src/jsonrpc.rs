@@ -14,6 +14,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use crate::acp::{SessionUpdate, UpdateParams, SESSION_UPDATE};
+
 pub use agent_client_protocol_schema::v1::RequestId;
 
 /// JSON-RPC's reserved error codes and ACP's own, as the agents send them.
@@ -159,6 +161,49 @@ impl From<&RawValue> for RawJson {
     }
 }
 
+/// A JSON string as serde reads it, borrowed from the text when it is written without
+/// escapes (the usual case: no copy), else unescaped into a string of its own. serde's own
+/// `Cow<str>` is always a copy unless it is a struct's bare field (not in an `Option`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JsonStr<'a>(pub std::borrow::Cow<'a, str>);
+
+impl JsonStr<'_> {
+    /// The string.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for JsonStr<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<JsonStr<'a>, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = JsonStr<'de>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+
+            fn visit_borrowed_str<E: serde::de::Error>(
+                self,
+                v: &'de str,
+            ) -> Result<JsonStr<'de>, E> {
+                Ok(JsonStr(std::borrow::Cow::Borrowed(v)))
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<JsonStr<'de>, E> {
+                Ok(JsonStr(std::borrow::Cow::Owned(v.to_owned())))
+            }
+
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<JsonStr<'de>, E> {
+                Ok(JsonStr(std::borrow::Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(Visitor)
+    }
+}
+
 /// One well-formed JSON-RPC message.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Frame {
@@ -230,27 +275,105 @@ impl std::error::Error for FrameError {}
 /// The top level of a message, borrowed from the line: each member is kept as its raw
 /// text (validated, not built) and read only if the message needs it. A member is present
 /// when it is written, whatever its value: `"id": null` and `"result": null` are a
-/// response's id and result, as JSON-RPC 2.0 has them.
-#[derive(Deserialize)]
+/// response's id and result, as JSON-RPC 2.0 has them. A member written twice makes the
+/// line no message ([`FrameError::NotObject`]); members JSON-RPC does not name are skipped.
+#[derive(Default)]
 struct Envelope<'a> {
-    #[serde(borrow, default, deserialize_with = "present")]
     jsonrpc: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
     id: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
     method: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
     params: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
+    /// The `params` of a `session/update` notification whose `method` came first (as
+    /// agents write it), read in the same pass as the envelope; `params` is then `None`.
+    update: Option<UpdateParams<'a>>,
     result: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
     error: Option<&'a RawValue>,
 }
 
-/// A member that is written, `null` included (`Option`'s own reading takes `null` for
-/// absent).
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
-    <&RawValue>::deserialize(d).map(Some)
+/// The members of an envelope, by name.
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "lowercase")]
+enum Member {
+    Jsonrpc,
+    Id,
+    Method,
+    Params,
+    Result,
+    Error,
+    #[serde(other)]
+    Other,
+}
+
+/// Reads an [`Envelope`]; with `read_updates`, the params of a `session/update` are read
+/// as [`UpdateParams`] in the same pass (if they are not of that shape, the read fails and
+/// the caller reads the line again without it: see [`parse_agent_frame`]).
+struct EnvelopeSeed {
+    read_updates: bool,
+}
+
+/// `"session/update"` as a `method` member's raw text (written without escapes, as agents
+/// write it; any other spelling takes the general path).
+const SESSION_UPDATE_TEXT: &str = "\"session/update\"";
+
+impl<'de> serde::de::DeserializeSeed<'de> for EnvelopeSeed {
+    type Value = Envelope<'de>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Envelope<'de>, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for EnvelopeSeed {
+    type Value = Envelope<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON-RPC message object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> Result<Envelope<'de>, A::Error> {
+        fn once<E: serde::de::Error, T>(
+            slot: &mut Option<T>,
+            value: T,
+            name: &'static str,
+        ) -> Result<(), E> {
+            if slot.is_some() {
+                return Err(E::duplicate_field(name));
+            }
+            *slot = Some(value);
+            Ok(())
+        }
+        let mut envelope = Envelope::default();
+        while let Some(member) = map.next_key::<Member>()? {
+            match member {
+                Member::Jsonrpc => once(&mut envelope.jsonrpc, map.next_value()?, "jsonrpc")?,
+                Member::Id => once(&mut envelope.id, map.next_value()?, "id")?,
+                Member::Method => once(&mut envelope.method, map.next_value()?, "method")?,
+                Member::Result => once(&mut envelope.result, map.next_value()?, "result")?,
+                Member::Error => once(&mut envelope.error, map.next_value()?, "error")?,
+                Member::Params => {
+                    if envelope.params.is_some() || envelope.update.is_some() {
+                        return Err(serde::de::Error::duplicate_field("params"));
+                    }
+                    let update = self.read_updates
+                        && envelope
+                            .method
+                            .is_some_and(|method| method.get() == SESSION_UPDATE_TEXT);
+                    if update {
+                        envelope.update = Some(map.next_value()?);
+                    } else {
+                        envelope.params = Some(map.next_value()?);
+                    }
+                }
+                Member::Other => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(envelope)
+    }
 }
 
 /// Parses one line (without its newline) into a [`Frame`].
@@ -259,12 +382,66 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValu
 /// is [`FrameError::NotJson`]); the payload the frame keeps is copied out of the line.
 pub fn parse_frame(line: &[u8]) -> Result<Frame, FrameError> {
     let text = std::str::from_utf8(line).map_err(|_| FrameError::NotJson)?;
+    let envelope = envelope(text, false)?;
+    frame(&envelope)
+}
+
+/// What an agent wrote on one line: a frame, or a `session/update` notification (the bulk
+/// of what agents write) with its params read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentFrame {
+    /// A `session/update` notification.
+    Update(SessionUpdate),
+    /// Any other message.
+    Other(Frame),
+}
+
+/// [`parse_frame`] for a line an agent wrote: a `session/update` notification comes back
+/// as a [`SessionUpdate`], its params read by serde in the same pass as the envelope (one
+/// pass over the update's bytes, not one for the envelope and another for the params).
+/// What it holds is what [`SessionUpdate::of`] reads from the notification's params.
+pub fn parse_agent_frame(line: &[u8]) -> Result<AgentFrame, FrameError> {
+    let text = std::str::from_utf8(line).map_err(|_| FrameError::NotJson)?;
+    // Params of another shape fail the first read: the line is read again without it, and
+    // the params are read as `SessionUpdate::of` reads them (rare: a hostile or broken
+    // agent).
+    // A request named `session/update` (an id after the params) is a request: its params
+    // are kept raw.
+    let mut envelope = envelope(text, true).or_else(|_| envelope(text, false))?;
+    if envelope.update.is_some() && envelope.id.is_some() {
+        envelope = self::envelope(text, false)?;
+    }
+    let update = match envelope.update.take() {
+        Some(params) => Some(params.to_update()),
+        None if envelope.id.is_none() && envelope.method.is_some_and(is_session_update) => {
+            Some(SessionUpdate::of(envelope.params.unwrap_or(RawValue::NULL)))
+        }
+        None => None,
+    };
+    match update {
+        Some(update) => {
+            // The envelope is still checked as a notification's.
+            check_version(&envelope)?;
+            Ok(AgentFrame::Update(update))
+        }
+        None => frame(&envelope).map(AgentFrame::Other),
+    }
+}
+
+/// The envelope of `text`, or why the line is no message.
+fn envelope(text: &str, read_updates: bool) -> Result<Envelope<'_>, FrameError> {
+    use serde::de::DeserializeSeed;
     // Serde reads a struct from an array of its members too: only an object is a message.
     let object = text
         .trim_start_matches([' ', '\t', '\n', '\r'])
         .starts_with('{');
-    match object.then(|| serde_json::from_str::<Envelope<'_>>(text)) {
-        Some(Ok(envelope)) => frame(&envelope),
+    let read = object.then(|| {
+        let mut de = serde_json::Deserializer::from_str(text);
+        let envelope = EnvelopeSeed { read_updates }.deserialize(&mut de)?;
+        de.end().map(|()| envelope)
+    });
+    match read {
+        Some(Ok(envelope)) => Ok(envelope),
         // Valid JSON of the wrong shape (an array, a number, a repeated member), or not
         // JSON at all?
         _ => Err(match serde_json::from_str::<serde::de::IgnoredAny>(text) {
@@ -274,22 +451,39 @@ pub fn parse_frame(line: &[u8]) -> Result<Frame, FrameError> {
     }
 }
 
-/// The frame an envelope stands for.
-fn frame(envelope: &Envelope<'_>) -> Result<Frame, FrameError> {
-    // The version borrowed from the line (the usual case: no copy), or, written with
-    // escapes, unescaped into a string of its own.
-    let version_ok =
-        envelope
-            .jsonrpc
-            .is_some_and(|v| match serde_json::from_str::<&str>(v.get()) {
+/// Whether a `method` member's raw text is `session/update`, however it is written.
+fn is_session_update(method: &RawValue) -> bool {
+    match serde_json::from_str::<&str>(method.get()) {
+        Ok(name) => name == SESSION_UPDATE,
+        // Written with escapes (or not a string: then it is no method at all).
+        Err(_) => serde_json::from_str::<String>(method.get()).is_ok_and(|n| n == SESSION_UPDATE),
+    }
+}
+
+/// `"jsonrpc": "2.0"`, or [`FrameError::BadVersion`].
+fn check_version(envelope: &Envelope<'_>) -> Result<(), FrameError> {
+    // Written plainly (every agent), the text serde validated is "2.0" itself; else the
+    // version is read, borrowed from the line, or, written with escapes, unescaped into a
+    // string of its own.
+    let version_ok = envelope.jsonrpc.is_some_and(|v| {
+        v.get() == "\"2.0\""
+            || match serde_json::from_str::<&str>(v.get()) {
                 Ok(version) => version == "2.0",
                 Err(_) => {
                     serde_json::from_str::<String>(v.get()).is_ok_and(|version| version == "2.0")
                 }
-            });
-    if !version_ok {
-        return Err(FrameError::BadVersion);
+            }
+    });
+    if version_ok {
+        Ok(())
+    } else {
+        Err(FrameError::BadVersion)
     }
+}
+
+/// The frame an envelope stands for.
+fn frame(envelope: &Envelope<'_>) -> Result<Frame, FrameError> {
+    check_version(envelope)?;
     let id = envelope
         .id
         .map(|id| serde_json::from_str::<RequestId>(id.get()).map_err(|_| FrameError::BadId))
@@ -510,6 +704,70 @@ mod tests {
         assert_eq!(kept, r#"{"update":{"text":"\u00e9 long", "n": 1e400}}"#);
         assert_eq!(serde_json::from_str::<Kept>(&kept).unwrap().update, raw);
         assert!(serde_json::from_str::<Kept>(r#"{"update":nul}"#).is_err());
+    }
+
+    /// An agent's line reads as `parse_frame` reads it, a `session/update` notification's
+    /// params as `SessionUpdate::of` reads them, whatever the order of its members and
+    /// whatever shape its params have.
+    #[test]
+    fn an_agents_line_reads_as_a_frame_and_its_updates_params_would() {
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"s","update":{}1{}}}}}"#,
+            "[".repeat(126),
+            "]".repeat(126)
+        );
+        let lines = [
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"plan","entries":[]}}}"#,
+            r#"{"params":{"sessionId":"s","update":{"sessionUpdate":"plan"}},"method":"session/update","jsonrpc":"2.0"}"#,
+            r#"{"jsonrpc":"2.0","method":"session\/update","params":{"sessionId":"s\u0031","update":{"a":"C:\\"}}}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{}},"id":4}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":7,"update":{}}}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","sessionId":"t","update":{}}}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":[]}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":null}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update"}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"update":null}}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"update":{}},"params":{}}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"update":{}},"method":"x"}"#,
+            r#"{"jsonrpc":"1.0","method":"session/update","params":{"update":{}}}"#,
+            r#"{"method":"session/update","params":{"update":{}}}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"update":{"a":nul}}}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"update":{}}} x"#,
+            r#"{"jsonrpc":"2.0","method":"fs/read_text_file","params":{"path":"/a"},"id":"r"}"#,
+            r#"{"jsonrpc":"2.0","method":"_x/y","params":{"update":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"stopReason":"end_turn"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32002,"message":"m"}}"#,
+            deep.as_str(),
+        ];
+        for line in lines {
+            let general = parse_frame(line.as_bytes());
+            let expected = match general.clone() {
+                Ok(Frame::Notification { method, params }) if method == SESSION_UPDATE => {
+                    Ok(AgentFrame::Update(SessionUpdate::of(params.raw())))
+                }
+                other => other.map(AgentFrame::Other),
+            };
+            assert_eq!(parse_agent_frame(line.as_bytes()), expected, "{line}");
+        }
+        // The first line's update is read in the envelope's pass, as written.
+        let Ok(AgentFrame::Update(update)) = parse_agent_frame(lines[0].as_bytes()) else {
+            panic!("an update")
+        };
+        assert_eq!(update.session_id.as_deref(), Some("s"));
+        assert_eq!(
+            update.update.map(|u| u.get().to_owned()).as_deref(),
+            Some(r#"{"sessionUpdate":"plan","entries":[]}"#)
+        );
+    }
+
+    #[test]
+    fn a_json_str_is_borrowed_unless_written_with_escapes() {
+        use std::borrow::Cow;
+        let plain: Option<JsonStr<'_>> = serde_json::from_str(r#""plan""#).unwrap();
+        assert!(matches!(plain, Some(JsonStr(Cow::Borrowed("plan")))));
+        let escaped: JsonStr<'_> = serde_json::from_str(r#""pl\u0061n""#).unwrap();
+        assert!(matches!(&escaped.0, Cow::Owned(s) if s == "plan"));
+        assert!(serde_json::from_str::<JsonStr<'_>>("7").is_err());
     }
 
     #[test]

@@ -8,32 +8,33 @@ impl Engine {
         &mut self,
         now: Timestamp,
         execution: ExecutionId,
-        params: RawJson,
+        parsed: acp::SessionUpdate,
         wire_bytes: usize,
     ) {
         let Some(runtime) = self.runtimes.get_mut(&execution) else {
             self.stats.notifications_ignored += 1;
             return;
         };
-        // The params' session id and update, and the update's head, borrowed from the text.
         #[cfg(feature = "mutants")]
         let parsed = if self.driver.core().active_mutant().get()
             == Some(palisade_core::mutants::Mutant::UpdateScanMisreadsEscapes)
         {
-            UpdateParams::scanned(&params)
+            misread(&parsed)
         } else {
-            UpdateParams::of(&params)
+            parsed
         };
-        #[cfg(not(feature = "mutants"))]
-        let parsed = UpdateParams::of(&params);
-        let head = parsed.update.map(UpdateHead::of).unwrap_or_default();
+        // The update's head, read from its text.
+        let (session_state, kind) = {
+            let head = parsed
+                .update
+                .as_ref()
+                .map(|u| UpdateHead::of(u.raw()))
+                .unwrap_or_default();
+            (events::is_session_state(&head), kind_of(&head))
+        };
+        let update = parsed.update.unwrap_or_else(RawJson::null);
         let ours = runtime.conversation.is_some()
             && parsed.session_id.as_deref() == runtime.conversation.as_deref();
-        let update = parsed.update.map_or_else(RawJson::null, RawJson::from);
-        // The session's own state (its commands, mode, title) is not a turn's output, nor a
-        // sign the agent took a prompt: agents send it unprompted, e.g. right after
-        // `session/new`, so it may arrive after a prompt was sent but before it was read.
-        let session_state = events::is_session_state(&head);
         let Some(prompt) = runtime
             .prompt
             .as_mut()
@@ -62,8 +63,6 @@ impl Engine {
         let first = !prompt.accepted;
         prompt.accepted = true;
         let session = runtime.session;
-        let kind = kind_of(&head);
-        drop(head);
         if first {
             self.callback(now, execution, RuntimeEvent::PromptAccepted { turn });
         }
@@ -389,5 +388,28 @@ impl Engine {
     /// An answer to show the client, when one stands behind the caller.
     fn client_answer(&self, answer: RawJson) -> Option<RawJson> {
         (self.config.client == ClientSide::Forward).then_some(answer)
+    }
+}
+
+/// Mutant `update-scan-misreads-escapes`: what a hand-written scanner makes of the params
+/// the agent wrote (as agents write them: the session id, then the update).
+#[cfg(feature = "mutants")]
+fn misread(parsed: &acp::SessionUpdate) -> acp::SessionUpdate {
+    let mut members = Vec::new();
+    if let Some(id) = &parsed.session_id {
+        members.push(format!(
+            "\"sessionId\":{}",
+            serde_json::to_string(id).expect("a string always serializes")
+        ));
+    }
+    if let Some(update) = &parsed.update {
+        members.push(format!("\"update\":{}", update.get()));
+    }
+    let params = RawJson::from_text(format!("{{{}}}", members.join(",")))
+        .expect("members of valid JSON make valid JSON");
+    let scanned = crate::events::UpdateParams::scanned(&params);
+    acp::SessionUpdate {
+        session_id: scanned.session_id.map(std::borrow::Cow::into_owned),
+        update: scanned.update.map(RawJson::from),
     }
 }

@@ -95,7 +95,7 @@ use palisade_wire::jsonrpc::{codes, RawJson, RequestId, RpcError};
 use crate::config::{ClientSide, EngineConfig, EngineConfigError, MAX_PROMPT_BYTES, READY_EVENTS};
 use crate::events::{
     self, kind_of, origin_of, ConversationOrigin, FailureCause, OutputEvent, PromptContent,
-    SessionEvent, UpdateHead, UpdateParams,
+    SessionEvent, UpdateHead,
 };
 use crate::replay::render_prompt;
 use crate::sorted_map::SortedMap;
@@ -870,13 +870,23 @@ impl Engine {
     /// Something the agent of `execution` sent (in wire order).
     pub fn agent_event(&mut self, now: Timestamp, execution: ExecutionId, event: AgentEvent) {
         match event {
+            AgentEvent::Update {
+                session_id,
+                update,
+                wire_bytes,
+            } => {
+                let update = acp::SessionUpdate { session_id, update };
+                self.notification(now, execution, update, wire_bytes);
+            }
             AgentEvent::Notification {
                 method,
                 params,
                 wire_bytes,
             } => {
                 if method == acp::SESSION_UPDATE {
-                    self.notification(now, execution, params, wire_bytes);
+                    // Built by hand: read as the wire reads one.
+                    let update = acp::SessionUpdate::of(params.raw());
+                    self.notification(now, execution, update, wire_bytes);
                 } else {
                     self.stats.notifications_ignored += 1;
                 }
