@@ -30,7 +30,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use palisade_core::{AttemptOutcome, SessionId, TurnId, TurnOutcome, Verdict};
+use palisade_core::{AttemptId, AttemptOutcome, SessionId, TurnId, TurnOutcome, Verdict};
 use palisade_wire::jsonrpc::{codes, parse_frame, write_message, write_response, Frame};
 use palisade_wire::upstream::{
     classify_notification, classify_request, with_session, ClientNotification, ClientRequest,
@@ -134,6 +134,9 @@ pub struct Router {
     opening: BTreeMap<SessionId, RequestId>,
     /// The last failure reported for a session being opened: the answer's cause.
     open_failures: BTreeMap<SessionId, FailureCause>,
+    /// The attempt that serves each open (the engine's verdict): an earlier attempt's
+    /// settling, still on its way to the router when the open was made, is not its answer.
+    open_attempts: BTreeMap<SessionId, AttemptId>,
     /// `session/prompt` requests by turn.
     turns: BTreeMap<(SessionId, TurnId), RequestId>,
     /// Forwarded requests by ticket.
@@ -177,6 +180,7 @@ impl Router {
             nonce: nonce.into(),
             opening: BTreeMap::new(),
             open_failures: BTreeMap::new(),
+            open_attempts: BTreeMap::new(),
             turns: BTreeMap::new(),
             forwards: BTreeMap::new(),
             attached: BTreeSet::new(),
@@ -446,13 +450,19 @@ impl Router {
     /// The engine's verdict on [`Command::Open`].
     pub fn opened(&mut self, request: &RequestId, session: SessionId, verdict: &Verdict) {
         match verdict {
+            Verdict::Started { attempt } => {
+                self.open_attempts.insert(session, *attempt);
+                // Failures reported before are an earlier attempt's.
+                self.open_failures.remove(&session);
+            }
             Verdict::AlreadyReady => {
                 // The session's conversation runs: nothing to load, nothing to replay.
                 self.opening.remove(&session);
                 let label = self.label(session);
                 self.answer(request, Ok(json!({"sessionId": label})));
             }
-            Verdict::Joined { .. } => {
+            Verdict::Joined { attempt, .. } => {
+                self.open_attempts.insert(session, *attempt);
                 self.joined.insert(session);
             }
             Verdict::Reject(reason) => {
@@ -508,6 +518,16 @@ impl Router {
                 )),
             ),
         }
+    }
+
+    /// Whether `attempt` is the one serving the session's open, if one waits (any attempt
+    /// does when none waits, or when the open's verdict named none).
+    fn serves_open(&self, session: SessionId, attempt: AttemptId) -> bool {
+        !self.opening.contains_key(&session)
+            || self
+                .open_attempts
+                .get(&session)
+                .is_none_or(|serving| *serving == attempt)
     }
 
     fn label(&self, session: SessionId) -> String {
@@ -583,8 +603,15 @@ impl Router {
                     self.answer(&request, Ok(Value::Object(members)));
                 }
             }
-            SessionEvent::FailureReported { cause, .. } => {
-                self.open_failures.insert(session, cause.clone());
+            SessionEvent::FailureReported { failure, cause, .. } => {
+                if self.serves_open(session, failure.attempt) {
+                    self.open_failures.insert(session, cause.clone());
+                }
+            }
+            SessionEvent::AttemptSettled { attempt, .. }
+                if !self.serves_open(session, *attempt) =>
+            {
+                // An earlier attempt's end, reported before the open was made.
             }
             SessionEvent::AttemptSettled {
                 outcome: AttemptOutcome::Ready,
@@ -1079,6 +1106,56 @@ mod tests {
         );
         bench.send(json!({"jsonrpc": "2.0", "id": 8, "method": "no/such", "params": {}}));
         assert_eq!(bench.answer_of(8)["error"]["code"], codes::METHOD_NOT_FOUND);
+    }
+
+    /// A `session/load` is answered by the attempt that serves it: the end of an earlier
+    /// attempt, reported before the load was made but read by the router after it, is not
+    /// its answer (found by the sweep: a restored turn's recovery attempt failed as the
+    /// client's load came; the load was answered with that failure, and the history of the
+    /// load's own attempt then reached the client outside any load:
+    /// `found/load-answered-by-its-own-attempt.json`).
+    #[test]
+    fn a_load_is_answered_by_its_own_attempt_not_an_earlier_one() {
+        use palisade_core::Epoch;
+        let session = SessionId::new(1).unwrap();
+        let setup = SessionSetup {
+            label: Some("pls_n_1".into()),
+            params: None,
+            history: false,
+        };
+        let mut router = Router::new([(session, &setup)], "n");
+        router.upstream_line(br#"{"jsonrpc":"2.0","id":7,"method":"session/load","params":{"sessionId":"pls_n_1","cwd":"/w","mcpServers":[]}}"#);
+        let Some(Command::Open {
+            request,
+            session: s,
+            ..
+        }) = router.poll_command()
+        else {
+            panic!("an open");
+        };
+        assert_eq!(s, session);
+        let epoch = Epoch::new(2).unwrap();
+        let earlier = AttemptId::new(epoch, 1).unwrap();
+        let serving = AttemptId::new(epoch, 2).unwrap();
+        router.opened(&request, session, &Verdict::Started { attempt: serving });
+        router.event(&SessionEvent::AttemptSettled {
+            session,
+            attempt: earlier,
+            outcome: AttemptOutcome::Failed,
+        });
+        assert!(
+            router.upstream().is_empty(),
+            "no answer from the earlier attempt: {}",
+            String::from_utf8_lossy(router.upstream())
+        );
+        router.event(&SessionEvent::AttemptSettled {
+            session,
+            attempt: serving,
+            outcome: AttemptOutcome::Failed,
+        });
+        let answer: Value = serde_json::from_slice(router.upstream().trim_ascii()).unwrap();
+        assert_eq!(answer["id"], 7);
+        assert_eq!(answer["error"]["code"], codes::INTERNAL_ERROR, "{answer}");
     }
 
     #[test]

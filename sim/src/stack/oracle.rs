@@ -273,12 +273,22 @@ fn read_printed(event: &SessionEvent, line: &str) -> Result<SessionEvent, String
 /// Rule 8 on what the agents read, in both stack worlds: a re-prompt a live agent receives
 /// restates a later recovery generation than any re-prompt of the same text before it in
 /// the same supervisor incarnation and turn (a restart may start a new turn of the same
-/// text; a first dispatch, bare, starts one). A prompt that reached its process only after
-/// the supervisor asked it to go (a pipe held it) may be older. The first re-prompt that
-/// breaks it: when, its generation, the one before.
-pub(crate) fn stale_replay(env: &EnvState) -> Option<(u64, u32, u32)> {
+/// text; a first dispatch, bare, starts one, and so does a claim of the text, `new_turns`:
+/// incarnation, when, text, in time order: its bare dispatch may never reach an agent that
+/// is exiting). A prompt that reached its process only after the supervisor asked it to go
+/// (a pipe held it) may be older. The first re-prompt that breaks it: when, its
+/// generation, the one before.
+pub(crate) fn stale_replay(
+    env: &EnvState,
+    new_turns: &[(u32, u64, &str)],
+) -> Option<(u64, u32, u32)> {
     let mut generations: BTreeMap<(u32, &str), u32> = BTreeMap::new();
+    let mut claims = new_turns.iter().peekable();
     for received in &env.prompts {
+        while let Some((incarnation, _, text)) = claims.next_if(|(_, at, _)| *at <= received.at_ms)
+        {
+            generations.remove(&(*incarnation, *text));
+        }
         let Some(p) = env.procs.get(&received.pid) else {
             continue;
         };
@@ -815,7 +825,14 @@ pub(crate) fn judge(
             ));
         }
     }
-    if let Some((at_ms, generation, before)) = stale_replay(env) {
+    let mut new_turns: Vec<(u32, u64, &str)> = log
+        .claimed
+        .iter()
+        .zip(&log.claimed_at)
+        .map(|((incarnation, _, text), at)| (*incarnation, *at, text.as_str()))
+        .collect();
+    new_turns.sort_by_key(|(_, at, _)| *at);
+    if let Some((at_ms, generation, before)) = stale_replay(env, &new_turns) {
         return Err(v(
             "S-replay-generation",
             format!(
@@ -1474,6 +1491,59 @@ mod tests {
         assert_eq!(
             caught(&env, &one_lost, 3).as_deref(),
             Some("S-output-missing")
+        );
+    }
+
+    /// Two re-prompts of one text in one incarnation, both of recovery generation 1: the
+    /// second restates nothing newer unless a new turn of that text was claimed between
+    /// them (the caller sent it again; its bare first dispatch may have gone to an agent
+    /// that was exiting and never read it: stack-crash-caller-stalled, the sweep of
+    /// 2026-12-03).
+    #[test]
+    fn a_new_turn_of_the_same_text_starts_its_recovery_generations_again() {
+        let mut env = EnvState::default();
+        for pid in [7, 8] {
+            env.procs.insert(
+                pid,
+                ProcTruth {
+                    incarnation: 4,
+                    alive: true,
+                    guarded: true,
+                    died_at_ms: None,
+                    died_with_supervisor: false,
+                    asked_at_ms: None,
+                    died_unasked: false,
+                    agent: None,
+                },
+            );
+        }
+        let block = palisade_engine::replay::render_prompt(
+            "prompt-3",
+            &palisade_core::PromptRequest {
+                replay_blocks: 1,
+                replay_generation: 1,
+                delivered_through: 0,
+            },
+        );
+        for (at_ms, pid) in [(100, 7), (300, 8)] {
+            env.prompts.push(Received {
+                at_ms,
+                pid,
+                tag: format!("p{pid}.1"),
+                text: block.clone(),
+            });
+        }
+        assert_eq!(stale_replay(&env, &[]), Some((300, 1, 1)));
+        assert_eq!(stale_replay(&env, &[(4, 200, "prompt-3")]), None);
+        assert_eq!(
+            stale_replay(&env, &[(3, 200, "prompt-3")]),
+            Some((300, 1, 1)),
+            "a claim by another incarnation"
+        );
+        assert_eq!(
+            stale_replay(&env, &[(4, 50, "prompt-3")]),
+            Some((300, 1, 1)),
+            "a claim before both"
         );
     }
 

@@ -337,7 +337,8 @@ pub(crate) fn judge(
     // restates a later recovery generation than any re-prompt of the same text a live
     // agent of the same proxy incarnation received before it, and it tells the agent to go
     // on after at least the output the client already read.
-    if let Some((at_ms, generation, before)) = stale_replay(env) {
+    // Every send of the client is a text of its own: no two turns share one.
+    if let Some((at_ms, generation, before)) = stale_replay(env, &[]) {
         return Err(v(
             "P-replay-generation",
             format!(
