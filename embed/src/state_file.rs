@@ -146,10 +146,12 @@ impl StateFs for RealFs {
     }
 
     fn write_synced(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        // Owner only: the state holds the client's prompts and its `initialize` and
+        // `authenticate` params.
         let mut file = open_regular(
             path,
             OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC,
-            Mode::from_raw_mode(0o666),
+            Mode::from_raw_mode(0o600),
         )?;
         file.write_all(bytes)?;
         file.sync_all()
@@ -353,6 +355,11 @@ mod tests {
         write_atomically(&path, b"two").unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"two");
         assert!(!temp_path(&path).exists());
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o077, 0, "the state is its owner's only: {mode:o}");
+        }
         assert_eq!(read(&dir.join("missing")).unwrap(), None);
         std::fs::remove_dir_all(dir).unwrap();
     }
