@@ -15,7 +15,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::jsonrpc::{encode_message, JsonStr, RawJson, RequestId};
+use crate::jsonrpc::{
+    encode_message, parse_frame_typed, Frame, FrameError, JsonStr, RawJson, RequestId, TypedFrame,
+};
 
 pub use agent_client_protocol_schema::v1 as schema;
 
@@ -45,7 +47,7 @@ pub const PROTOCOL_VERSION: u16 = 1;
 /// What a `session/update` notification's params say: whose session, and the update.
 ///
 /// Read by serde, borrowed from the line, in the same pass as the envelope when the agent
-/// writes `method` before `params` ([`crate::jsonrpc::parse_agent_frame`]); the update
+/// writes `method` before `params` ([`parse_agent_frame`]); the update
 /// itself is kept raw (unknown update kinds pass through untouched).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SessionUpdate {
@@ -83,6 +85,36 @@ impl UpdateParams<'_> {
             update: self.update.map(RawJson::from),
         }
     }
+}
+
+/// What an agent wrote on one line: a `session/update` notification (the bulk of what
+/// agents write) with its params read, or any other message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentFrame {
+    /// A `session/update` notification.
+    Update(SessionUpdate),
+    /// Any other message.
+    Other(Frame),
+}
+
+/// [`crate::jsonrpc::parse_frame`] for a line an agent wrote: a `session/update`
+/// notification comes back as a [`SessionUpdate`], its params read by serde in the same
+/// pass as the envelope when the agent writes `method` before `params`
+/// ([`parse_frame_typed`]). What it holds is what [`SessionUpdate::of`] reads from the
+/// notification's params, however the line is written.
+pub fn parse_agent_frame(line: &[u8]) -> Result<AgentFrame, FrameError> {
+    Ok(
+        match parse_frame_typed::<UpdateParams<'_>>(line, SESSION_UPDATE)? {
+            TypedFrame::Typed(params) => AgentFrame::Update(params.to_update()),
+            // Written otherwise (escaped, params first, params of another shape): rare.
+            TypedFrame::Other(Frame::Notification { method, params })
+                if method == SESSION_UPDATE =>
+            {
+                AgentFrame::Update(SessionUpdate::of(params.raw()))
+            }
+            TypedFrame::Other(frame) => AgentFrame::Other(frame),
+        },
+    )
 }
 
 /// What an agent's `initialize` answer says about `session/load`.
@@ -613,5 +645,59 @@ mod tests {
         let init = initialize_params("palisade", "0.1.0");
         assert_eq!(init["protocolVersion"], json!(1));
         assert_eq!(init["clientInfo"]["name"], json!("palisade"));
+    }
+
+    /// An agent's line reads as `parse_frame` reads it, a `session/update` notification's
+    /// params as `SessionUpdate::of` reads them, whatever the order of its members and
+    /// whatever shape its params have.
+    #[test]
+    fn an_agents_line_reads_as_a_frame_and_its_updates_params_would() {
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"s","update":{}1{}}}}}"#,
+            "[".repeat(126),
+            "]".repeat(126)
+        );
+        let lines = [
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"plan","entries":[]}}}"#,
+            r#"{"params":{"sessionId":"s","update":{"sessionUpdate":"plan"}},"method":"session/update","jsonrpc":"2.0"}"#,
+            r#"{"jsonrpc":"2.0","method":"session\/update","params":{"sessionId":"s\u0031","update":{"a":"C:\\"}}}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{}},"id":4}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":7,"update":{}}}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","sessionId":"t","update":{}}}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":[]}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":null}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update"}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"update":null}}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"update":{}},"params":{}}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"update":{}},"method":"x"}"#,
+            r#"{"jsonrpc":"1.0","method":"session/update","params":{"update":{}}}"#,
+            r#"{"method":"session/update","params":{"update":{}}}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"update":{"a":nul}}}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"update":{}}} x"#,
+            r#"{"jsonrpc":"2.0","method":"fs/read_text_file","params":{"path":"/a"},"id":"r"}"#,
+            r#"{"jsonrpc":"2.0","method":"_x/y","params":{"update":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"stopReason":"end_turn"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32002,"message":"m"}}"#,
+            deep.as_str(),
+        ];
+        for line in lines {
+            let general = crate::jsonrpc::parse_frame(line.as_bytes());
+            let expected = match general.clone() {
+                Ok(Frame::Notification { method, params }) if method == SESSION_UPDATE => {
+                    Ok(AgentFrame::Update(SessionUpdate::of(params.raw())))
+                }
+                other => other.map(AgentFrame::Other),
+            };
+            assert_eq!(parse_agent_frame(line.as_bytes()), expected, "{line}");
+        }
+        // The first line's update is read in the envelope's pass, as written.
+        let Ok(AgentFrame::Update(update)) = parse_agent_frame(lines[0].as_bytes()) else {
+            panic!("an update")
+        };
+        assert_eq!(update.session_id.as_deref(), Some("s"));
+        assert_eq!(
+            update.update.map(|u| u.get().to_owned()).as_deref(),
+            Some(r#"{"sessionUpdate":"plan","entries":[]}"#)
+        );
     }
 }

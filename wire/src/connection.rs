@@ -13,10 +13,8 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
 
-use crate::acp::Params;
-use crate::jsonrpc::{
-    parse_agent_frame, AgentFrame, Frame, FrameError, RawJson, RequestId, RpcError,
-};
+use crate::acp::{parse_agent_frame, AgentFrame, Params};
+use crate::jsonrpc::{Frame, FrameError, RawJson, RequestId, RpcError};
 
 /// Default longest line we accept from an agent. A `session/load` history replay or a
 /// file read can be megabytes in one line; past this the agent is broken (or hostile) and

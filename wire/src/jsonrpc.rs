@@ -14,8 +14,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::acp::{SessionUpdate, UpdateParams, SESSION_UPDATE};
-
 pub use agent_client_protocol_schema::v1::RequestId;
 
 /// JSON-RPC's reserved error codes and ACP's own, as the agents send them.
@@ -277,17 +275,31 @@ impl std::error::Error for FrameError {}
 /// when it is written, whatever its value: `"id": null` and `"result": null` are a
 /// response's id and result, as JSON-RPC 2.0 has them. A member written twice makes the
 /// line no message ([`FrameError::NotObject`]); members JSON-RPC does not name are skipped.
-#[derive(Default)]
-struct Envelope<'a> {
+struct Envelope<'a, P> {
     jsonrpc: Option<&'a RawValue>,
     id: Option<&'a RawValue>,
     method: Option<&'a RawValue>,
     params: Option<&'a RawValue>,
-    /// The `params` of a `session/update` notification whose `method` came first (as
-    /// agents write it), read in the same pass as the envelope; `params` is then `None`.
-    update: Option<UpdateParams<'a>>,
+    /// The `params` of the one method a caller asked to have read (see
+    /// [`parse_frame_typed`]) when its `method` came first, written plainly: read in the
+    /// same pass as the envelope; `params` is then `None`.
+    typed: Option<P>,
     result: Option<&'a RawValue>,
     error: Option<&'a RawValue>,
+}
+
+impl<P> Default for Envelope<'_, P> {
+    fn default() -> Self {
+        Envelope {
+            jsonrpc: None,
+            id: None,
+            method: None,
+            params: None,
+            typed: None,
+            result: None,
+            error: None,
+        }
+    }
 }
 
 /// The members of an envelope, by name.
@@ -304,27 +316,33 @@ enum Member {
     Other,
 }
 
-/// Reads an [`Envelope`]; with `read_updates`, the params of a `session/update` are read
-/// as [`UpdateParams`] in the same pass (if they are not of that shape, the read fails and
-/// the caller reads the line again without it: see [`parse_agent_frame`]).
-struct EnvelopeSeed {
-    read_updates: bool,
+/// Reads an [`Envelope`]; with `typed`, the params of that method are read as `P` in the
+/// same pass (if they are not of that shape, the read fails and the caller reads the line
+/// again without it: see [`parse_frame_typed`]).
+struct EnvelopeSeed<'m, P> {
+    typed: Option<&'m str>,
+    params: std::marker::PhantomData<P>,
 }
 
-/// `"session/update"` as a `method` member's raw text (written without escapes, as agents
-/// write it; any other spelling takes the general path).
-const SESSION_UPDATE_TEXT: &str = "\"session/update\"";
+/// Whether a `method` member's raw text is `method` written plainly: quoted, without
+/// escapes (any other spelling takes the general path).
+fn written_plainly(raw: &RawValue, method: &str) -> bool {
+    raw.get()
+        .strip_prefix('"')
+        .and_then(|rest| rest.strip_suffix('"'))
+        .is_some_and(|inner| inner == method && !inner.contains(['\\', '"']))
+}
 
-impl<'de> serde::de::DeserializeSeed<'de> for EnvelopeSeed {
-    type Value = Envelope<'de>;
+impl<'de, P: Deserialize<'de>> serde::de::DeserializeSeed<'de> for EnvelopeSeed<'_, P> {
+    type Value = Envelope<'de, P>;
 
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Envelope<'de>, D::Error> {
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Envelope<'de, P>, D::Error> {
         d.deserialize_map(self)
     }
 }
 
-impl<'de> serde::de::Visitor<'de> for EnvelopeSeed {
-    type Value = Envelope<'de>;
+impl<'de, P: Deserialize<'de>> serde::de::Visitor<'de> for EnvelopeSeed<'_, P> {
+    type Value = Envelope<'de, P>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("a JSON-RPC message object")
@@ -333,7 +351,7 @@ impl<'de> serde::de::Visitor<'de> for EnvelopeSeed {
     fn visit_map<A: serde::de::MapAccess<'de>>(
         self,
         mut map: A,
-    ) -> Result<Envelope<'de>, A::Error> {
+    ) -> Result<Envelope<'de, P>, A::Error> {
         fn once<E: serde::de::Error, T>(
             slot: &mut Option<T>,
             value: T,
@@ -354,15 +372,16 @@ impl<'de> serde::de::Visitor<'de> for EnvelopeSeed {
                 Member::Result => once(&mut envelope.result, map.next_value()?, "result")?,
                 Member::Error => once(&mut envelope.error, map.next_value()?, "error")?,
                 Member::Params => {
-                    if envelope.params.is_some() || envelope.update.is_some() {
+                    if envelope.params.is_some() || envelope.typed.is_some() {
                         return Err(serde::de::Error::duplicate_field("params"));
                     }
-                    let update = self.read_updates
-                        && envelope
+                    let typed = self.typed.is_some_and(|typed| {
+                        envelope
                             .method
-                            .is_some_and(|method| method.get() == SESSION_UPDATE_TEXT);
-                    if update {
-                        envelope.update = Some(map.next_value()?);
+                            .is_some_and(|method| written_plainly(method, typed))
+                    });
+                    if typed {
+                        envelope.typed = Some(map.next_value()?);
                     } else {
                         envelope.params = Some(map.next_value()?);
                     }
@@ -382,54 +401,53 @@ impl<'de> serde::de::Visitor<'de> for EnvelopeSeed {
 /// is [`FrameError::NotJson`]); the payload the frame keeps is copied out of the line.
 pub fn parse_frame(line: &[u8]) -> Result<Frame, FrameError> {
     let text = std::str::from_utf8(line).map_err(|_| FrameError::NotJson)?;
-    let envelope = envelope(text, false)?;
+    let envelope = envelope::<serde::de::IgnoredAny>(text, None)?;
     frame(&envelope)
 }
 
-/// What an agent wrote on one line: a frame, or a `session/update` notification (the bulk
-/// of what agents write) with its params read.
+/// A line read by [`parse_frame_typed`]: a notification of the method asked for, with its
+/// params read, or any other message.
 #[derive(Debug, Clone, PartialEq)]
-pub enum AgentFrame {
-    /// A `session/update` notification.
-    Update(SessionUpdate),
-    /// Any other message.
+pub enum TypedFrame<P> {
+    /// A notification of the method asked for, written plainly before its `params`,
+    /// whose `params` are a `P`.
+    Typed(P),
+    /// Any other message, as [`parse_frame`] reads it (the method asked for, too, when it
+    /// was written otherwise).
     Other(Frame),
 }
 
-/// [`parse_frame`] for a line an agent wrote: a `session/update` notification comes back
-/// as a [`SessionUpdate`], its params read by serde in the same pass as the envelope (one
-/// pass over the update's bytes, not one for the envelope and another for the params).
-/// What it holds is what [`SessionUpdate::of`] reads from the notification's params.
-pub fn parse_agent_frame(line: &[u8]) -> Result<AgentFrame, FrameError> {
+/// [`parse_frame`], with the `params` of a notification of `method` read into `P` by serde
+/// in the same pass as the envelope (one pass over them, not one for the envelope and
+/// another for the params), when `method` is written plainly before `params` (as agents
+/// write the bulk of their lines). Any other spelling or order, params that are not a `P`,
+/// or a request of that name (an id after the params) come back as [`parse_frame`] reads
+/// them. The framing knows no method's params: `P` is the caller's.
+pub fn parse_frame_typed<'a, P: Deserialize<'a>>(
+    line: &'a [u8],
+    method: &str,
+) -> Result<TypedFrame<P>, FrameError> {
     let text = std::str::from_utf8(line).map_err(|_| FrameError::NotJson)?;
-    // Params of another shape fail the first read: the line is read again without it, and
-    // the params are read as `SessionUpdate::of` reads them (rare: a hostile or broken
-    // agent).
-    // A request named `session/update` (an id after the params) is a request: its params
-    // are kept raw.
-    let mut envelope = envelope(text, true).or_else(|_| envelope(text, false))?;
-    if envelope.update.is_some() && envelope.id.is_some() {
-        envelope = self::envelope(text, false)?;
+    // Params of another shape fail the first read: the line is read again without it.
+    let mut envelope = envelope::<P>(text, Some(method)).or_else(|_| envelope(text, None))?;
+    if envelope.typed.is_some() && envelope.id.is_some() {
+        envelope = self::envelope(text, None)?;
     }
-    let update = match envelope.update.take() {
-        Some(params) => Some(params.to_update()),
-        None if envelope.id.is_none() && envelope.method.is_some_and(is_session_update) => {
-            Some(SessionUpdate::of(envelope.params.unwrap_or(RawValue::NULL)))
-        }
-        None => None,
-    };
-    match update {
-        Some(update) => {
+    match envelope.typed.take() {
+        Some(params) => {
             // The envelope is still checked as a notification's.
             check_version(&envelope)?;
-            Ok(AgentFrame::Update(update))
+            Ok(TypedFrame::Typed(params))
         }
-        None => frame(&envelope).map(AgentFrame::Other),
+        None => frame(&envelope).map(TypedFrame::Other),
     }
 }
 
 /// The envelope of `text`, or why the line is no message.
-fn envelope(text: &str, read_updates: bool) -> Result<Envelope<'_>, FrameError> {
+fn envelope<'a, P: Deserialize<'a>>(
+    text: &'a str,
+    typed: Option<&str>,
+) -> Result<Envelope<'a, P>, FrameError> {
     use serde::de::DeserializeSeed;
     // Serde reads a struct from an array of its members too: only an object is a message.
     let object = text
@@ -437,7 +455,11 @@ fn envelope(text: &str, read_updates: bool) -> Result<Envelope<'_>, FrameError> 
         .starts_with('{');
     let read = object.then(|| {
         let mut de = serde_json::Deserializer::from_str(text);
-        let envelope = EnvelopeSeed { read_updates }.deserialize(&mut de)?;
+        let envelope = EnvelopeSeed {
+            typed,
+            params: std::marker::PhantomData,
+        }
+        .deserialize(&mut de)?;
         de.end().map(|()| envelope)
     });
     match read {
@@ -451,17 +473,8 @@ fn envelope(text: &str, read_updates: bool) -> Result<Envelope<'_>, FrameError> 
     }
 }
 
-/// Whether a `method` member's raw text is `session/update`, however it is written.
-fn is_session_update(method: &RawValue) -> bool {
-    match serde_json::from_str::<&str>(method.get()) {
-        Ok(name) => name == SESSION_UPDATE,
-        // Written with escapes (or not a string: then it is no method at all).
-        Err(_) => serde_json::from_str::<String>(method.get()).is_ok_and(|n| n == SESSION_UPDATE),
-    }
-}
-
 /// `"jsonrpc": "2.0"`, or [`FrameError::BadVersion`].
-fn check_version(envelope: &Envelope<'_>) -> Result<(), FrameError> {
+fn check_version<P>(envelope: &Envelope<'_, P>) -> Result<(), FrameError> {
     // Written plainly (every agent), the text serde validated is "2.0" itself; else the
     // version is read, borrowed from the line, or, written with escapes, unescaped into a
     // string of its own.
@@ -482,7 +495,7 @@ fn check_version(envelope: &Envelope<'_>) -> Result<(), FrameError> {
 }
 
 /// The frame an envelope stands for.
-fn frame(envelope: &Envelope<'_>) -> Result<Frame, FrameError> {
+fn frame<P>(envelope: &Envelope<'_, P>) -> Result<Frame, FrameError> {
     check_version(envelope)?;
     let id = envelope
         .id
@@ -704,60 +717,6 @@ mod tests {
         assert_eq!(kept, r#"{"update":{"text":"\u00e9 long", "n": 1e400}}"#);
         assert_eq!(serde_json::from_str::<Kept>(&kept).unwrap().update, raw);
         assert!(serde_json::from_str::<Kept>(r#"{"update":nul}"#).is_err());
-    }
-
-    /// An agent's line reads as `parse_frame` reads it, a `session/update` notification's
-    /// params as `SessionUpdate::of` reads them, whatever the order of its members and
-    /// whatever shape its params have.
-    #[test]
-    fn an_agents_line_reads_as_a_frame_and_its_updates_params_would() {
-        let deep = format!(
-            r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"s","update":{}1{}}}}}"#,
-            "[".repeat(126),
-            "]".repeat(126)
-        );
-        let lines = [
-            r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"plan","entries":[]}}}"#,
-            r#"{"params":{"sessionId":"s","update":{"sessionUpdate":"plan"}},"method":"session/update","jsonrpc":"2.0"}"#,
-            r#"{"jsonrpc":"2.0","method":"session\/update","params":{"sessionId":"s\u0031","update":{"a":"C:\\"}}}"#,
-            r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{}},"id":4}"#,
-            r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":7,"update":{}}}"#,
-            r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","sessionId":"t","update":{}}}"#,
-            r#"{"jsonrpc":"2.0","method":"session/update","params":[]}"#,
-            r#"{"jsonrpc":"2.0","method":"session/update","params":null}"#,
-            r#"{"jsonrpc":"2.0","method":"session/update"}"#,
-            r#"{"jsonrpc":"2.0","method":"session/update","params":{"update":null}}"#,
-            r#"{"jsonrpc":"2.0","method":"session/update","params":{"update":{}},"params":{}}"#,
-            r#"{"jsonrpc":"2.0","method":"session/update","params":{"update":{}},"method":"x"}"#,
-            r#"{"jsonrpc":"1.0","method":"session/update","params":{"update":{}}}"#,
-            r#"{"method":"session/update","params":{"update":{}}}"#,
-            r#"{"jsonrpc":"2.0","method":"session/update","params":{"update":{"a":nul}}}"#,
-            r#"{"jsonrpc":"2.0","method":"session/update","params":{"update":{}}} x"#,
-            r#"{"jsonrpc":"2.0","method":"fs/read_text_file","params":{"path":"/a"},"id":"r"}"#,
-            r#"{"jsonrpc":"2.0","method":"_x/y","params":{"update":{}}}"#,
-            r#"{"jsonrpc":"2.0","id":1,"result":{"stopReason":"end_turn"}}"#,
-            r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32002,"message":"m"}}"#,
-            deep.as_str(),
-        ];
-        for line in lines {
-            let general = parse_frame(line.as_bytes());
-            let expected = match general.clone() {
-                Ok(Frame::Notification { method, params }) if method == SESSION_UPDATE => {
-                    Ok(AgentFrame::Update(SessionUpdate::of(params.raw())))
-                }
-                other => other.map(AgentFrame::Other),
-            };
-            assert_eq!(parse_agent_frame(line.as_bytes()), expected, "{line}");
-        }
-        // The first line's update is read in the envelope's pass, as written.
-        let Ok(AgentFrame::Update(update)) = parse_agent_frame(lines[0].as_bytes()) else {
-            panic!("an update")
-        };
-        assert_eq!(update.session_id.as_deref(), Some("s"));
-        assert_eq!(
-            update.update.map(|u| u.get().to_owned()).as_deref(),
-            Some(r#"{"sessionUpdate":"plan","entries":[]}"#)
-        );
     }
 
     #[test]
