@@ -115,12 +115,24 @@ pub enum Mutant {
     /// restores them out of order (issue 29, class 3: an edge the load reached in no
     /// seed). Lives in `palisade-engine`; see [`Mutant::in_core`].
     ImageListsQueueBeforeBatch,
+    /// Not the core's: a restored engine forgets its execution counter and numbers its
+    /// runtimes from 1 again, so on a platform whose runtimes outlive the orchestrator (a
+    /// sidecar) a new runtime takes the ID of one that still runs, and that one's late
+    /// updates, answers and exit pass for the new one's (issue 29, class 1: identity
+    /// across restarts; kandev's agentctl). Lives in `palisade-engine`; see
+    /// [`Mutant::in_core`].
+    RestoreReusesExecutionIds,
+    /// Not the core's: a restored engine leaves its previous incarnation's runtimes to
+    /// whoever runs them, so on a platform whose runtimes outlive the orchestrator they
+    /// run on, serving no one (rule 5's cleanup ownership across a restart). Lives in
+    /// `palisade-engine`; see [`Mutant::in_core`].
+    RestoreLeavesSurvivorsRunning,
 }
 
 #[cfg(feature = "mutants")]
 impl Mutant {
     /// Every mutant, in a fixed order.
-    pub const ALL: [Mutant; 28] = [
+    pub const ALL: [Mutant; 30] = [
         Mutant::TombstoneEvictionReopens,
         Mutant::ToctouGeneration,
         Mutant::SubstringFallback,
@@ -149,6 +161,8 @@ impl Mutant {
         Mutant::CallerRoomIgnored,
         Mutant::RestoreReusesAttemptIds,
         Mutant::ImageListsQueueBeforeBatch,
+        Mutant::RestoreReusesExecutionIds,
+        Mutant::RestoreLeavesSurvivorsRunning,
     ];
 
     /// The kebab-case name used on the command line and in reports.
@@ -182,6 +196,8 @@ impl Mutant {
             Mutant::CallerRoomIgnored => "caller-room-ignored",
             Mutant::RestoreReusesAttemptIds => "restore-reuses-attempt-ids",
             Mutant::ImageListsQueueBeforeBatch => "image-lists-queue-before-batch",
+            Mutant::RestoreReusesExecutionIds => "restore-reuses-execution-ids",
+            Mutant::RestoreLeavesSurvivorsRunning => "restore-leaves-survivors-running",
         }
     }
 
@@ -197,6 +213,8 @@ impl Mutant {
                 | Mutant::RestoreSkipsFirstUndelivered
                 | Mutant::CallerRoomIgnored
                 | Mutant::ImageListsQueueBeforeBatch
+                | Mutant::RestoreReusesExecutionIds
+                | Mutant::RestoreLeavesSurvivorsRunning
         )
     }
 

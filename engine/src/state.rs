@@ -69,6 +69,10 @@ pub(crate) struct Header {
     /// after `initialize` (agents that authenticate per process).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) client_auth: Option<palisade_wire::RawJson>,
+    /// Runtimes of earlier incarnations whose kill the platform has not confirmed (a
+    /// sidecar's runtimes outlive their orchestrator): a restart kills them again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) survivors: Vec<ExecutionId>,
 }
 
 /// What the supervisor remembers of one session.
@@ -117,6 +121,8 @@ pub(crate) struct HeaderOut<'a> {
     pub(crate) client_hello: &'a Option<palisade_wire::RawJson>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) client_auth: Option<&'a palisade_wire::RawJson>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) survivors: Vec<ExecutionId>,
 }
 
 /// A [`SessionRecord`] borrowed (see [`HeaderOut`]).
@@ -389,6 +395,7 @@ mod tests {
             undelivered: Vec::new(),
             client_hello: None,
             client_auth: None,
+            survivors: Vec::new(),
         }
     }
 
@@ -421,6 +428,7 @@ mod tests {
             Some(palisade_wire::RawJson::from_text(r#"{"protocolVersion":1}"#).unwrap());
         full.client_auth =
             Some(palisade_wire::RawJson::from_text(r#"{"methodId":"token"}"#).unwrap());
+        full.survivors = vec![ExecutionId::new(2).unwrap()];
         for header in [header(), full] {
             let borrowed = HeaderOut {
                 next_execution: header.next_execution,
@@ -453,6 +461,7 @@ mod tests {
                 undelivered: header.undelivered.iter().collect(),
                 client_hello: &header.client_hello,
                 client_auth: header.client_auth.as_ref(),
+                survivors: header.survivors.clone(),
             };
             let bytes = encode(1234, &borrowed, b"core");
             assert_eq!(bytes, encode(1234, &header, b"core"));

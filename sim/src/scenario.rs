@@ -415,6 +415,13 @@ pub struct Workload {
     /// client with a stale or mistyped id.
     #[serde(skip_serializing_if = "is_zero")]
     pub stray_per_mille: u16,
+    /// The agents' runtimes outlive the orchestrator, as a sidecar runs them (kandev's
+    /// agentctl): after a crash-restart they go on running, and what they write (updates,
+    /// answers, their exit) reaches the restarted engine under their execution ids until
+    /// it stops them. Engine world only: `palisade-supervise` and `palisade-proxy` run
+    /// their agents themselves, and the agents die with them.
+    #[serde(skip_serializing_if = "is_false")]
+    pub sidecar: bool,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's `skip_serializing_if` passes a reference.
@@ -444,6 +451,7 @@ impl Default for Workload {
             set_mode_per_mille: 0,
             auth_required: false,
             stray_per_mille: 0,
+            sidecar: false,
         }
     }
 }
@@ -1089,6 +1097,12 @@ impl Scenario {
                 if self.world.kind != WorldKind::Stack && count > 0 {
                     return Err(invalid(&path, why.into()));
                 }
+            }
+            if self.world.kind.is_stack() && self.workload.sidecar {
+                return Err(invalid(
+                    &[Field("workload"), Field("sidecar")],
+                    "the stack and proxy worlds run palisade-supervise and palisade-proxy, whose agents die with them: no sidecar runs them".into(),
+                ));
             }
             if self.world.kind.is_stack() && self.workload.sessions != 1 {
                 return Err(invalid(

@@ -407,6 +407,11 @@ pub struct Engine {
     gated: bool,
     /// Executions that died with the previous incarnation (reported exited on restore).
     previous_incarnation: BTreeSet<ExecutionId>,
+    /// Runtimes of earlier incarnations this engine asked the platform to kill, until it
+    /// reports them gone ([`Engine::reaped`]): on a platform whose runtimes outlive their
+    /// orchestrator (a sidecar) they still run after a restart. Kept in the state image,
+    /// so a restart before the platform confirmed kills them again.
+    survivors: BTreeSet<ExecutionId>,
     /// Per session, the last failure seen since its turn was claimed: the cause a turn
     /// that does not complete is ended with.
     turn_causes: BTreeMap<SessionId, FailureCause>,
@@ -575,6 +580,7 @@ impl Engine {
             round: Round::default(),
             gated: false,
             previous_incarnation: BTreeSet::new(),
+            survivors: BTreeSet::new(),
             turn_causes: BTreeMap::new(),
             spawning: BTreeSet::new(),
             waiting: BTreeMap::new(),
@@ -1001,6 +1007,10 @@ impl Engine {
     /// The process of `execution` is gone (`status` if it was reaped in time).
     pub fn reaped(&mut self, now: Timestamp, execution: ExecutionId, status: Option<ProcessExit>) {
         let Some(runtime) = self.runtimes.get_mut(&execution) else {
+            if self.survivors.remove(&execution) {
+                // A previous incarnation's runtime is gone: no later restart kills it.
+                self.touch();
+            }
             return;
         };
         if runtime.reaped.is_none() {

@@ -79,8 +79,19 @@ impl Engine {
         engine.auth = header
             .client_auth
             .map(|params| (acp::AUTHENTICATE.to_owned(), params));
+        // Mutant `restore-reuses-execution-ids`: the execution counter starts again.
+        #[cfg(feature = "mutants")]
+        let next_execution = if engine.driver.core().active_mutant().get()
+            == Some(palisade_core::mutants::Mutant::RestoreReusesExecutionIds)
+        {
+            1
+        } else {
+            header.next_execution
+        };
+        #[cfg(not(feature = "mutants"))]
+        let next_execution = header.next_execution;
         engine.counters = Counters {
-            next_execution: header.next_execution.max(1),
+            next_execution: next_execution.max(1),
             next_turn: header.next_turn.max(1),
             next_stamp: header.next_stamp.max(1),
             next_token: header.next_token.max(1),
@@ -160,6 +171,31 @@ impl Engine {
                 engine.spawn(session, attempt);
             }
         }
+        // On a platform whose runtimes outlive their orchestrator (a sidecar runs them),
+        // the previous incarnations' are still running, and nobody else will stop them:
+        // they are killed, and killed again after each restart until the platform reports
+        // them gone (a platform whose runtimes died with it has none by those ids, and
+        // says so at once). Whatever they still write is fenced: their execution ids name
+        // no runtime of this engine's, and never will (the counter is persisted).
+        let survivors: BTreeSet<ExecutionId> = header
+            .survivors
+            .iter()
+            .copied()
+            .chain(engine.previous_incarnation.iter().copied())
+            .collect();
+        // Mutant `restore-leaves-survivors-running`: nobody kills them.
+        #[cfg(feature = "mutants")]
+        let survivors = if engine.driver.core().active_mutant().get()
+            == Some(palisade_core::mutants::Mutant::RestoreLeavesSurvivorsRunning)
+        {
+            BTreeSet::new()
+        } else {
+            survivors
+        };
+        for &execution in &survivors {
+            engine.act(Action::Kill { execution });
+        }
+        engine.survivors = survivors;
         engine.touch();
         Ok(engine)
     }
@@ -222,6 +258,21 @@ impl Engine {
                         generation,
                     })
                 })
+                .collect(),
+            // Those of earlier incarnations not yet reported gone, and this one's not yet
+            // bound (not among `executions`): a restart kills them all.
+            survivors: self
+                .survivors
+                .iter()
+                .copied()
+                .chain(
+                    self.runtimes
+                        .iter()
+                        .filter(|(_, r)| {
+                            r.generation.is_none() && r.has_process && r.reaped.is_none()
+                        })
+                        .map(|(execution, _)| *execution),
+                )
                 .collect(),
         };
         state::encode(now.as_millis(), &header, &self.driver.core().snapshot())

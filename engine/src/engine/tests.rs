@@ -231,6 +231,77 @@ fn restore_reports_bound_runtimes_exited_and_restarts_unbound_attempts() {
     restored.core().check_invariants().unwrap();
 }
 
+/// A platform whose runtimes outlive their orchestrator (a sidecar) still runs the
+/// previous incarnation's after a restart: the restored engine kills them, fences what
+/// they still write, and kills them again after every restart until the platform reports
+/// them gone. Fails without the kill (mutant `restore-leaves-survivors-running`).
+#[test]
+fn a_restored_engine_kills_the_runtimes_it_inherited_until_they_are_reaped() {
+    let now = Timestamp::from_millis(1_000);
+    let mut engine = Engine::new(config()).unwrap();
+    engine.prompt(now, session(1), "hello".into()).unwrap();
+    let (s, attempt) = spawn_action(&mut engine);
+    let survivor = engine.spawned(now, s, attempt, Ok(Some(42)));
+    answer(
+        &mut engine,
+        now,
+        survivor,
+        acp::INITIALIZE,
+        json!({"agentCapabilities": {"loadSession": true}}),
+    );
+    answer(
+        &mut engine,
+        now,
+        survivor,
+        acp::SESSION_NEW,
+        json!({"sessionId": "c1"}),
+    );
+    prompt_request(&mut engine);
+    let kills = |engine: &mut Engine| -> Vec<ExecutionId> {
+        std::iter::from_fn(|| engine.poll_action())
+            .filter_map(|a| match a {
+                Action::Kill { execution } => Some(execution),
+                _ => None,
+            })
+            .collect()
+    };
+
+    let t1 = now.plus_millis(10);
+    let mut first = Engine::restore(config(), &engine.encode_state(now), t1).unwrap();
+    assert_eq!(kills(&mut first), [survivor]);
+    events(&mut first);
+    // It goes on streaming its turn, and answers it: none of it reaches the caller.
+    first.agent_event(t1, survivor, chunk("late"));
+    first.reply(
+        t1,
+        survivor,
+        Op::Prompt {
+            turn: TurnId::new(1).unwrap(),
+            dispatch: 1,
+        },
+        Ok(RawJson::from_value(&json!({"stopReason": "end_turn"}))),
+    );
+    first.pump_outlets(t1);
+    let late = events(&mut first);
+    assert!(
+        !late.iter().any(|e| matches!(
+            e,
+            SessionEvent::Output { .. } | SessionEvent::TurnEnded { .. }
+        )),
+        "{late:?}"
+    );
+
+    // A restart before the platform reported it gone kills it again ...
+    let t2 = t1.plus_millis(10);
+    let mut second = Engine::restore(config(), &first.encode_state(t1), t2).unwrap();
+    assert!(kills(&mut second).contains(&survivor));
+    // ... and once it is reported gone, no later restart does.
+    second.reaped(t2, survivor, Some(ProcessExit::Signal(9)));
+    let t3 = t2.plus_millis(10);
+    let mut third = Engine::restore(config(), &second.encode_state(t2), t3).unwrap();
+    assert!(!kills(&mut third).contains(&survivor));
+}
+
 #[test]
 fn restore_during_a_load_fails_the_attempt_instead_of_loading_on_a_dead_runtime() {
     let now = Timestamp::from_millis(1_000);
@@ -296,9 +367,10 @@ fn restore_during_a_load_fails_the_attempt_instead_of_loading_on_a_dead_runtime(
 
     let mut restored = Engine::restore(config(), &bytes, now.plus_millis(5)).unwrap();
     let actions: Vec<Action> = std::iter::from_fn(|| restored.poll_action()).collect();
-    assert!(
-        actions.is_empty(),
-        "nothing is sent to the dead runtime: {actions:?}"
+    assert_eq!(
+        actions,
+        [Action::Kill { execution: loading }],
+        "nothing is sent to the dead runtime but its kill"
     );
     let after = events(&mut restored);
     assert!(

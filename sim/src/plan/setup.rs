@@ -43,6 +43,8 @@ const SETUP_SALT: u64 = 0x5e70_c0f1_6000_0001;
 pub(crate) const FIT_SALT: u64 = 0x5e70_c0f1_6000_0002;
 /// Salt of the runtime-reuse draw (its own stream: every other draw stays as it was).
 const REUSE_SALT: u64 = 0x5e70_c0f1_6000_0003;
+/// Keys a seed's draw of the sidecar topology.
+const SIDECAR_SALT: u64 = 0x5e70_c0f1_6000_0004;
 
 /// Spawn delays a seed that reuses runtimes draws: its starts take long enough that a
 /// cancel and a retry often come while a process is still starting (what reuse is for).
@@ -292,6 +294,9 @@ pub struct Environment {
     /// How long starting a process takes (see `Workload::spawn_delay_ms`).
     #[serde(default, skip_serializing_if = "no_delay")]
     pub spawn_delay_ms: Bounds<u64>,
+    /// The runtimes outlive the orchestrator (see `Workload::sidecar`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sidecar: bool,
 }
 
 fn no_delay(b: &Bounds<u64>) -> bool {
@@ -310,6 +315,7 @@ impl Environment {
             tool_call_per_mille: 100,
             resource_per_mille: 0,
             spawn_delay_ms: w.spawn_delay_ms,
+            sidecar: w.sidecar,
         }
     }
 
@@ -386,6 +392,7 @@ impl Environment {
         field!(tool_call_per_mille);
         field!(resource_per_mille);
         field!(spawn_delay_ms);
+        field!(sidecar);
         out
     }
 }
@@ -557,9 +564,13 @@ pub fn draw_environment(scenario: &Scenario, seed: u64, config: &RunConfig) -> E
     } else {
         fixed.spawn_delay_ms
     };
+    // Half the seeds run their agents behind a sidecar: they outlive a crash-restart.
+    let sidecar =
+        fixed.sidecar || ChaCha8Rng::seed_from_u64(seed ^ SETUP_SALT ^ SIDECAR_SALT).gen_bool(0.5);
     Environment {
         agent,
         spawn_delay_ms,
+        sidecar,
         ..env
     }
 }

@@ -57,8 +57,13 @@ pub(crate) struct ProcTruth {
     pub(crate) prompting: Option<(String, bool)>,
     /// Orphaned by an orchestrator crash (killed with it).
     pub(crate) orphaned: bool,
+    /// It outlived the orchestrator that started it (a sidecar's runtime): retired by
+    /// that crash, its output fenced from the client.
+    pub(crate) survivor: bool,
     /// It died on its own: before the engine asked to stop or kill it.
     pub(crate) died_unasked: bool,
+    /// When the engine last read an update of it, on the engine's clock (ms).
+    pub(crate) last_update_read: Option<u64>,
     /// The trace line of its spawn, and of the first request to stop it.
     pub(crate) spawn_line: u64,
     pub(crate) stop_line: Option<u64>,
@@ -157,6 +162,8 @@ pub(crate) struct Oracle {
     pub(crate) turns_claimed: u32,
     schedule_len: usize,
     stop_deadline_ms: u64,
+    /// The idle rule's deadline (0: off).
+    turn_idle_ms: u64,
     join_wait_ms: u64,
     coalesce_events: usize,
     coalesce_bytes: u64,
@@ -183,6 +190,7 @@ impl Oracle {
             turns_claimed: 0,
             schedule_len: config.core.recovery_delays_ms.len(),
             stop_deadline_ms: config.core.stop_deadline_ms,
+            turn_idle_ms: config.core.turn_idle_ms,
             join_wait_ms: config.core.join_wait_ms,
             coalesce_events: config.coalescer.max_events,
             coalesce_bytes: config.coalescer.max_bytes,
@@ -225,11 +233,32 @@ impl Oracle {
                 cancelled_accepted: None,
                 prompting: None,
                 orphaned: false,
+                survivor: false,
                 died_unasked: false,
+                last_update_read: None,
                 spawn_line: line,
                 stop_line: None,
             },
         );
+    }
+
+    /// The engine read an update `exec` wrote, at `engine_ms` on its clock.
+    pub(crate) fn update_read(&mut self, exec: ExecutionId, engine_ms: u64) {
+        if let Some(p) = self.procs.get_mut(&exec) {
+            p.last_update_read = Some(engine_ms);
+        }
+    }
+
+    /// The process known as `exec` is known from now on as `alias`: it outlived the engine
+    /// that started it (`survivor`), or a restarted engine handed `exec` out again.
+    pub(crate) fn rekey(&mut self, exec: ExecutionId, alias: ExecutionId, survivor: bool) {
+        if let Some(mut p) = self.procs.remove(&exec) {
+            p.survivor |= survivor;
+            self.procs.insert(alias, p);
+        }
+        if let Some(l) = self.loads.remove(&exec) {
+            self.loads.insert(alias, l);
+        }
     }
 
     pub(crate) fn died(&mut self, exec: ExecutionId) {
@@ -247,6 +276,7 @@ impl Oracle {
         &mut self,
         exec: ExecutionId,
         now: u64,
+        engine_ms: u64,
         idx: u64,
     ) -> Result<(), Violation> {
         let Some(p) = self.procs.get_mut(&exec) else {
@@ -258,8 +288,15 @@ impl Oracle {
         }
         let cancelled = p.cancelled_accepted.clone();
         let session = p.session;
+        // The idle rule gives up an agent the engine heard nothing from for the idle
+        // deadline, on the engine's clock (a clock that jumps forward makes that sooner),
+        // cancelled or not.
+        let idle = self.turn_idle_ms;
+        let silent = idle > 0
+            && p.last_update_read
+                .is_some_and(|t| engine_ms.saturating_sub(t) >= idle);
         self.check(
-            cancelled.is_none() || !p_alive(&self.procs, exec),
+            cancelled.is_none() || !p_alive(&self.procs, exec) || silent,
             "R5-cancel-keeps-runtime",
             || {
                 format!(
@@ -288,7 +325,9 @@ impl Oracle {
         let Some(p) = self.procs.get(&exec) else {
             return Ok(());
         };
-        let late = p.alive && !p.orphaned;
+        // A survivor of a crashed orchestrator is not this deadline's: whoever asked died,
+        // and the restarted engine's kill is judged by the end (`R5-leaked-execution`).
+        let late = p.alive && !p.orphaned && !p.survivor;
         let session = p.session;
         let deadline = self.stop_deadline_ms;
         self.check(
@@ -395,14 +434,16 @@ impl Oracle {
                 // to continue after what the client already has, never before it (or the
                 // agent repeats output the client got). Not for a prompt that reached its
                 // process only after the engine asked that process to go (a pipe held it
-                // back): whatever it writes is a retired execution's, fenced from the
-                // client, and the turn has moved on without it.
+                // back), nor for one that reached a runtime of a crashed orchestrator's (a
+                // sidecar's, its prompt written before the crash): whatever it writes is a
+                // retired execution's, fenced from the client, and the turn has moved on
+                // without it.
                 let resumes_after = replay_delivered_through(&text);
                 let client_has = self.turn_of_text(&original).map_or(0, |(_, t)| t.outputs);
                 let retired = self
                     .procs
                     .get(&exec)
-                    .is_some_and(|p| p.stop_asked_at.is_some());
+                    .is_some_and(|p| p.stop_asked_at.is_some() || p.survivor);
                 self.check(
                     retired || resumes_after.is_none_or(|n| n >= client_has),
                     "R9-replay-after-delivered",
@@ -1091,7 +1132,7 @@ impl Oracle {
                 };
                 return Err(v(
                     "R5-leaked-execution",
-                    format!("session {}: {exec} {what}", p.session),
+                    format!("session {}: {} {what}", p.session, process_name(*exec)),
                     p.stop_line.unwrap_or(p.spawn_line),
                 ));
             }
@@ -1198,6 +1239,32 @@ fn reference_agent(profile: AgentProfile) -> rule6::Agent {
         AgentProfile::GeminiCli => rule6::Agent::GeminiCli,
         AgentProfile::Goose => rule6::Agent::Goose,
         AgentProfile::Opencode => rule6::Agent::Opencode,
+    }
+}
+
+/// Marks the oracle's key of a process set apart (see `World::set_apart`): above any
+/// execution id a seed's engine reaches.
+const SET_APART_KEY: u64 = 1 << 40;
+
+/// The oracle's key for process `pid`, once set apart from execution id `exec` (it
+/// outlived the engine that started it, or a restarted engine handed `exec` out again).
+pub(crate) fn set_apart_key(pid: u32, exec: ExecutionId) -> ExecutionId {
+    let key = SET_APART_KEY | (u64::from(pid) & 0xf_ffff) << 20 | (exec.get() & 0xf_ffff);
+    ExecutionId::new(key).expect("not zero")
+}
+
+/// How a message names the process the oracle keeps under `key`: its execution id, and,
+/// for one set apart, its pid too.
+pub(crate) fn process_name(key: ExecutionId) -> String {
+    let k = key.get();
+    if k & SET_APART_KEY == 0 {
+        key.to_string()
+    } else {
+        format!(
+            "execution {} of an earlier incarnation (agent process {})",
+            k & 0xf_ffff,
+            (k >> 20) & 0xf_ffff
+        )
     }
 }
 

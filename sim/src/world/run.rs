@@ -50,6 +50,9 @@ const CLIENT_RETRIES: u32 = 2;
 const CLIENT_BUSY_RETRY_MS: u64 = 100;
 /// A line's trip through a pipe.
 const PIPE_MS: u64 = 1;
+/// The longest a sidecar takes to carry out a restarted engine's kill of a runtime it
+/// still runs (the runtime goes on writing meanwhile).
+const SIDECAR_KILL_MS: u64 = 2_000;
 
 /// What happens at a time.
 #[derive(Debug)]
@@ -57,19 +60,26 @@ enum Ev {
     /// A planned fault fires.
     Fault(Fault),
     /// A line reaches an agent's stdin.
-    ToAgent { exec: ExecutionId, line: String },
+    ToAgent { pid: Pid, line: String },
     /// An agent's stdin closed (the engine stopped it).
-    StdinEof { exec: ExecutionId },
+    StdinEof { pid: Pid },
     /// An agent has something to write or do.
-    AgentWake { exec: ExecutionId },
+    AgentWake { pid: Pid },
     /// An agent's stdout may have a line to read.
-    Readable { exec: ExecutionId },
-    /// A request's deadline.
-    Deadline { exec: ExecutionId, id: i64 },
-    /// A stop's grace is over: kill.
-    StopGrace { exec: ExecutionId },
+    Readable { pid: Pid },
+    /// A request's deadline (the shell's: it dies with its incarnation).
+    Deadline { pid: Pid, id: i64 },
+    /// A stop's grace is over: kill (the shell's timer: it dies with its incarnation).
+    StopGrace { pid: Pid },
+    /// A sidecar carries out a restarted engine's kill of a runtime it still runs.
+    SidecarKill { pid: Pid },
     /// The oracle judges a teardown's deadline.
-    StopCheck { exec: ExecutionId, due: Timestamp },
+    StopCheck {
+        exec: ExecutionId,
+        /// The process the engine asked to stop (its truth is judged, whatever its key).
+        pid: Option<Pid>,
+        due: Timestamp,
+    },
     /// The oracle judges a join's deadline.
     JoinCheck {
         session: u32,
@@ -130,10 +140,22 @@ impl std::ops::Deref for Held {
     }
 }
 
+/// The world's name for an agent process: its pid, unique in a seed. The engine names
+/// a runtime by its execution id, which is the platform's key for it; a process keeps
+/// its pid whatever ids a restarted engine hands out.
+type Pid = u32;
+
 /// One simulated agent process and the engine's connection to it.
 #[derive(Debug)]
 struct Proc {
     session: u32,
+    /// The execution id the engine gave it (what the world tells the engine).
+    execution: ExecutionId,
+    /// Its key in the oracle's tables: its execution id, or, once it outlived the engine
+    /// that started it (a sidecar's runtime), a key no later execution can take.
+    truth: ExecutionId,
+    /// The orchestrator incarnation that started it.
+    incarnation: u32,
     model: AgentModel,
     /// The connection's bookkeeping (the production code).
     wire: Wire<Op>,
@@ -212,14 +234,22 @@ pub(crate) struct World {
     agenda: Agenda<Ev>,
     /// What an agent received, between its model and the oracle (kept to reuse its room).
     received: Vec<Seen>,
-    /// Boxed: a process is large, and the table grows by doubling.
-    procs: DenseMap<ExecutionId, Box<Proc>>,
+    /// Every agent process of the seed, by pid. Boxed: a process is large, and the table
+    /// grows by doubling.
+    procs: DenseMap<Pid, Box<Proc>>,
+    /// The platform's table: the process each execution id names (the newest one given
+    /// that id).
+    by_exec: DenseMap<ExecutionId, Pid>,
+    /// Runtimes outlive the orchestrator: after a crash-restart they go on running, and
+    /// what they write reaches the restarted engine under their execution ids, until it
+    /// stops them (a sidecar runs them, as kandev's agentctl does).
+    sidecar: bool,
     store: MemoryStore,
     oracle: Oracle,
     clients: DenseMap<u32, Client>,
     arms: DenseMap<u32, Arms>,
     /// Agents whose stdout waits for the engine to take more.
-    blocked: BTreeSet<ExecutionId>,
+    blocked: BTreeSet<Pid>,
     /// The caller takes no events before this (a caller that stops reading).
     caller_stall_until: u64,
     next_pid: u32,
@@ -377,8 +407,8 @@ impl World {
         }
         if self.engine.can_accept() && !self.blocked.is_empty() {
             let blocked = std::mem::take(&mut self.blocked);
-            for exec in blocked {
-                self.post(self.now, Ev::Readable { exec });
+            for pid in blocked {
+                self.post(self.now, Ev::Readable { pid });
             }
         }
         let found = lock(&self.logbook).found.take();
@@ -410,8 +440,19 @@ impl World {
             "spawn",
             &[("session", u64::from(s)), ("execution", execution.get())],
         );
+        // An execution id handed out again (a restarted engine that reused it): the new
+        // process gets a name of its own, and the oracle keeps the earlier one's truth
+        // under a key no execution takes.
+        let earlier = self.pid_of(execution);
+        if let Some(old) = earlier {
+            self.set_apart(old, false);
+        }
+        let name = match earlier {
+            None => execution.get().to_string(),
+            Some(_) => format!("{}p{pid}", execution.get()),
+        };
         let mut model = AgentModel::new(
-            execution.get().to_string(),
+            name,
             behaviour.clone(),
             self.key(u64::from(pid), 17, 0),
             self.now,
@@ -430,10 +471,14 @@ impl World {
         let exit_after_answer = std::mem::take(&mut arms.kill_between_turns);
         self.oracle
             .spawned(execution, s, behaviour.clone(), spawn_line);
+        self.by_exec.insert(execution, pid);
         self.procs.insert(
-            execution,
+            pid,
             Box::new(Proc {
                 session: s,
+                execution,
+                truth: execution,
+                incarnation: self.incarnation,
                 model,
                 // The production connection's own garbage budget.
                 wire: Wire::new(palisade_embed::ConnectionConfig::default().garbage_budget),
@@ -454,7 +499,33 @@ impl World {
                 exit_after_answer,
             }),
         );
-        self.drive_agent(execution);
+        self.drive_agent(pid);
+    }
+
+    /// Moves the oracle's truth of process `pid` to a key of its own, which no execution
+    /// id takes (once: a survivor of the orchestrator, or a process whose execution id a
+    /// restarted engine handed out again).
+    fn set_apart(&mut self, pid: Pid, survivor: bool) {
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        if p.truth == p.execution {
+            let alias = super::oracle::set_apart_key(pid, p.execution);
+            p.truth = alias;
+            self.oracle.rekey(p.execution, alias, survivor);
+        }
+    }
+
+    /// The oracle's key of the process the platform runs as `execution`.
+    fn truth_of(&self, execution: ExecutionId) -> ExecutionId {
+        self.pid_of(execution)
+            .and_then(|pid| self.procs.get(&pid))
+            .map_or(execution, |p| p.truth)
+    }
+
+    /// The process the platform runs as `execution`, if any.
+    fn pid_of(&self, execution: ExecutionId) -> Option<Pid> {
+        self.by_exec.get(&execution).copied()
     }
 
     fn carry_out(&mut self, action: Action) {
@@ -484,8 +555,9 @@ impl World {
                 params,
                 deadline,
             } => {
-                let session = self.procs.get(&execution).map(|p| p.session);
-                let Some(p) = self.procs.get_mut(&execution).filter(|p| !p.orphaned) else {
+                let pid = self.pid_of(execution).unwrap_or_default();
+                let session = self.procs.get(&pid).map(|p| p.session);
+                let Some(p) = self.procs.get_mut(&pid).filter(|p| !p.orphaned) else {
                     if method == palisade_wire::acp::SESSION_PROMPT {
                         // The engine wrote it to a pipe no agent reads any more.
                         let text = params.prompt_text().unwrap_or_default();
@@ -532,22 +604,10 @@ impl World {
                             return;
                         }
                         let late = self.jitter(session.unwrap_or(0), execution.get() ^ id as u64);
-                        self.post(
-                            self.now + PIPE_MS + late,
-                            Ev::ToAgent {
-                                exec: execution,
-                                line,
-                            },
-                        );
+                        self.post(self.now + PIPE_MS + late, Ev::ToAgent { pid, line });
                         let at = self.world_ms(deadline);
                         if at != u64::MAX {
-                            self.post(
-                                at,
-                                Ev::Deadline {
-                                    exec: execution,
-                                    id,
-                                },
-                            );
+                            self.post(at, Ev::Deadline { pid, id });
                         }
                     }
                 }
@@ -574,7 +634,10 @@ impl World {
                 grace_ms,
             } => {
                 let idx = self.note("env", "stop", &[("execution", execution.get())]);
-                let r = self.oracle.stop_asked(execution, self.now, idx);
+                let engine_ms = self.mono().as_millis();
+                let r = self
+                    .oracle
+                    .stop_asked(self.truth_of(execution), self.now, engine_ms, idx);
                 self.checked(r);
                 // Judged on the engine's clock: a clock that jumps back delays every deadline.
                 let due = self.mono().plus_millis(self.oracle.stop_deadline_ms());
@@ -582,10 +645,12 @@ impl World {
                     self.world_ms(due),
                     Ev::StopCheck {
                         exec: execution,
+                        pid: self.pid_of(execution),
                         due,
                     },
                 );
-                let Some(p) = self.procs.get_mut(&execution).filter(|p| !p.orphaned) else {
+                let pid = self.pid_of(execution).unwrap_or_default();
+                let Some(p) = self.procs.get_mut(&pid).filter(|p| !p.orphaned) else {
                     self.engine.get_mut().reaped(now, execution, None);
                     return;
                 };
@@ -599,42 +664,62 @@ impl World {
                     return;
                 }
                 p.stdin_open = false;
-                self.post(self.now + PIPE_MS, Ev::StdinEof { exec: execution });
+                self.post(self.now + PIPE_MS, Ev::StdinEof { pid });
                 let grace = self.now + grace_ms;
                 let until = grace.min(self.world_ms(deadline));
-                self.post(until, Ev::StopGrace { exec: execution });
+                self.post(until, Ev::StopGrace { pid });
             }
             Action::Kill { execution } => {
                 // A kill follows a runtime the engine found dead or wedged (or a teardown
                 // past its deadline); rule 5's teardown decisions arrive as stops.
                 self.note("env", "kill", &[("execution", execution.get())]);
-                self.oracle.kill_asked(execution, self.now);
-                let Some(p) = self.procs.get_mut(&execution).filter(|p| !p.orphaned) else {
+                self.oracle.kill_asked(self.truth_of(execution), self.now);
+                let pid = self.pid_of(execution).unwrap_or_default();
+                let incarnation = self.incarnation;
+                let Some(p) = self.procs.get_mut(&pid).filter(|p| !p.orphaned) else {
                     self.engine.get_mut().reaped(now, execution, None);
                     return;
                 };
-                p.reap_pending = true;
-                p.kill_requested = true;
-                if p.alive {
-                    self.die(execution, ProcessExit::Signal(9));
-                } else if p.closed && !p.reaped {
-                    p.reaped = true;
-                    let status = p.exit;
-                    self.engine.get_mut().reaped(now, execution, status);
+                if p.incarnation != incarnation {
+                    // A runtime of an earlier incarnation, still run by the sidecar: the
+                    // kill reaches it a moment later (it goes on writing meanwhile).
+                    let delay = pick(self.key(u64::from(pid), 45, 0), 1, SIDECAR_KILL_MS);
+                    self.post(self.now + delay, Ev::SidecarKill { pid });
+                    return;
                 }
+                self.kill_proc(pid);
             }
         }
     }
 
+    /// Kills a process the engine asked to kill; its reap is reported to the engine once
+    /// its connection closed.
+    fn kill_proc(&mut self, pid: Pid) {
+        let now = self.ts();
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        p.reap_pending = true;
+        p.kill_requested = true;
+        if p.alive {
+            self.die(pid, ProcessExit::Signal(9));
+        } else if p.closed && !p.reaped {
+            p.reaped = true;
+            let (execution, status) = (p.execution, p.exit);
+            self.engine.get_mut().reaped(now, execution, status);
+        }
+    }
+
     fn write_to_agent(&mut self, exec: ExecutionId, line: String) {
-        let Some(p) = self.procs.get(&exec) else {
+        let pid = self.pid_of(exec).unwrap_or_default();
+        let Some(p) = self.procs.get(&pid) else {
             return;
         };
         if !p.alive || !p.stdin_open || p.orphaned {
             return;
         }
         let late = self.jitter(p.session, exec.get() ^ line.len() as u64);
-        self.post(self.now + PIPE_MS + late, Ev::ToAgent { exec, line });
+        self.post(self.now + PIPE_MS + late, Ev::ToAgent { pid, line });
     }
 
     // ----- agents -----------------------------------------------------------------------
@@ -645,24 +730,25 @@ impl World {
     /// What the agent received is noted first, then each output in write order as it is
     /// taken (its line onto stdout, its note to the oracle, an exit as the process's
     /// death), so nothing is gathered into a list on the way.
-    fn drive_agent(&mut self, exec: ExecutionId) {
+    fn drive_agent(&mut self, pid: Pid) {
         let now = self.now;
-        let Some(p) = self.procs.get_mut(&exec) else {
+        let Some(p) = self.procs.get_mut(&pid) else {
             return;
         };
         if !p.alive {
             return;
         }
+        let (exec, truth) = (p.execution, p.truth);
         p.model.on_wake(now);
         let mut received = std::mem::take(&mut self.received);
         received.extend(p.model.poll_seen());
         for seen in received.drain(..) {
             let idx = self.note("agent", "received", &[("execution", exec.get())]);
-            let r = self.oracle.agent_received(exec, seen, idx);
+            let r = self.oracle.agent_received(truth, seen, idx);
             self.checked(r);
         }
         self.received = received;
-        while let Some(p) = self.procs.get_mut(&exec) {
+        while let Some(p) = self.procs.get_mut(&pid) {
             let Some((out, note)) = p.model.poll_out(now) else {
                 break;
             };
@@ -673,7 +759,7 @@ impl World {
                 }
                 Out::Stderr(_) => {}
                 Out::Exit(code) => {
-                    self.die(exec, ProcessExit::Code(code));
+                    self.die(pid, ProcessExit::Code(code));
                     break;
                 }
             }
@@ -692,21 +778,21 @@ impl World {
                 if !matches!(note, Seen::Event { .. }) {
                     self.note("agent", "answer", &[("execution", exec.get())]);
                 }
-                self.oracle.agent_wrote(exec, note);
+                self.oracle.agent_wrote(truth, note);
             }
             if dies_now {
                 let code = if exit_after_answer { 0 } else { 1 };
-                self.die(exec, ProcessExit::Code(code));
+                self.die(pid, ProcessExit::Code(code));
                 break;
             }
         }
-        self.schedule_agent(exec);
+        self.schedule_agent(pid);
     }
 
-    fn schedule_agent(&mut self, exec: ExecutionId) {
+    fn schedule_agent(&mut self, pid: Pid) {
         let Some(p) = self
             .procs
-            .get_mut(&exec)
+            .get_mut(&pid)
             .filter(|p| !p.orphaned && !p.closed)
         else {
             return;
@@ -734,27 +820,28 @@ impl World {
             }
         }
         if let Some(at) = wake {
-            self.post(at, Ev::AgentWake { exec });
+            self.post(at, Ev::AgentWake { pid });
         }
         if let Some(at) = read {
-            self.post(at, Ev::Readable { exec });
+            self.post(at, Ev::Readable { pid });
         }
     }
 
     /// The process dies (it exited, or was killed): its stdout stays readable until
     /// drained, then the engine gets the close.
-    fn die(&mut self, exec: ExecutionId, status: ProcessExit) {
-        let Some(p) = self.procs.get_mut(&exec) else {
+    fn die(&mut self, pid: Pid, status: ProcessExit) {
+        let Some(p) = self.procs.get_mut(&pid) else {
             return;
         };
         if !p.alive {
             return;
         }
+        let (exec, truth) = (p.execution, p.truth);
         p.alive = false;
         p.stdin_open = false;
         p.exit = Some(status);
         p.model.kill();
-        self.oracle.died(exec);
+        self.oracle.died(truth);
         let code = match status {
             ProcessExit::Code(c) => c as u64,
             ProcessExit::Signal(s) => 1000 + s as u64,
@@ -765,11 +852,11 @@ impl World {
             "process_died",
             &[("execution", exec.get()), ("status", code)],
         );
-        self.schedule_agent(exec);
+        self.schedule_agent(pid);
     }
 
     /// Reads the agent's stdout into the engine while it can take more.
-    fn read(&mut self, exec: ExecutionId) {
+    fn read(&mut self, pid: Pid) {
         enum Next {
             Stop,
             Blocked(u32),
@@ -779,7 +866,7 @@ impl World {
         while self.violation.is_none() {
             let now = self.now;
             let engine = &self.engine;
-            let next = match self.procs.get_mut(&exec) {
+            let next = match self.procs.get_mut(&pid) {
                 None => Next::Stop,
                 Some(p) => {
                     p.read_at = None;
@@ -803,11 +890,11 @@ impl World {
             };
             match next {
                 Next::Stop => {
-                    self.schedule_agent(exec);
+                    self.schedule_agent(pid);
                     return;
                 }
                 Next::Blocked(session) => {
-                    self.blocked.insert(exec);
+                    self.blocked.insert(pid);
                     lock(&self.logbook).mark("backpressure");
                     let recovering = self
                         .oracle
@@ -820,21 +907,27 @@ impl World {
                     return;
                 }
                 Next::Eof(reason) => {
-                    self.close(exec, reason);
+                    self.close(pid, reason);
                     self.settle();
                     return;
                 }
                 Next::Line(line) => {
                     let ts = self.ts();
-                    let Some(p) = self.procs.get_mut(&exec) else {
+                    let Some(p) = self.procs.get_mut(&pid) else {
                         return;
                     };
+                    let exec = p.execution;
                     match p.wire.receive(line.trim_end().as_bytes()) {
                         Incoming::Reply { tag, result } => {
                             self.engine.get_mut().reply(ts, exec, tag, result);
                         }
                         Incoming::Event(event) => {
                             let closes = p.wire.spend(&event);
+                            if matches!(event, AgentEvent::Update { .. }) {
+                                let truth = p.truth;
+                                let engine_ms = self.mono().as_millis();
+                                self.oracle.update_read(truth, engine_ms);
+                            }
                             if matches!(
                                 event,
                                 AgentEvent::Anomaly(palisade_embed::Anomaly::LateResponse { .. })
@@ -844,7 +937,7 @@ impl World {
                             self.engine.get_mut().agent_event(ts, exec, event);
                             if let Some(reason) = closes {
                                 // Garbage past the budget: the reader closes the connection.
-                                self.close(exec, reason);
+                                self.close(pid, reason);
                                 self.settle();
                                 return;
                             }
@@ -859,14 +952,15 @@ impl World {
 
     /// The connection closes: every request still waiting fails (in id order), then the
     /// engine gets the close, then the reap a stop or kill waited for.
-    fn close(&mut self, exec: ExecutionId, reason: CloseReason) {
+    fn close(&mut self, pid: Pid, reason: CloseReason) {
         let ts = self.ts();
-        let Some(p) = self.procs.get_mut(&exec) else {
+        let Some(p) = self.procs.get_mut(&pid) else {
             return;
         };
         if p.closed {
             return;
         }
+        let exec = p.execution;
         p.closed = true;
         let failed = p.wire.close(reason.clone());
         for (op, failure) in failed {
@@ -876,7 +970,7 @@ impl World {
         self.engine
             .get_mut()
             .agent_event(ts, exec, AgentEvent::Closed(reason.clone()));
-        if let Some(p) = self.procs.get_mut(&exec) {
+        if let Some(p) = self.procs.get_mut(&pid) {
             if p.reap_pending && !p.reaped && !p.alive {
                 p.reaped = true;
                 let status = p.exit;
@@ -885,8 +979,8 @@ impl World {
         }
     }
 
-    fn deliver_to_agent(&mut self, exec: ExecutionId, line: String) {
-        let Some(p) = self.procs.get_mut(&exec) else {
+    fn deliver_to_agent(&mut self, pid: Pid, line: String) {
+        let Some(p) = self.procs.get_mut(&pid) else {
             return;
         };
         if !p.alive || p.orphaned {
@@ -936,7 +1030,7 @@ impl World {
         }
         let now = self.now;
         p.model.on_frame(now, frame, &mut self.store);
-        self.drive_agent(exec);
+        self.drive_agent(pid);
     }
 
     // ----- clients ----------------------------------------------------------------------
@@ -1081,12 +1175,19 @@ impl World {
     // ----- faults -----------------------------------------------------------------------
 
     /// The session's newest live agent process.
-    fn running(&self, session: u32) -> Option<ExecutionId> {
+    fn running(&self, session: u32) -> Option<Pid> {
+        let incarnation = self.incarnation;
         self.procs
             .iter()
             .rev()
-            .find(|(_, p)| p.session == session && p.alive && !p.orphaned && p.stdin_open)
-            .map(|(e, _)| e)
+            .find(|(_, p)| {
+                p.session == session
+                    && p.alive
+                    && !p.orphaned
+                    && p.stdin_open
+                    && p.incarnation == incarnation
+            })
+            .map(|(pid, _)| pid)
     }
 
     fn fault(&mut self, f: Fault) {
@@ -1112,12 +1213,12 @@ impl World {
                 self.settle();
             }
             FaultKind::ProviderExit => match self.running(s) {
-                Some(exec) => self.die(exec, ProcessExit::Code(1)),
+                Some(pid) => self.die(pid, ProcessExit::Code(1)),
                 None => self.arms.or_default(s).exits += 1,
             },
             FaultKind::ExitAfterTurn => match self.running(s) {
-                Some(exec) => {
-                    if let Some(p) = self.procs.get_mut(&exec) {
+                Some(pid) => {
+                    if let Some(p) = self.procs.get_mut(&pid) {
                         p.exit_after_answer = true;
                     }
                 }
@@ -1176,24 +1277,35 @@ impl World {
         if in_flight {
             lock(&self.logbook).mark("restart-with-attempt-in-flight");
         }
-        let execs: Vec<ExecutionId> = self.procs.keys().collect();
-        for exec in execs {
-            if let Some(p) = self.procs.get_mut(&exec) {
-                if p.orphaned {
-                    continue;
-                }
-                p.orphaned = true;
-                if p.alive {
-                    p.alive = false;
-                    p.model.kill();
-                    self.oracle.died(exec);
-                }
-                if let Some(t) = self.oracle.procs.get_mut(&exec) {
-                    t.orphaned = true;
-                }
+        let pids: Vec<Pid> = self.procs.keys().collect();
+        for pid in pids {
+            let sidecar = self.sidecar;
+            let Some(p) = self.procs.get_mut(&pid) else {
+                continue;
+            };
+            if p.orphaned {
+                continue;
+            }
+            if sidecar {
+                // It goes on running. The oracle keeps its truth under a key of its own
+                // (a restarted engine could hand its execution id out again).
+                self.set_apart(pid, true);
+                continue;
+            }
+            p.orphaned = true;
+            let truth = p.truth;
+            if p.alive {
+                p.alive = false;
+                p.model.kill();
+                self.oracle.died(truth);
+            }
+            if let Some(t) = self.oracle.procs.get_mut(&truth) {
+                t.orphaned = true;
             }
         }
-        self.blocked.clear();
+        if !self.sidecar {
+            self.blocked.clear();
+        }
         let restart = self.note("env", "crash_restart", &[]);
         let observer: Box<dyn Observer + Send> = Box::new(Observe(self.logbook.clone()));
         let mutant = self.mutant;
@@ -1218,27 +1330,33 @@ impl World {
     fn handle(&mut self, ev: Ev) {
         match ev {
             Ev::Fault(f) => self.fault(f),
-            Ev::ToAgent { exec, line } => self.deliver_to_agent(exec, line),
-            Ev::StdinEof { exec } => {
+            Ev::ToAgent { pid, line } => self.deliver_to_agent(pid, line),
+            Ev::StdinEof { pid } => {
                 let now = self.now;
-                if let Some(p) = self.procs.get_mut(&exec) {
+                if let Some(p) = self.procs.get_mut(&pid) {
                     if p.alive && !p.ignores_eof {
                         p.model.on_stdin_closed(now);
                     }
                 }
-                self.drive_agent(exec);
+                self.drive_agent(pid);
             }
-            Ev::AgentWake { exec } => {
-                if let Some(p) = self.procs.get_mut(&exec) {
+            Ev::AgentWake { pid } => {
+                if let Some(p) = self.procs.get_mut(&pid) {
                     p.wake_at = None;
                 }
-                self.drive_agent(exec);
+                self.drive_agent(pid);
             }
-            Ev::Readable { exec } => self.read(exec),
-            Ev::Deadline { exec, id } => {
-                let Some(p) = self.procs.get_mut(&exec).filter(|p| !p.orphaned) else {
+            Ev::Readable { pid } => self.read(pid),
+            Ev::Deadline { pid, id } => {
+                let incarnation = self.incarnation;
+                let Some(p) = self
+                    .procs
+                    .get_mut(&pid)
+                    .filter(|p| !p.orphaned && p.incarnation == incarnation)
+                else {
                     return;
                 };
+                let exec = p.execution;
                 if let Some(op) = p.wire.abandon(id) {
                     let ts = self.ts();
                     self.engine
@@ -1247,20 +1365,27 @@ impl World {
                     self.settle();
                 }
             }
-            Ev::StopGrace { exec } => {
+            Ev::StopGrace { pid } => {
+                let incarnation = self.incarnation;
                 let alive = self
                     .procs
-                    .get(&exec)
-                    .is_some_and(|p| p.alive && !p.orphaned);
+                    .get(&pid)
+                    .is_some_and(|p| p.alive && !p.orphaned && p.incarnation == incarnation);
                 if alive {
-                    if let Some(p) = self.procs.get_mut(&exec) {
+                    if let Some(p) = self.procs.get_mut(&pid) {
                         p.kill_requested = true;
                     }
-                    self.die(exec, ProcessExit::Signal(9));
+                    self.die(pid, ProcessExit::Signal(9));
                 }
             }
-            Ev::StopCheck { exec, due } if self.mono() < due => {
-                self.post(self.world_ms(due), Ev::StopCheck { exec, due });
+            Ev::SidecarKill { pid } => {
+                let execution = self.procs.get(&pid).map_or(0, |p| p.execution.get());
+                self.note("env", "sidecar_kill", &[("execution", execution)]);
+                self.kill_proc(pid);
+                self.settle();
+            }
+            Ev::StopCheck { exec, pid, due } if self.mono() < due => {
+                self.post(self.world_ms(due), Ev::StopCheck { exec, pid, due });
             }
             Ev::JoinCheck {
                 session,
@@ -1276,9 +1401,12 @@ impl World {
                     },
                 );
             }
-            Ev::StopCheck { exec, .. } => {
+            Ev::StopCheck { exec, pid, .. } => {
                 let idx = self.note("oracle", "stop_deadline", &[("execution", exec.get())]);
-                let r = self.oracle.stop_deadline_passed(exec, idx);
+                let truth = pid
+                    .and_then(|pid| self.procs.get(&pid))
+                    .map_or(exec, |p| p.truth);
+                let r = self.oracle.stop_deadline_passed(truth, idx);
                 self.checked(r);
             }
             Ev::JoinCheck {
@@ -1369,6 +1497,11 @@ pub(crate) async fn run(
         agenda: Agenda::new(),
         received: Vec::new(),
         procs: DenseMap::default(),
+        by_exec: DenseMap::default(),
+        sidecar: plan
+            .environment
+            .as_ref()
+            .map_or(scenario.workload.sidecar, |e| e.sidecar),
         store: MemoryStore::default(),
         oracle,
         clients: DenseMap::default(),
