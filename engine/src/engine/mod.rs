@@ -275,7 +275,10 @@ pub enum Action {
         /// How long the agent may take to exit on its own.
         grace_ms: u64,
     },
-    /// SIGKILL the process and reap it; then call [`Engine::reaped`].
+    /// SIGKILL the process and reap it; then call [`Engine::reaped`]. After a restore it
+    /// may name a runtime of a previous incarnation, which a shell whose runtimes died with
+    /// it does not know: it calls [`Engine::reaped`] at once (a platform whose runtimes
+    /// outlive the orchestrator kills the one it still runs under that id).
     Kill {
         /// The runtime.
         execution: ExecutionId,

@@ -43,6 +43,29 @@ fn spawn_action(engine: &mut Engine) -> (SessionId, AttemptId) {
     }
 }
 
+/// Starts the runtime the engine asks for next (as process `pid`) and answers its
+/// `initialize` (with `loadSession`) and `session/new` (`c1`): a runtime ready for the
+/// prompt.
+fn ready_runtime(engine: &mut Engine, now: Timestamp, pid: u32) -> ExecutionId {
+    let (s, attempt) = spawn_action(engine);
+    let execution = engine.spawned(now, s, attempt, Ok(Some(pid)));
+    answer(
+        engine,
+        now,
+        execution,
+        acp::INITIALIZE,
+        json!({"agentCapabilities": {"loadSession": true}}),
+    );
+    answer(
+        engine,
+        now,
+        execution,
+        acp::SESSION_NEW,
+        json!({"sessionId": "c1"}),
+    );
+    execution
+}
+
 /// Answers the next request, which must be `method`.
 fn answer(
     engine: &mut Engine,
@@ -144,22 +167,7 @@ fn restore_reports_bound_runtimes_exited_and_restarts_unbound_attempts() {
     let mut engine = Engine::new(config()).unwrap();
     // Session 1 streams on a ready runtime.
     let turn = engine.prompt(now, session(1), "hello".into()).unwrap();
-    let (s, attempt) = spawn_action(&mut engine);
-    let execution = engine.spawned(now, s, attempt, Ok(Some(42)));
-    answer(
-        &mut engine,
-        now,
-        execution,
-        acp::INITIALIZE,
-        json!({"agentCapabilities": {"loadSession": true}}),
-    );
-    answer(
-        &mut engine,
-        now,
-        execution,
-        acp::SESSION_NEW,
-        json!({"sessionId": "c1"}),
-    );
+    let execution = ready_runtime(&mut engine, now, 42);
     assert!(matches!(
         engine.poll_action(),
         Some(Action::Request {
@@ -240,22 +248,7 @@ fn a_restored_engine_kills_the_runtimes_it_inherited_until_they_are_reaped() {
     let now = Timestamp::from_millis(1_000);
     let mut engine = Engine::new(config()).unwrap();
     engine.prompt(now, session(1), "hello".into()).unwrap();
-    let (s, attempt) = spawn_action(&mut engine);
-    let survivor = engine.spawned(now, s, attempt, Ok(Some(42)));
-    answer(
-        &mut engine,
-        now,
-        survivor,
-        acp::INITIALIZE,
-        json!({"agentCapabilities": {"loadSession": true}}),
-    );
-    answer(
-        &mut engine,
-        now,
-        survivor,
-        acp::SESSION_NEW,
-        json!({"sessionId": "c1"}),
-    );
+    let survivor = ready_runtime(&mut engine, now, 42);
     prompt_request(&mut engine);
     let kills = |engine: &mut Engine| -> Vec<ExecutionId> {
         std::iter::from_fn(|| engine.poll_action())
@@ -307,22 +300,7 @@ fn restore_during_a_load_fails_the_attempt_instead_of_loading_on_a_dead_runtime(
     let now = Timestamp::from_millis(1_000);
     let mut engine = Engine::new(config()).unwrap();
     let first = engine.prompt(now, session(1), "first".into()).unwrap();
-    let (s, attempt) = spawn_action(&mut engine);
-    let execution = engine.spawned(now, s, attempt, Ok(Some(1)));
-    answer(
-        &mut engine,
-        now,
-        execution,
-        acp::INITIALIZE,
-        json!({"agentCapabilities": {"loadSession": true}}),
-    );
-    answer(
-        &mut engine,
-        now,
-        execution,
-        acp::SESSION_NEW,
-        json!({"sessionId": "c1"}),
-    );
+    let execution = ready_runtime(&mut engine, now, 1);
     let op = prompt_request(&mut engine);
     engine.reply(
         now,
@@ -459,22 +437,7 @@ fn a_late_answer_to_an_abandoned_dispatch_does_not_end_the_redispatched_turn() {
     let mut now = Timestamp::from_millis(1_000);
     let mut engine = Engine::new(config).unwrap();
     let turn = engine.prompt(now, session(1), "hello".into()).unwrap();
-    let (s, attempt) = spawn_action(&mut engine);
-    let first = engine.spawned(now, s, attempt, Ok(Some(1)));
-    answer(
-        &mut engine,
-        now,
-        first,
-        acp::INITIALIZE,
-        json!({"agentCapabilities": {"loadSession": true}}),
-    );
-    answer(
-        &mut engine,
-        now,
-        first,
-        acp::SESSION_NEW,
-        json!({"sessionId": "c1"}),
-    );
+    let first = ready_runtime(&mut engine, now, 1);
     prompt_request(&mut engine);
     engine.agent_event(now, first, chunk("one"));
     // The runtime dies under the accepted turn: recovery is scheduled.
@@ -1281,22 +1244,7 @@ fn prompt_blocks_pass_through_with_the_replay_block_in_front() {
             PromptContent::Blocks(RawJson::from_value(&blocks)),
         )
         .unwrap();
-    let (s, attempt) = spawn_action(&mut engine);
-    let execution = engine.spawned(now, s, attempt, Ok(Some(1)));
-    answer(
-        &mut engine,
-        now,
-        execution,
-        acp::INITIALIZE,
-        json!({"agentCapabilities": {"loadSession": true}}),
-    );
-    answer(
-        &mut engine,
-        now,
-        execution,
-        acp::SESSION_NEW,
-        json!({"sessionId": "c1"}),
-    );
+    ready_runtime(&mut engine, now, 1);
     let Some(Action::Request { params, .. }) = engine.poll_action() else {
         panic!("the prompt is dispatched");
     };
@@ -1457,22 +1405,7 @@ fn a_state_whose_header_contradicts_its_core_snapshot_is_refused() {
     let now = Timestamp::from_millis(1_000);
     let mut engine = Engine::new(config()).unwrap();
     let turn = engine.prompt(now, session(1), "hello".into()).unwrap();
-    let (s, attempt) = spawn_action(&mut engine);
-    let execution = engine.spawned(now, s, attempt, Ok(Some(42)));
-    answer(
-        &mut engine,
-        now,
-        execution,
-        acp::INITIALIZE,
-        json!({"agentCapabilities": {"loadSession": true}}),
-    );
-    answer(
-        &mut engine,
-        now,
-        execution,
-        acp::SESSION_NEW,
-        json!({"sessionId": "c1"}),
-    );
+    let execution = ready_runtime(&mut engine, now, 42);
     engine.agent_event(now, execution, chunk("one"));
     engine.pump_outlets(now);
     let bytes = engine.encode_state(now);
