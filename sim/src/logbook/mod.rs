@@ -28,6 +28,7 @@ pub const MARKS: &[&str] = &[
     "kill-between-turns",
     "late-answer-after-teardown",
     "backpressure",
+    "survivor-wrote-after-restart",
 ];
 
 /// A seed's logbook, what the engine's observer shares with the world: the trace, the

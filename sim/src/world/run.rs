@@ -917,6 +917,10 @@ impl World {
                         return;
                     };
                     let exec = p.execution;
+                    if p.incarnation != self.incarnation {
+                        // A survivor's line reaches the restarted engine.
+                        lock(&self.logbook).mark("survivor-wrote-after-restart");
+                    }
                     match p.wire.receive(line.trim_end().as_bytes()) {
                         Incoming::Reply { tag, result } => {
                             self.engine.get_mut().reply(ts, exec, tag, result);
