@@ -569,22 +569,7 @@ fn rpc_errors_reach_the_classifier_exactly() {
 /// execution.
 fn ready_session(engine: &mut Engine, now: Timestamp) -> ExecutionId {
     engine.prompt(now, session(1), "first".into()).unwrap();
-    let (s, attempt) = spawn_action(engine);
-    let execution = engine.spawned(now, s, attempt, Ok(Some(1)));
-    answer(
-        engine,
-        now,
-        execution,
-        acp::INITIALIZE,
-        json!({"agentCapabilities": {"loadSession": true}}),
-    );
-    answer(
-        engine,
-        now,
-        execution,
-        acp::SESSION_NEW,
-        json!({"sessionId": "c1"}),
-    );
+    let execution = ready_runtime(engine, now, 1);
     let op = prompt_request(engine);
     engine.reply(
         now,
